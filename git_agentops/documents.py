@@ -1,0 +1,141 @@
+"""Strict JSON documents validated against the toolkit's JSON Schemas (draft 2020-12).
+
+Every JSON document the toolkit stores or exchanges -- run state, requests, receipts, ownership records -- is read
+with :func:`load` and written with :func:`dump`. Reading is strict: a size limit checked before parsing, UTF-8
+only, duplicate keys refused (the last one would silently win otherwise), NaN/Infinity refused. Both directions
+validate against ``schemas/<name>.schema.json`` and report the JSON path of the first error.
+
+Schemas are loaded once per process, on first use; ``jsonschema`` (about 90 ms to import) is imported lazily so
+that commands which never touch a document stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from .canonical import canonical_bytes
+from .errors import AgentOpsError
+from .resources import data_dir
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+DEFAULT_MAX_BYTES: Final = 1024 * 1024
+SCHEMA_ID_PREFIX: Final = "urn:git-agentops:schema:"
+
+
+class _SchemaSet:
+    """The validators of every shipped schema, read from disk at most once per process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.validators: dict[str, Validator] | None = None
+        self.load_count = 0  # tests assert it stays at 1
+
+    def get(self) -> dict[str, Validator]:
+        with self.lock:
+            if self.validators is None:
+                self.validators = _read_validators()
+                self.load_count += 1
+            return self.validators
+
+
+def _read_validators() -> dict[str, Validator]:
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    raw: dict[str, Any] = {}
+    for path in sorted(data_dir("schemas").glob("*.schema.json")):
+        name = path.name.removesuffix(".schema.json")
+        doc = json.loads(path.read_text("utf-8"))
+        expected_id = SCHEMA_ID_PREFIX + name
+        if doc.get("$id") != expected_id:
+            raise RuntimeError(f"schema {path.name} must have $id {expected_id!r}")
+        Draft202012Validator.check_schema(doc)
+        raw[name] = doc
+    registry: Registry[Any] = Registry().with_resources(
+        (doc["$id"], Resource.from_contents(doc)) for doc in raw.values()
+    )
+    return {
+        name: Draft202012Validator(doc, registry=registry, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        for name, doc in raw.items()
+    }
+
+
+SCHEMAS = _SchemaSet()
+_load_validators = SCHEMAS.get
+
+
+def schema_names() -> list[str]:
+    return sorted(_load_validators())
+
+
+def _json_path(parts: Any) -> str:
+    out = "$"
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def validate(doc: Any, schema: str, *, what: str = "document") -> None:
+    """Raise ``SCHEMA_INVALID`` naming the JSON path of the first error (errors ordered by path)."""
+    validators = _load_validators()
+    if schema not in validators:
+        raise KeyError(f"no schema named {schema!r}")  # a programming error, not a user error
+    errors = sorted(validators[schema].iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        first = errors[0]
+        path = _json_path(first.absolute_path)
+        raise AgentOpsError(
+            "SCHEMA_INVALID",
+            f"{what} does not match schema {schema!r} at {path}: {first.message}",
+            details={"schema": schema, "path": path, "errors": len(errors)},
+        )
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(data: bytes, *, what: str = "document", max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """Parse strict JSON from bytes: size-limited, UTF-8, no duplicate keys, no NaN/Infinity."""
+    if len(data) > max_bytes:
+        raise AgentOpsError(
+            "DOC_TOO_LARGE",
+            f"{what} is {len(data)} bytes, over its limit of {max_bytes}",
+            details={"size": len(data), "limit": max_bytes},
+        )
+    try:
+        text = data.decode("utf-8")
+        return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise AgentOpsError("JSON_INVALID", f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    except json.JSONDecodeError as exc:
+        raise AgentOpsError("JSON_INVALID", f"{what} is not valid JSON: {exc.msg} (line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise AgentOpsError("JSON_INVALID", f"{what} is not acceptable JSON: {exc}") from exc
+
+
+def load(data: bytes, *, schema: str, what: str = "document", max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """Parse strictly and validate against ``schema``."""
+    doc = parse_json(data, what=what, max_bytes=max_bytes)
+    validate(doc, schema, what=what)
+    return doc
+
+
+def dump(doc: Mapping[str, Any] | list[Any], *, schema: str, what: str = "document") -> bytes:
+    """Validate against ``schema`` and return canonical JSON bytes with a trailing newline."""
+    validate(doc, schema, what=what)
+    return canonical_bytes(doc) + b"\n"

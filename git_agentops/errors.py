@@ -1,0 +1,105 @@
+"""One error root, one registry of stable codes, one map from code to exit status.
+
+Every refusal the toolkit makes is an :class:`AgentOpsError` carrying a stable code string from :data:`CODES`.
+Subclasses live next to the code that raises them (``RefConflict`` in ``gitstore.refs``, ``PathError`` in
+``gitstore.private``...) but they all register their codes here, so the CLI boundary, the README table and the
+tests read one list. A code names a *kind* of refusal; the message says what happened and what to do.
+
+Exit statuses (DESIGN §8): 0 ok; 1 a negative but valid answer; 2 usage error; 3 a refused operation;
+4 internal error; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+EXIT_OK: Final = 0
+EXIT_NEGATIVE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_REFUSED: Final = 3
+EXIT_INTERNAL: Final = 4
+EXIT_INTERRUPTED: Final = 130
+
+
+@dataclass(frozen=True, slots=True)
+class CodeInfo:
+    exit_status: int
+    summary: str
+
+
+def _c(exit_status: int, summary: str) -> CodeInfo:
+    return CodeInfo(exit_status, summary)
+
+
+# The registry. Keep it sorted by area; README's table is generated from it and a test checks they agree.
+CODES: Final[Mapping[str, CodeInfo]] = {
+    # command line and process
+    "USAGE": _c(EXIT_USAGE, "bad command-line arguments"),
+    "NOT_IMPLEMENTED": _c(EXIT_USAGE, "this command's capability has not landed yet"),
+    "INTERNAL": _c(EXIT_INTERNAL, "unexpected failure; a traceback is written under $GIT_COMMON_DIR/agentops/log/"),
+    "INTERRUPTED": _c(EXIT_INTERRUPTED, "interrupted by a signal (Ctrl-C)"),
+    # repository
+    "REPO_NOT_FOUND": _c(EXIT_REFUSED, "not inside a Git repository (or one pygit2 cannot open)"),
+    "REPO_BARE": _c(EXIT_REFUSED, "the operation needs a working tree but the repository is bare"),
+    "GIT_FAILED": _c(EXIT_REFUSED, "a git command the toolkit ran failed"),
+    "GIT_TOO_OLD": _c(EXIT_REFUSED, "the installed git is older than the toolkit needs"),
+    # refs and the journal
+    "REF_NAME_INVALID": _c(EXIT_REFUSED, "a ref name git would refuse (check-ref-format rules)"),
+    "REF_CONFLICT": _c(EXIT_REFUSED, "compare-and-swap lost: the ref did not hold the expected value"),
+    "REF_LOCKED": _c(EXIT_REFUSED, "a ref stayed locked by another writer past the lock timeout"),
+    "REF_SYMBOLIC": _c(EXIT_REFUSED, "refusing to compare-and-swap a symbolic ref"),
+    "OBJECT_MISSING": _c(EXIT_REFUSED, "an object id does not name an object in this repository"),
+    "JOURNAL_CONTENDED": _c(EXIT_REFUSED, "a journal mutation kept losing the compare-and-swap until its deadline"),
+    "JOURNAL_CORRUPT": _c(EXIT_REFUSED, "a journal commit is not what the toolkit writes (not linear, bad event)"),
+    "JOURNAL_PATH_INVALID": _c(EXIT_REFUSED, "a journal tree path is empty, absolute, has '.'/'..' or bad chars"),
+    "ARTIFACT_MISSING": _c(EXIT_REFUSED, "a content-addressed artifact is not in the journal tree"),
+    "ARTIFACT_CORRUPT": _c(EXIT_REFUSED, "a stored artifact does not hash to its name"),
+    "NOTE_EXISTS": _c(EXIT_REFUSED, "the object already has a note on this notes ref; notes are never overwritten"),
+    "NOTES_CONTENDED": _c(EXIT_REFUSED, "adding a note kept losing the compare-and-swap until its deadline"),
+    # documents, canonical JSON, seals
+    "DOC_TOO_LARGE": _c(EXIT_REFUSED, "a document is over its size limit"),
+    "JSON_INVALID": _c(EXIT_REFUSED, "not valid JSON (or duplicate keys, NaN/Infinity, bad UTF-8)"),
+    "SCHEMA_INVALID": _c(EXIT_REFUSED, "a JSON document does not match its schema (the JSON path is named)"),
+    "CANONICAL_UNSUPPORTED": _c(EXIT_REFUSED, "a value canonical JSON refuses (NaN/Infinity, non-string key...)"),
+    "SEAL_INVALID": _c(EXIT_NEGATIVE, "a seal's digest does not match its value"),
+    # private files and paths
+    "PATH_ESCAPE": _c(EXIT_REFUSED, "a path leaves its root (absolute, '..', or a symlink pointing outside)"),
+    "PATH_SYMLINK": _c(EXIT_REFUSED, "a private file or one of its directories is a symlink"),
+    "PATH_INVALID": _c(EXIT_REFUSED, "a path is empty or contains NUL or control characters"),
+    "PATH_NOT_REGULAR": _c(EXIT_REFUSED, "expected a regular file (found a directory, FIFO, device...)"),
+    "LOCK_TIMEOUT": _c(EXIT_REFUSED, "a file lock stayed held by another process past the timeout"),
+    "LOCK_HELD": _c(EXIT_REFUSED, "a file lock is held by another process"),
+}
+
+
+class AgentOpsError(Exception):
+    """A refusal with a stable code. ``details`` is JSON-able context for ``--json`` output."""
+
+    def __init__(self, code: str, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        if code not in CODES:
+            raise ValueError(f"unregistered error code {code!r}; add it to git_agentops.errors.CODES")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    @property
+    def exit_status(self) -> int:
+        return CODES[self.code].exit_status
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"code": self.code, "message": self.message, "exitStatus": self.exit_status}
+        if self.details:
+            doc["details"] = self.details
+        return doc
+
+    def __str__(self) -> str:
+        return f"error[{self.code}]: {self.message}"
+
+
+def exit_status_for(code: str) -> int:
+    """The exit status of a registered code (INTERNAL for an unknown one)."""
+    info = CODES.get(code)
+    return info.exit_status if info else EXIT_INTERNAL
