@@ -1,0 +1,1 @@
+"""Command-line layer: one module per ``git-agentops-<name>`` command, plus the shared boundary in ``common``."""

@@ -1,0 +1,95 @@
+"""Generate the documentation that must match the code: man pages and README's error-code table.
+
+``git agentops-run --help`` is turned by git into ``git help agentops-run``, which opens a man page; so every
+command ships ``man/man1/git-agentops-<name>.1``, rendered from the same argparse parser that ``-h`` prints.
+The README's error-code table is rendered from :data:`git_agentops.errors.CODES`.
+
+    python -m git_agentops.cli.docgen           # rewrite man/ and the README table
+    python -m git_agentops.cli.docgen --check   # exit 1 if either is out of date (a test runs this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import __version__
+from ..errors import CODES
+
+COMMANDS = ("run", "init", "policy", "verify", "request", "receipt", "hook", "sync", "doctor")
+ROOT = Path(__file__).resolve().parents[2]
+BEGIN, END = "<!-- error-codes:begin -->", "<!-- error-codes:end -->"
+
+
+def _roff_escape(text: str) -> str:
+    out = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\n".join(("\\&" + line) if line.startswith((".", "'")) else line for line in out.splitlines())
+
+
+def _all_help(parser: argparse.ArgumentParser) -> str:
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width; pages must not depend on it
+    text = parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                text += f"\n\n{parser.prog} {name}\n" + sub.format_help()
+    return text
+
+
+def man_page(name: str) -> str:
+    module = importlib.import_module(f"git_agentops.cli.{name}")
+    parser: argparse.ArgumentParser = module.build_parser()
+    prog = f"git-agentops-{name}"
+    summary = (parser.description or "").strip().splitlines()[0].rstrip(".")
+    return (
+        f'.TH "{prog.upper()}" "1" "" "git-agentops {__version__}" "git-agentops manual"\n'
+        f".SH NAME\n{_roff_escape(prog)} \\- {_roff_escape(summary)}\n"
+        f".SH SYNOPSIS\n.B git {_roff_escape(prog.removeprefix('git-'))}\n[\\fIoptions\\fR]\n"
+        f".SH DESCRIPTION\n.nf\n{_roff_escape(_all_help(parser))}\n.fi\n"
+        ".SH EXIT STATUS\n0 ok; 1 a negative but valid answer; 2 usage error; 3 refused operation; "
+        "4 internal error (traceback under $GIT_COMMON_DIR/agentops/log/); 130 interrupted.\n"
+        ".SH SEE ALSO\n\\fBgit-agentops-doctor\\fR(1), README.md of git-agentops\n"
+    )
+
+
+def code_table() -> str:
+    rows = ["| code | exit | meaning |", "|---|---|---|"]
+    rows += [f"| `{code}` | {info.exit_status} | {info.summary} |" for code, info in CODES.items()]
+    return "\n".join(rows)
+
+
+def _expected_readme(text: str) -> str:
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md lacks the {BEGIN} ... {END} markers")
+    return pattern.sub(lambda _: f"{BEGIN}\n{code_table()}\n{END}", text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="docgen", description=__doc__)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    stale: list[str] = []
+    targets: dict[Path, str] = {ROOT / "man" / "man1" / f"git-agentops-{n}.1": man_page(n) for n in COMMANDS}
+    readme = ROOT / "README.md"
+    targets[readme] = _expected_readme(readme.read_text("utf-8"))
+    for path, content in targets.items():
+        current = path.read_text("utf-8") if path.exists() else None
+        if current != content:
+            stale.append(str(path.relative_to(ROOT)))
+            if not args.check:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content, "utf-8")
+    if args.check and stale:
+        sys.stderr.write("out of date (run python -m git_agentops.cli.docgen): " + ", ".join(stale) + "\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

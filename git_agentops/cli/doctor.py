@@ -1,0 +1,36 @@
+"""``git agentops-doctor``: is this machine and repository ready? Exit 0 when healthy, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from .common import Context, Parser, build, run
+
+_MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+
+
+def build_parser() -> Parser:
+    return build(
+        "git-agentops-doctor",
+        "Check Python, pygit2/libgit2, dulwich, git, ssh-keygen, the schemas, the repository and its hooks.\n"
+        "Exit status: 0 healthy, 1 something failed (warnings do not fail).",
+    )
+
+
+def _handle(args: argparse.Namespace, ctx: Context) -> int:
+    from ..doctor import diagnose
+
+    report = diagnose(ctx.cwd, path=ctx.env.get("PATH"))
+    lines = []
+    for check in report.checks:
+        lines.append(f"{_MARK[check.status]}  {check.id:<12} {check.detail}")
+        if check.remedy and check.status != "ok":
+            lines.append(f"      {'':<12} -> {check.remedy}")
+    lines.append("healthy" if report.healthy else "NOT healthy: fix the FAIL lines above")
+    ctx.emit(report.to_json(), lines)
+    return 0 if report.healthy else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser(), _handle, argv)

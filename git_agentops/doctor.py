@@ -1,0 +1,227 @@
+"""Health checks: is this machine and this repository ready for git-agentops?
+
+Each check has a status: ``ok``; ``warn`` (works, but something a user should know: no repository here, hooks
+not installed, no ssh-keygen so receipts cannot be signed); ``fail`` (the toolkit cannot work: a missing or too
+old dependency, an unreadable schema). The report is healthy when nothing failed.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from . import __version__
+
+Status = Literal["ok", "warn", "fail"]
+
+MIN_GIT = (2, 30)  # reference-transaction hook, --path-format
+MERGE_TREE_GIT = (2, 38)  # git merge-tree --write-tree (differential tests, benchmarks)
+MIN_LIBGIT2 = (1, 7)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    id: str
+    status: Status
+    detail: str
+    value: Any = None
+    remedy: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"id": self.id, "status": self.status, "detail": self.detail}
+        if self.value is not None:
+            doc["value"] = self.value
+        if self.remedy:
+            doc["remedy"] = self.remedy
+        return doc
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return all(check.status != "fail" for check in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "toolkitVersion": __version__,
+            "checks": [check.to_json() for check in self.checks],
+        }
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def _python() -> Check:
+    version = platform.python_version()
+    return Check("python", "ok", f"Python {version} ({sys.executable})", version)
+
+
+def _pygit2() -> Check:
+    try:
+        import pygit2
+    except ImportError as exc:
+        return Check("pygit2", "fail", f"pygit2 cannot be imported: {exc}", remedy="pip install pygit2")
+    libgit2 = pygit2.LIBGIT2_VERSION
+    pygit2_version = getattr(pygit2, "__version__", "?")
+    features = [name for name in ("THREADS", "HTTPS", "SSH") if pygit2.features & getattr(pygit2.enums.Feature, name)]
+    value = {"pygit2": pygit2_version, "libgit2": libgit2, "features": features}
+    detail = f"pygit2 {pygit2_version}, libgit2 {libgit2} ({', '.join(features) or 'no optional features'})"
+    if _version_tuple(libgit2) < MIN_LIBGIT2:
+        return Check("pygit2", "fail", detail + " -- libgit2 too old", value, "pip install --upgrade pygit2")
+    return Check("pygit2", "ok", detail, value)
+
+
+def _module(name: str, dist: str) -> Check:
+    from importlib import import_module
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        import_module(name)
+        found = version(dist)
+    except (ImportError, PackageNotFoundError) as exc:
+        return Check(dist, "fail", f"{dist} is not installed: {exc}", remedy=f"pip install {dist}")
+    return Check(dist, "ok", f"{dist} {found}", found)
+
+
+def _schemas() -> Check:
+    from . import documents
+    from .errors import AgentOpsError
+
+    try:
+        names = documents.schema_names()
+    except (OSError, ValueError, RuntimeError, AgentOpsError) as exc:
+        return Check("schemas", "fail", f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops")
+    except Exception as exc:  # noqa: BLE001 -- jsonschema raises its own SchemaError hierarchy
+        return Check("schemas", "fail", f"a JSON Schema is invalid: {exc}", remedy="reinstall git-agentops")
+    return Check("schemas", "ok", f"{len(names)} JSON Schemas load and are valid draft 2020-12", len(names))
+
+
+def _git(path: str | None) -> Check:
+    git = shutil.which("git", path=path)
+    if git is None:
+        return Check("git", "fail", "git is not on PATH", remedy="install git 2.38 or newer")
+    try:
+        out = subprocess.run([git, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("git", "fail", f"'git --version' failed: {exc}")
+    version = _version_tuple(out)
+    shown = ".".join(map(str, version))
+    if version < MIN_GIT:
+        return Check("git", "fail", f"git {shown} is older than 2.30", shown, "install git 2.38 or newer")
+    if version < MERGE_TREE_GIT:
+        return Check("git", "warn", f"git {shown}: 'merge-tree --write-tree' needs 2.38", shown)
+    return Check("git", "ok", f"git {shown} ({git})", shown)
+
+
+def _ssh_keygen(path: str | None) -> Check:
+    found = shutil.which("ssh-keygen", path=path)
+    if found is None:
+        return Check(
+            "ssh-keygen",
+            "warn",
+            "ssh-keygen is not on PATH: receipts can be neither signed nor verified",
+            remedy="install OpenSSH 8.2 or newer",
+        )
+    return Check("ssh-keygen", "ok", f"ssh-keygen at {found}", found)
+
+
+def _repository(start: Path) -> tuple[list[Check], Any]:
+    import pygit2
+
+    from .clock import SystemClock
+    from .errors import AgentOpsError
+    from .gitstore.repo import open_store
+
+    try:
+        store = open_store(start, clock=SystemClock())
+    except AgentOpsError as exc:
+        return [Check("repository", "warn", exc.message, remedy="run inside a Git repository")], None
+    kind = "bare repository" if store.is_bare else f"worktree {store.workdir}"
+    checks = [
+        Check("repository", "ok", f"{kind}", str(store.workdir or store.git_dir)),
+        Check("common-dir", "ok", str(store.common_dir), str(store.common_dir)),
+        Check(
+            "fsync",
+            "ok",
+            "agentops.fsync=true: objects and refs are fsynced (~3x slower writes)"
+            if store.fsync
+            else "agentops.fsync is off: fast, but a power loss can lose the last writes (git's default too)",
+            store.fsync,
+        ),
+    ]
+    stale = []
+    now = time.time()
+    for namespace in ("refs/agentops", "refs/notes/agentops"):
+        root = store.common_dir / namespace
+        if root.is_dir():
+            stale += [p for p in root.rglob("*.lock") if now - p.stat().st_mtime > 60]
+    if stale:
+        checks.append(
+            Check(
+                "stale-locks",
+                "warn",
+                f"{len(stale)} ref lock file(s) older than a minute: {stale[0]}",
+                [str(p) for p in stale],
+                "if no git-agentops or git process is running, delete them",
+            )
+        )
+    del pygit2
+    return checks, store
+
+
+def _hooks(store: Any) -> Check:
+    from .hooks import HOOK_NAMES, hook_state
+
+    hooks_path = None
+    try:
+        hooks_path = store.repo.config["core.hooksPath"]
+    except KeyError:
+        pass
+    if hooks_path:
+        hooks_dir = Path(hooks_path)
+        if not hooks_dir.is_absolute():
+            hooks_dir = (store.workdir or store.git_dir) / hooks_dir
+    else:
+        hooks_dir = store.common_dir / "hooks"
+    states = {name: hook_state(hooks_dir, name) for name in HOOK_NAMES}
+    installed = [n for n, s in states.items() if s == "installed"]
+    foreign = [n for n, s in states.items() if s == "foreign"]
+    missing = [n for n, s in states.items() if s == "missing"]
+    parts = [f"{len(installed)}/{len(HOOK_NAMES)} installed in {hooks_dir}"]
+    if foreign:
+        parts.append(f"foreign: {', '.join(foreign)}")
+    if missing:
+        parts.append(f"missing: {', '.join(missing)}")
+    value = {"dir": str(hooks_dir), "hooks": states}
+    if len(installed) == len(HOOK_NAMES):
+        return Check("hooks", "ok", "; ".join(parts), value)
+    return Check("hooks", "warn", "; ".join(parts), value, "git agentops-init --hooks (hooks are advisory)")
+
+
+def diagnose(start: Path, *, path: str | None) -> Report:
+    """Run every check. ``path`` is the PATH to search for git and ssh-keygen."""
+    report = Report()
+    report.checks.append(_python())
+    pygit2_check = _pygit2()
+    report.checks.append(pygit2_check)
+    report.checks += [_module("dulwich", "dulwich"), _module("jsonschema", "jsonschema"), _module("tomli_w", "tomli-w")]
+    report.checks.append(_schemas())
+    report.checks += [_git(path), _ssh_keygen(path)]
+    if pygit2_check.status != "fail":
+        repo_checks, store = _repository(start)
+        report.checks += repo_checks
+        if store is not None:
+            report.checks.append(_hooks(store))
+    return report
