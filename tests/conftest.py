@@ -1,0 +1,142 @@
+"""Hermetic test environment: every test gets its own HOME, XDG dirs and git config, a fixed identity and dates.
+
+Nothing a test does may touch the real home directory, the system git config or the developer's identity; the
+git CLI and libgit2 (whose config search path is process-global) are both pointed at the temporary home.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from git_agentops.clock import FixedClock
+from git_agentops.gitstore.repo import Identity, Store, open_store
+
+FIXED_DATE = "2026-01-01T00:00:00+00:00"
+IDENTITY = Identity("Test Agent", "agent@example.invalid")
+
+_GIT_ENV_TO_DROP = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "AGENTOPS_RUN_ID",
+    "AGENTOPS_WORKER_ID",
+    "AGENTOPS_GENERATION",
+    "AGENTOPS_MAILBOX",
+)
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("home")
+    for var in _GIT_ENV_TO_DROP:
+        monkeypatch.delenv(var, raising=False)
+    xdg = {
+        "XDG_CONFIG_HOME": home / ".config",
+        "XDG_STATE_HOME": home / ".local" / "state",
+        "XDG_CACHE_HOME": home / ".cache",
+        "XDG_DATA_HOME": home / ".local" / "share",
+    }
+    for var, path in xdg.items():
+        path.mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(var, str(path))
+    gitconfig = home / ".gitconfig"
+    gitconfig.write_text(
+        "[user]\n\tname = Test Agent\n\temail = agent@example.invalid\n"
+        "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n[advice]\n\tdetachedHead = false\n"
+        "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n"
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "Test Agent")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "agent@example.invalid")
+        monkeypatch.setenv(f"GIT_{who}_DATE", FIXED_DATE)
+    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    empty = home / "empty-system-config"
+    empty.mkdir()
+    levels = pygit2.enums.ConfigLevel
+    saved = {level: pygit2.settings.search_path[level] for level in (levels.SYSTEM, levels.XDG, levels.GLOBAL)}
+    pygit2.settings.search_path[levels.SYSTEM] = str(empty)
+    pygit2.settings.search_path[levels.XDG] = str(home / ".config")
+    pygit2.settings.search_path[levels.GLOBAL] = str(home)
+    try:
+        yield home
+    finally:
+        for level, value in saved.items():
+            pygit2.settings.search_path[level] = value
+
+
+def git(cwd: Path | str, *args: str, check: bool = True, input: str | None = None) -> str:
+    """Run the real git CLI; return stdout (stripped)."""
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, input=input, check=False, timeout=120
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done.stdout.strip()
+
+
+def make_repo(path: Path, *, files: dict[str, str] | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q")
+    for name, content in (files or {"README.md": "hello\n"}).items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@pytest.fixture
+def repo_path(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(step=1.0)
+
+
+@pytest.fixture
+def store(repo_path: Path, clock: FixedClock) -> Store:
+    return open_store(repo_path, clock=clock, identity=IDENTITY)
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch) -> object:
+    """Run a CLI command as a subprocess (the installed console script), returning CompletedProcess."""
+
+    def _run(
+        *args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        return subprocess.run(
+            list(args),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env=full_env,
+            input=input,
+            timeout=timeout,
+            check=False,
+        )
+
+    return _run

@@ -1,0 +1,231 @@
+"""Layering rules of STYLE.md, enforced by walking the AST of every module.
+
+* only ``cli/`` prints, prompts, reads the environment or exits;
+* only ``gitstore/`` writes refs or objects (pygit2 write calls, ``git update-ref``...);
+* ``model/`` does no I/O and imports nothing that does;
+* layers import downward only (nothing below ``cli`` imports ``cli``; ``gitstore`` and ``model`` import no upper
+  layer);
+* every error code raised anywhere is registered in ``errors.CODES``;
+* the hook fast path and ``--help`` do not import pygit2 or jsonschema.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from git_agentops.errors import CODES
+
+PACKAGE = Path(__file__).resolve().parents[1] / "git_agentops"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+OBJECT_WRITES = {
+    "create_commit",
+    "create_blob",
+    "create_blob_fromworkdir",
+    "create_blob_fromdisk",
+    "create_blob_fromiobase",
+    "create_note",
+    "TreeBuilder",
+    "set_target",
+    "transaction",
+    "create_reference",
+    "create_reference_direct",
+    "create_reference_symbolic",
+    "create_tag",
+    "write",
+    "rename",
+    "delete",
+    "set_head",
+    "add_worktree",
+}
+# ``write``/``rename``/``delete`` are also ordinary file methods; they count only on pygit2-looking receivers.
+AMBIGUOUS = {"write", "rename", "delete"}
+IO_MODULES = {"os", "subprocess", "pygit2", "dulwich", "shutil", "socket", "pathlib", "io", "tempfile", "fcntl"}
+UPPER_LAYERS = {"cli", "supervisor", "integration", "delivery", "hosts", "hooks", "receipts", "sync", "verify"}
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def _layer(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0].removesuffix(".py") if parts else ""
+
+
+def _trees() -> Iterator[tuple[Path, ast.AST]]:
+    for path in MODULES:
+        yield path, ast.parse(path.read_text("utf-8"), filename=str(path))
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return "?"
+
+
+def test_only_cli_prints_prompts_exits_or_reads_the_environment() -> None:
+    offences = []
+    for path, tree in _trees():
+        if _layer(path) == "cli":
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("print", "input", "exit", "quit", "breakpoint")
+            ):
+                offences.append(f"{_rel(path)}:{node.lineno} calls {node.func.id}()")
+            if isinstance(node, ast.Attribute) and _dotted(node) in (
+                "os.environ",
+                "os.getenv",
+                "os.putenv",
+                "os.environb",
+                "sys.exit",
+                "os._exit",
+                "sys.stdout",
+                "sys.stderr",
+                "sys.stdin",
+                "os.unsetenv",
+            ):
+                offences.append(f"{_rel(path)}:{node.lineno} uses {_dotted(node)}")
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "os"
+                and any(alias.name in ("environ", "getenv") for alias in node.names)
+            ):
+                offences.append(f"{_rel(path)}:{node.lineno} imports os.environ/getenv")
+    assert offences == []
+
+
+def test_only_gitstore_writes_refs_and_objects() -> None:
+    offences = []
+    for path, tree in _trees():
+        if _layer(path) == "gitstore":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                receiver = _dotted(node.func.value)
+                if name in OBJECT_WRITES and (name not in AMBIGUOUS or re.search(r"repo|ref|tx|index", receiver)):
+                    offences.append(f"{_rel(path)}:{node.lineno} calls {receiver}.{name}()")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value
+                in ("update-ref", "symbolic-ref", "notes", "hash-object", "mktree", "commit-tree", "pack-refs")
+            ):
+                offences.append(f"{_rel(path)}:{node.lineno} runs git {node.value}")
+    assert offences == []
+
+
+def test_model_does_no_io() -> None:
+    offences = []
+    for path, tree in _trees():
+        if _layer(path) != "model":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                offences += [f"{_rel(path)} imports {a.name}" for a in node.names if a.name.split(".")[0] in IO_MODULES]
+            elif isinstance(node, ast.ImportFrom):
+                root = (node.module or "").split(".")[0]
+                if node.level == 0 and root in IO_MODULES:
+                    offences.append(f"{_rel(path)} imports from {node.module}")
+                if node.level > 0 and root in {"gitstore", *UPPER_LAYERS}:
+                    offences.append(f"{_rel(path)} imports from .{node.module}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                offences.append(f"{_rel(path)}:{node.lineno} calls open()")
+    assert offences == []
+
+
+def _imported_layers(path: Path, tree: ast.AST) -> Iterator[tuple[int, str]]:
+    package_parts = path.relative_to(PACKAGE).parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if node.module and node.module.startswith("git_agentops."):
+                    yield node.lineno, node.module.split(".")[1]
+                continue
+            base = list(package_parts[: len(package_parts) - (node.level - 1)])
+            target = base + (node.module.split(".") if node.module else [])
+            if target:
+                yield node.lineno, target[0]
+            else:
+                for alias in node.names:
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("git_agentops."):
+                    yield node.lineno, alias.name.split(".")[1]
+
+
+def test_layers_import_downward_only() -> None:
+    offences = []
+    for path, tree in _trees():
+        layer = _layer(path)
+        for lineno, target in _imported_layers(path, tree):
+            if target == "cli" and layer != "cli":
+                offences.append(f"{_rel(path)}:{lineno} imports the cli layer")
+            if layer in ("gitstore", "model") and target in UPPER_LAYERS:
+                offences.append(f"{_rel(path)}:{lineno} ({layer}) imports upper layer {target}")
+            if layer == "model" and target == "gitstore":
+                offences.append(f"{_rel(path)}:{lineno} model imports gitstore")
+    assert offences == []
+
+
+def test_every_raised_code_is_registered() -> None:
+    used: dict[str, str] = {}
+    for path, tree in _trees():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = _dotted(node.func).rsplit(".", 1)[-1]
+            first = node.args[0]
+            if (
+                (func.endswith("Error") or func in ("not_implemented",))
+                and isinstance(first, ast.Constant)
+                and (isinstance(first.value, str) and re.fullmatch(r"[A-Z][A-Z0-9_]+", first.value))
+            ):
+                used.setdefault(first.value, f"{_rel(path)}:{node.lineno}")
+            if func == "run_with_retry":
+                for keyword in node.keywords:
+                    if keyword.arg == "code" and isinstance(keyword.value, ast.Constant):
+                        used.setdefault(str(keyword.value.value), f"{_rel(path)}:{node.lineno}")
+    unregistered = {code: where for code, where in used.items() if code not in CODES}
+    assert unregistered == {}
+    assert len(used) > 20
+
+
+def test_readme_lists_every_error_code() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text("utf-8")
+    missing = [code for code in CODES if f"| `{code}` |" not in readme]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import git_agentops.cli.hook",
+        "import git_agentops.errors, git_agentops.canonical, git_agentops.gitstore.refnames",
+        "import git_agentops.gitstore.private",
+        "from git_agentops.cli import doctor; doctor.build_parser().format_help()",
+    ],
+)
+def test_light_imports_do_not_pull_pygit2_or_jsonschema(statement: str) -> None:
+    code = f"{statement}\nimport sys\nprint(sorted(m for m in ('pygit2', 'jsonschema', 'dulwich') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_modules_stay_small() -> None:
+    too_big = {_rel(p): n for p in MODULES if (n := len(p.read_text("utf-8").splitlines())) > 650}
+    assert too_big == {}

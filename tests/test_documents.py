@@ -1,0 +1,75 @@
+"""Strict JSON documents and schema validation (JSON Schema 2020-12), schemas loaded once per process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from git_agentops import documents
+from git_agentops.errors import AgentOpsError
+from git_agentops.resources import data_dir
+
+GOOD = {"code": "RUN_CREATED", "summary": "x", "data": {}, "time": 1.5}
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"{not json", "JSON_INVALID"),
+        (b'{"a": 1, "a": 2}', "JSON_INVALID"),  # duplicate keys: the last would silently win
+        (b'{"a": NaN}', "JSON_INVALID"),
+        (b'{"a": Infinity}', "JSON_INVALID"),
+        (b"\xff\xfe{}", "JSON_INVALID"),
+        (b"[" * 100_000 + b"]" * 100_000, "JSON_INVALID"),
+        (b" " * (documents.DEFAULT_MAX_BYTES + 1), "DOC_TOO_LARGE"),
+    ],
+)
+def test_malformed_input_gets_its_code(raw: bytes, code: str) -> None:
+    with pytest.raises(AgentOpsError) as caught:
+        documents.load(raw, schema="event")
+    assert caught.value.code == code
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        ({**GOOD, "extra": 1}, "$"),
+        ({**GOOD, "code": "lower"}, "$.code"),
+        ({**GOOD, "time": -1}, "$.time"),
+        ({k: v for k, v in GOOD.items() if k != "summary"}, "$"),
+        ([GOOD], "$"),
+    ],
+)
+def test_schema_errors_name_the_json_path(doc: object, path: str) -> None:
+    with pytest.raises(AgentOpsError) as caught:
+        documents.load(json.dumps(doc).encode(), schema="event")
+    assert caught.value.code == "SCHEMA_INVALID"
+    assert caught.value.details["path"] == path
+    assert f"at {path}:" in caught.value.message
+
+
+def test_dump_validates_and_is_canonical() -> None:
+    assert documents.dump(GOOD, schema="event") == b'{"code":"RUN_CREATED","data":{},"summary":"x","time":1.5}\n'
+    with pytest.raises(AgentOpsError):
+        documents.dump({"code": "X"}, schema="event")
+
+
+def test_every_shipped_schema_is_valid_and_identified() -> None:
+    names = documents.schema_names()
+    files = sorted(p.name.removesuffix(".schema.json") for p in data_dir("schemas").glob("*.schema.json"))
+    assert names == files and "event" in names
+
+
+def test_schemas_load_once_per_process() -> None:
+    code = (
+        "from git_agentops import documents\n"
+        "import sys\n"
+        "assert 'jsonschema' not in sys.modules\n"
+        "for _ in range(50): documents.validate({'code':'A_B','summary':'s','data':{},'time':0}, 'event')\n"
+        "print(documents.SCHEMAS.load_count)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"

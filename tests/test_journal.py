@@ -1,0 +1,304 @@
+"""Journal: a commit chain appended by compare-and-swap, readable by git and dulwich, losing nothing under races."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from git_agentops import canonical
+from git_agentops.errors import AgentOpsError
+from git_agentops.gitstore.journal import Change, Event, Journal, artifact_path
+from git_agentops.gitstore.repo import Store
+from git_agentops.gitstore.retry import RetryPolicy
+
+from .conftest import git
+
+REF = "refs/agentops/runs/r1/state"
+PROCS = Path(__file__).with_name("procs.py")
+
+
+def _put(path: str, data: bytes):  # type: ignore[no-untyped-def]
+    def fn(change: Change) -> None:
+        change.put(path, data)
+
+    return fn
+
+
+def test_first_mutation_creates_the_ref_and_event_is_the_commit_message(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    assert not journal.exists()
+    assert journal.read().get("run.json") is None
+    result = journal.mutate(_put("run.json", b'{"a":1}\n'), Event("RUN_CREATED", "run created", {"goal": "x"}))
+    assert result.commit is not None and result.attempts == 1
+    assert git(repo_path, "rev-parse", REF) == result.commit
+    assert git(repo_path, "show", f"{REF}:run.json") == '{"a":1}'
+    message = git(repo_path, "log", "-1", "--format=%B", REF)
+    assert message.splitlines()[0] == "RUN_CREATED: run created"
+    trailer = git(repo_path, "log", "-1", "--format=%(trailers:key=Agentops-Event,valueonly)", REF)
+    assert json.loads(trailer)["data"] == {"goal": "x"}
+    [entry] = list(journal.log())
+    assert (entry.code, entry.summary, entry.data, entry.parent) == ("RUN_CREATED", "run created", {"goal": "x"}, None)
+
+
+def test_log_is_newest_first_and_chain_is_linear(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    commits = [journal.mutate(_put("n", str(i).encode()), Event("STEP", f"step {i}")).commit for i in range(5)]
+    entries = list(journal.log())
+    assert [e.summary for e in entries] == [f"step {i}" for i in reversed(range(5))]
+    assert [e.commit for e in entries] == list(reversed(commits))
+    assert [e.parent for e in entries] == [*list(reversed(commits))[1:], None]
+    assert [e.summary for e in journal.log(limit=2)] == ["step 4", "step 3"]
+    assert journal.read_at(commits[1]).get("n") == b"1"  # read_at sees the past
+
+
+def test_reads_see_own_writes_and_deletes(store: Store) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("dir/a", b"A"), Event("SEED", "seed"))
+    journal.mutate(_put("dir/b", b"B"), Event("SEED", "seed"))
+
+    def fn(change: Change) -> list[str]:
+        assert change.list("dir") == ["a", "b"]
+        change.delete("dir/a")
+        change.put("dir/c", b"C")
+        assert change.get("dir/a") is None and change.get("dir/c") == b"C"
+        assert change.list("dir") == ["b", "c"]
+        change.delete("dir")
+        assert change.list("dir") == [] and not change.exists("dir") and change.get("dir/b") is None
+        change.put("dir/d", b"D")  # re-created from empty: b and c are gone
+        assert change.list("dir") == ["d"] and change.get("dir/b") is None
+        return change.list()
+
+    assert journal.mutate(fn, Event("EDIT", "edit")).value == ["dir"]
+    snapshot = journal.read()
+    assert snapshot.list("dir") == ["d"]
+    assert snapshot.get("dir/d") == b"D" and snapshot.get("dir/b") is None
+
+
+def test_deleting_everything_leaves_an_empty_tree(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("a/b/c", b"x"), Event("SEED", "seed"))
+    journal.mutate(lambda change: change.delete("a"), Event("WIPE", "wipe"))
+    assert journal.read().list() == []
+    assert git(repo_path, "rev-parse", f"{REF}^{{tree}}") == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+def test_no_change_and_no_event_writes_nothing(store: Store) -> None:
+    journal = Journal(store, REF)
+    first = journal.mutate(_put("x", b"1"), Event("SEED", "seed")).commit
+    result = journal.mutate(lambda change: change.get("x"))
+    assert result.value == b"1" and result.commit is None
+    assert journal.read().commit == first
+    event_only = journal.mutate(lambda change: None, Event("NOTED", "a diagnostic with no state change"))
+    assert event_only.commit is not None and journal.read().tree_id == journal.read_at(first).tree_id  # type: ignore[arg-type]
+
+
+def test_function_error_aborts_without_writing(store: Store) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("x", b"1"), Event("SEED", "seed"))
+    before = journal.read().commit
+
+    def fn(change: Change) -> None:
+        change.put("x", b"2")
+        raise AgentOpsError("REF_CONFLICT", "refused by the function")
+
+    with pytest.raises(AgentOpsError):
+        journal.mutate(fn, Event("EDIT", "edit"))
+    assert journal.read().commit == before and journal.read().get("x") == b"1"
+
+
+def test_file_and_directory_cannot_share_a_path(store: Store) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("a", b"file"), Event("SEED", "seed"))
+    with pytest.raises(AgentOpsError) as caught:
+        journal.mutate(_put("a/b", b"x"), Event("EDIT", "edit"))
+    assert caught.value.code == "JOURNAL_PATH_INVALID"
+
+
+@pytest.mark.parametrize("path", ["", "/abs", "a//b", "a/../b", "./a", "a/.", "a\x00b", "a\nb", ".git/x", "a\\b"])
+def test_invalid_journal_paths_are_refused(store: Store, path: str) -> None:
+    journal = Journal(store, REF)
+    with pytest.raises(AgentOpsError) as caught:
+        journal.mutate(_put(path, b"x"), Event("EDIT", "edit"))
+    assert caught.value.code == "JOURNAL_PATH_INVALID"
+    assert not journal.exists()
+
+
+def test_mutation_rewrites_only_touched_subtrees(store: Store) -> None:
+    journal = Journal(store, REF)
+
+    def seed(change: Change) -> None:
+        for i in range(300):
+            change.put(f"items/{i % 16:02x}/{i}", b"v")
+        change.put("other/keep", b"k")
+
+    journal.mutate(seed, Event("SEED", "seed"))
+    before = journal.read()
+    journal.mutate(_put("items/03/new", b"n"), Event("EDIT", "edit"))
+    after = journal.read()
+    repo = store.repo
+    old_tree, new_tree = repo[before.tree_id], repo[after.tree_id]  # type: ignore[index]
+    assert old_tree["other"].id == new_tree["other"].id  # untouched subtree reused as is
+    old_items, new_items = repo[old_tree["items"].id], repo[new_tree["items"].id]
+    changed = [e.name for e in new_items if e.name not in old_items or old_items[e.name].id != e.id]
+    assert changed == ["03"]
+
+
+def test_artifacts_are_content_addressed_and_checked_on_read(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    digest = journal.mutate(lambda change: change.put_artifact(b"evidence bytes"), Event("ART", "artifact")).value
+    assert digest == canonical.sha256_hex(b"evidence bytes")
+    assert artifact_path(digest) == f"artifacts/{digest[:2]}/{digest}"
+    assert journal.read().artifact(digest) == b"evidence bytes"
+    # tamper: store different bytes under the digest's name
+    journal.mutate(_put(artifact_path(digest), b"forged"), Event("TAMPER", "tamper"))
+    with pytest.raises(AgentOpsError) as caught:
+        journal.read().artifact(digest)
+    assert caught.value.code == "ARTIFACT_CORRUPT"
+    with pytest.raises(AgentOpsError) as missing:
+        journal.read().artifact("0" * 64)
+    assert missing.value.code == "ARTIFACT_MISSING"
+    with pytest.raises(AgentOpsError) as bad:
+        journal.read().artifact("../../etc/passwd")
+    assert bad.value.code == "JOURNAL_PATH_INVALID"
+
+
+def test_json_documents_are_schema_checked_both_ways(store: Store) -> None:
+    journal = Journal(store, REF)
+    good = {"code": "X_Y", "summary": "s", "data": {}, "time": 1}
+    journal.mutate(lambda change: change.put_json("e.json", good, schema="event"), Event("SEED", "seed"))
+    assert journal.read().json("e.json", schema="event") == good
+    with pytest.raises(AgentOpsError) as caught:
+        journal.mutate(lambda c: c.put_json("e.json", {**good, "time": "noon"}, schema="event"), Event("E", "e"))
+    assert caught.value.code == "SCHEMA_INVALID" and "$.time" in caught.value.message
+    journal.mutate(_put("e.json", b'{"code": "X_Y"}'), Event("RAW", "raw write bypassing the schema"))
+    with pytest.raises(AgentOpsError) as read_error:
+        journal.read().json("e.json", schema="event")
+    assert read_error.value.code == "SCHEMA_INVALID"
+    journal.mutate(_put("big.json", b"[" + b"1," * 600 + b"1]"), Event("RAW", "raw"))
+    with pytest.raises(AgentOpsError) as too_big:
+        journal.read().json("big.json", schema="event", max_bytes=1000)
+    assert too_big.value.code == "DOC_TOO_LARGE"
+
+
+def test_a_ref_moved_by_git_cli_between_read_and_write_causes_retry_not_overwrite(
+    store: Store, repo_path: Path
+) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("counter", b"0"), Event("SEED", "seed"))
+    calls: list[bytes | None] = []
+
+    def bump(change: Change) -> None:
+        value = change.get("counter")
+        calls.append(value)
+        if len(calls) == 1:
+            # someone else appends a commit with the git CLI after our read, before our write
+            tip = git(repo_path, "rev-parse", REF)
+            blob = git(repo_path, "hash-object", "-w", "--stdin", input="41")
+            tree = git(repo_path, "mktree", input=f"100644 blob {blob}\tcounter\n")
+            other = git(
+                repo_path,
+                "commit-tree",
+                tree,
+                "-p",
+                tip,
+                "-m",
+                'OTHER: git cli\n\nAgentops-Event: {"code":"OTHER","data":{},"summary":"git cli","time":1}',
+            )
+            git(repo_path, "update-ref", REF, other, tip)
+        change.put("counter", str(int(value or b"0") + 1).encode())
+
+    result = journal.mutate(bump, Event("BUMP", "bump"))
+    assert result.attempts == 2 and calls == [b"0", b"41"]
+    assert journal.read().get("counter") == b"42"  # the CLI's write survived: we built on top of it
+    assert [e.code for e in journal.log()] == ["BUMP", "OTHER", "SEED"]
+
+
+def test_contention_past_the_deadline_is_journal_contended(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF, retry=RetryPolicy(deadline=0.3))
+    journal.mutate(_put("x", b"0"), Event("SEED", "seed"))
+    lock = store.common_dir / (REF + ".lock")
+    lock.write_text("held by someone else\n")  # git's own lock file: every attempt finds the ref locked
+    try:
+        with pytest.raises(AgentOpsError) as caught:
+            journal.mutate(_put("x", b"1"), Event("EDIT", "edit"))
+        assert caught.value.code == "JOURNAL_CONTENDED"
+        assert caught.value.details["attempts"] > 1
+    finally:
+        lock.unlink()
+    assert journal.read().get("x") == b"0"
+
+
+def test_corrupt_journal_commit_is_reported(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("x", b"0"), Event("SEED", "seed"))
+    tip = git(repo_path, "rev-parse", REF)
+    bad = git(repo_path, "commit-tree", f"{tip}^{{tree}}", "-p", tip, "-m", "no trailer here")
+    git(repo_path, "update-ref", REF, bad, tip)
+    with pytest.raises(AgentOpsError) as caught:
+        list(journal.log())
+    assert caught.value.code == "JOURNAL_CORRUPT"
+    git(repo_path, "update-ref", REF, git(repo_path, "rev-parse", f"{tip}^{{tree}}"), bad)
+    with pytest.raises(AgentOpsError) as not_commit:
+        journal.read()
+    assert not_commit.value.code == "JOURNAL_CORRUPT"
+
+
+def test_store_output_is_readable_by_git_and_dulwich(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    journal.mutate(_put("workers/w1.json", b'{"id":"w1"}\n'), Event("WORKER_ADDED", "worker w1 added", {"w": 1}))
+    tip = journal.read().commit
+    assert git(repo_path, "cat-file", "-t", tip) == "commit"  # type: ignore[arg-type]
+    assert git(repo_path, "cat-file", "-p", f"{tip}:workers/w1.json") == '{"id":"w1"}'
+    assert "WORKER_ADDED: worker w1 added" in git(repo_path, "log", "--oneline", REF)
+    assert git(repo_path, "ls-tree", "-r", "--name-only", REF) == "workers/w1.json"
+    from dulwich.repo import Repo
+
+    with Repo(str(repo_path)) as dulwich_repo:
+        commit = dulwich_repo[REF.encode()]
+        assert commit.id.decode() == tip
+        _, blob_id = commit.tree and dulwich_repo[commit.tree].lookup_path(dulwich_repo.__getitem__, b"workers/w1.json")
+        assert dulwich_repo[blob_id].data == b'{"id":"w1"}\n'
+        assert commit.message.decode().startswith("WORKER_ADDED: worker w1 added\n\nAgentops-Event: ")
+    git(repo_path, "fsck", "--strict", "--no-dangling")
+
+
+def _start_workers(mode: str, repo: Path, workers: int, count: int, extra: str) -> list[dict[str, object]]:
+    (repo / ".go").unlink(missing_ok=True)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(PROCS), mode, str(repo), str(w), str(count), extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(workers)
+    ]
+    (repo / ".go").touch()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    (repo / ".go").unlink()
+    return results
+
+
+@pytest.mark.slow
+def test_four_processes_times_250_increments_lose_nothing_and_stay_linear(store: Store, repo_path: Path) -> None:
+    """Invariant: concurrent Journal.mutate calls are serialised by CAS: no lost update, a linear chain."""
+    _start_workers("journal", repo_path, 4, 250, REF)
+    journal = Journal(store, REF)
+    snapshot = journal.read()
+    assert snapshot.get("counter") == b"1000"
+    assert sorted(int(snapshot.get(f"by/{w}") or b"0") for w in range(4)) == [250] * 4
+    commits = list(store.repo.walk(pygit2.Oid(hex=snapshot.commit), pygit2.enums.SortMode.TOPOLOGICAL))
+    assert len(commits) == 1000
+    assert all(len(c.parents) == 1 for c in commits[:-1]) and len(commits[-1].parents) == 0
+    first_parent_chain = list(journal.log())
+    assert len(first_parent_chain) == 1000  # each commit's only parent is the previous tip
+    git(repo_path, "fsck", "--strict")
