@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
         "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n"
     )
     monkeypatch.setenv("HOME", str(home))
+    # the console scripts installed next to this interpreter, even when the venv is not activated
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     for who in ("AUTHOR", "COMMITTER"):
