@@ -71,6 +71,30 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "PATH_NOT_REGULAR": _c(EXIT_REFUSED, "expected a regular file (found a directory, FIFO, device...)"),
     "LOCK_TIMEOUT": _c(EXIT_REFUSED, "a file lock stayed held by another process past the timeout"),
     "LOCK_HELD": _c(EXIT_REFUSED, "a file lock is held by another process"),
+    "CONFIRMATION_REQUIRED": _c(EXIT_REFUSED, "not a terminal and no --yes: say --yes to confirm"),
+    # policy and trust
+    "POLICY_MISSING": _c(EXIT_REFUSED, "no .agentops/policy.toml here ('git agentops-init' writes one)"),
+    "POLICY_TOML_INVALID": _c(EXIT_REFUSED, "the policy file is not valid TOML (line and column named)"),
+    "POLICY_UNKNOWN_KEY": _c(EXIT_REFUSED, "the policy has a key the schema does not know (a typo must not pass)"),
+    "POLICY_WRONG_TYPE": _c(EXIT_REFUSED, "a policy value has the wrong type"),
+    "POLICY_VALUE_INVALID": _c(EXIT_REFUSED, "a policy value is out of range, malformed or not one of the choices"),
+    "POLICY_SHELL_REQUIRED": _c(EXIT_REFUSED, "argv is a string but the command does not say shell = true"),
+    "POLICY_DUPLICATE_ID": _c(EXIT_REFUSED, "two verify commands (or runners, or hosts) share an id"),
+    "POLICY_INVALID": _c(EXIT_REFUSED, "the policy breaks a schema rule (missing key, too many items...)"),
+    "POLICY_EXISTS": _c(EXIT_REFUSED, "a policy already exists; --force replaces it"),
+    "POLICY_UNTRUSTED": _c(EXIT_REFUSED, "this exact policy is not trusted here: 'git agentops-policy trust'"),
+    "TRUST_STORE_INVALID": _c(EXIT_REFUSED, "the trust store file is malformed; nothing was changed"),
+    # tasks
+    "TASK_INVALID": _c(EXIT_REFUSED, "a task or criterion is malformed (ids, 2-5 root criteria, reasons...)"),
+    "TASK_NOT_FOUND": _c(EXIT_REFUSED, "no task with that id"),
+    "TASK_CONTRACT_CHANGED": _c(EXIT_REFUSED, "the task's contract hash is not the expected one (someone revised it)"),
+    "TASK_RUNNER_UNKNOWN": _c(EXIT_REFUSED, "a criterion names an acceptance runner the policy does not define"),
+    # verification
+    "VERIFY_DIRTY": _c(EXIT_REFUSED, "the checkout has modified, staged or untracked files: commit or clean first"),
+    "VERIFY_NO_COMMIT": _c(EXIT_REFUSED, "HEAD has no commit to verify"),
+    "VERIFY_NO_COMMANDS": _c(EXIT_REFUSED, "the policy defines no verification commands"),
+    "VERIFY_FAILED": _c(EXIT_NEGATIVE, "a required verification command failed, timed out or could not start"),
+    "VERIFY_PARSE_FAILED": _c(EXIT_REFUSED, "test counts could not be parsed (bad JUnit XML, missing report...)"),
 }
 
 
