@@ -100,12 +100,12 @@ def _schemas() -> Check:
     from .errors import AgentOpsError
 
     try:
-        names = documents.schema_names()
+        count = documents.check_schemas()
     except (OSError, ValueError, RuntimeError, AgentOpsError) as exc:
         return Check("schemas", "fail", f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops")
     except Exception as exc:  # noqa: BLE001 -- jsonschema raises its own SchemaError hierarchy
         return Check("schemas", "fail", f"a JSON Schema is invalid: {exc}", remedy="reinstall git-agentops")
-    return Check("schemas", "ok", f"{len(names)} JSON Schemas load and are valid draft 2020-12", len(names))
+    return Check("schemas", "ok", f"{count} JSON Schemas load and are valid draft 2020-12", count)
 
 
 def _git(path: str | None) -> Check:

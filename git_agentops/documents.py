@@ -5,8 +5,8 @@ with :func:`load` and written with :func:`dump`. Reading is strict: a size limit
 only, duplicate keys refused (the last one would silently win otherwise), NaN/Infinity refused. Both directions
 validate against ``schemas/<name>.schema.json`` and report the JSON path of the first error.
 
-Schemas are loaded once per process, on first use; ``jsonschema`` (about 90 ms to import) is imported lazily so
-that commands which never touch a document stay fast.
+Schemas are loaded once per process, on first use, and interpreted by :mod:`.schemacheck` (the subset of 2020-12
+our schemas use); the reference ``jsonschema`` costs ~110 ms to import, so only the doctor and the tests use it.
 """
 
 from __future__ import annotations
@@ -14,85 +14,79 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .canonical import canonical_bytes
 from .errors import AgentOpsError
 from .resources import data_dir
-
-if TYPE_CHECKING:
-    from jsonschema.protocols import Validator
+from .schemacheck import SchemaError, Validator
 
 DEFAULT_MAX_BYTES: Final = 1024 * 1024
 SCHEMA_ID_PREFIX: Final = "urn:git-agentops:schema:"
 
 
 class _SchemaSet:
-    """The validators of every shipped schema, read from disk at most once per process."""
+    """Every shipped schema, read from disk at most once per process."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.validators: dict[str, Validator] | None = None
+        self.raw: dict[str, dict[str, Any]] | None = None
+        self.validator: Validator | None = None
         self.load_count = 0  # tests assert it stays at 1
 
-    def get(self) -> dict[str, Validator]:
+    def get(self) -> tuple[dict[str, dict[str, Any]], Validator]:
         with self.lock:
-            if self.validators is None:
-                self.validators = _read_validators()
+            if self.raw is None or self.validator is None:
+                raw: dict[str, dict[str, Any]] = {}
+                for path in sorted(data_dir("schemas").glob("*.schema.json")):
+                    name = path.name.removesuffix(".schema.json")
+                    doc = json.loads(path.read_text("utf-8"))
+                    if doc.get("$id") != SCHEMA_ID_PREFIX + name:
+                        raise RuntimeError(f"schema {path.name} must have $id {SCHEMA_ID_PREFIX + name!r}")
+                    raw[name] = doc
+                self.validator = Validator(raw)
+                self.raw = raw
                 self.load_count += 1
-            return self.validators
-
-
-def _read_validators() -> dict[str, Validator]:
-    from jsonschema import Draft202012Validator
-    from referencing import Registry, Resource
-
-    raw: dict[str, Any] = {}
-    for path in sorted(data_dir("schemas").glob("*.schema.json")):
-        name = path.name.removesuffix(".schema.json")
-        doc = json.loads(path.read_text("utf-8"))
-        expected_id = SCHEMA_ID_PREFIX + name
-        if doc.get("$id") != expected_id:
-            raise RuntimeError(f"schema {path.name} must have $id {expected_id!r}")
-        Draft202012Validator.check_schema(doc)
-        raw[name] = doc
-    registry: Registry[Any] = Registry().with_resources(
-        (doc["$id"], Resource.from_contents(doc)) for doc in raw.values()
-    )
-    return {
-        name: Draft202012Validator(doc, registry=registry, format_checker=Draft202012Validator.FORMAT_CHECKER)
-        for name, doc in raw.items()
-    }
+            return self.raw, self.validator
 
 
 SCHEMAS = _SchemaSet()
-_load_validators = SCHEMAS.get
 
 
 def schema_names() -> list[str]:
-    return sorted(_load_validators())
+    return sorted(SCHEMAS.get()[0])
 
 
-def _json_path(parts: Any) -> str:
-    out = "$"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
+def check_schemas() -> int:
+    """Meta-validate every shipped schema with the reference implementation (``jsonschema``); returns the count.
+
+    Slow to import, so only the doctor and the tests call it.
+    """
+    from jsonschema import Draft202012Validator
+
+    raw, _ = SCHEMAS.get()
+    for doc in raw.values():
+        Draft202012Validator.check_schema(doc)
+    return len(raw)
+
+
+def schema_errors(doc: Any, schema: str) -> list[SchemaError]:
+    """Every error of ``doc`` against ``schema`` (ordered by path); empty when valid."""
+    raw, validator = SCHEMAS.get()
+    if schema not in raw:
+        raise KeyError(f"no schema named {schema!r}")  # a programming error, not a user error
+    return validator.errors(doc, SCHEMA_ID_PREFIX + schema)
 
 
 def validate(doc: Any, schema: str, *, what: str = "document") -> None:
     """Raise ``SCHEMA_INVALID`` naming the JSON path of the first error (errors ordered by path)."""
-    validators = _load_validators()
-    if schema not in validators:
-        raise KeyError(f"no schema named {schema!r}")  # a programming error, not a user error
-    errors = sorted(validators[schema].iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = schema_errors(doc, schema)
     if errors:
         first = errors[0]
-        path = _json_path(first.absolute_path)
         raise AgentOpsError(
             "SCHEMA_INVALID",
-            f"{what} does not match schema {schema!r} at {path}: {first.message}",
-            details={"schema": schema, "path": path, "errors": len(errors)},
+            f"{what} does not match schema {schema!r} at {first.json_path}: {first.message}",
+            details={"schema": schema, "path": first.json_path, "errors": len(errors)},
         )
 
 
