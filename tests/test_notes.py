@@ -77,3 +77,24 @@ def test_two_processes_adding_notes_concurrently_lose_none(store: Store, repo_pa
     sample = results[1]["targets"][-1]  # type: ignore[index]
     assert git(repo_path, "notes", "--ref=agentops/receipts", "show", sample) == "note 1-149"
     git(repo_path, "fsck", "--strict")
+
+
+def test_append_adds_records_to_several_objects_in_one_commit_and_never_drops_any(
+    store: Store, repo_path: Path
+) -> None:
+    head = git(repo_path, "rev-parse", "HEAD")
+    tree = git(repo_path, "rev-parse", "HEAD^{tree}")
+    git(repo_path, "notes", "--ref=agentops/evidence", "add", "-m", "written by git", head)  # flat, no newline
+    notes = Notes(store, "refs/notes/agentops/evidence")
+    before = git(repo_path, "rev-parse", "refs/notes/agentops/evidence")
+    notes.append({head: b'{"n":1}\n', tree: b'{"n":1}\n'})
+    assert git(repo_path, "rev-list", "--count", f"{before}..refs/notes/agentops/evidence") == "1"  # one commit
+    notes.append({head: b'{"n":2}\n'})
+    assert notes.read(head) == b'written by git\n{"n":1}\n{"n":2}\n'
+    assert notes.read(tree) == b'{"n":1}\n'
+    shown = git(repo_path, "notes", "--ref=agentops/evidence", "show", head).splitlines()
+    assert shown == ["written by git", '{"n":1}', '{"n":2}']
+    assert head not in git(repo_path, "ls-tree", "--name-only", "refs/notes/agentops/evidence")  # moved to fan-out
+    with pytest.raises(ValueError):
+        notes.append({head: b"no newline"})
+    git(repo_path, "fsck", "--strict")

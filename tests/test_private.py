@@ -148,3 +148,10 @@ def test_file_lock_excludes_and_times_out(tmp_path: Path) -> None:
     with file_lock(anchor, "run.lock", timeout=1):
         pass
     assert time.monotonic() - start < 0.5
+
+
+def test_reading_a_directory_is_not_regular(tmp_path: Path) -> None:
+    (tmp_path / "state" / "adir").mkdir(parents=True)
+    with pytest.raises(AgentOpsError) as caught:
+        read_private(tmp_path / "state", "adir")
+    assert caught.value.code == "PATH_NOT_REGULAR"

@@ -13,7 +13,7 @@ written some of the notes on the same ref.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 import pygit2
@@ -81,43 +81,92 @@ class Notes:
         blob = self.store.repo[blob_id]
         return blob.data if isinstance(blob, pygit2.Blob) else None
 
-    def add(self, target: pygit2.Oid | str, data: bytes, *, message: str = "Notes added by git-agentops") -> str:
-        """Attach ``data`` to ``target`` unless it already has a note here. Returns the notes commit id.
-
-        Raises ``NOTE_EXISTS``, ``OBJECT_MISSING`` (no such object), ``NOTES_CONTENDED``.
-        """
-        hexid = self._hex(target)
+    def _commit(self, compute: Callable[[pygit2.Tree | None], dict[str, bytes]], message: str, code: str) -> str:
+        """Write the notes ``compute(root)`` returns ({hex id: content}) in one CAS commit, retrying as a whole."""
         repo = self.store.repo
-        if not self.store.has_object(hexid):
-            raise AgentOpsError("OBJECT_MISSING", f"cannot annotate {hexid}: no such object")
-        blob = repo.create_blob(data)
 
         def attempt() -> str:
             tip = self._tip()
             root = tip.tree if tip is not None else None
-            if root is not None and _find(repo, root, hexid) is not None:
-                raise AgentOpsError("NOTE_EXISTS", f"{hexid} already has a note on {self.ref}")
-            fan, rest = hexid[:2], hexid[2:]
-            sub: pygit2.Tree | None = None
-            if root is not None and fan in root:
-                candidate = repo[root[fan].id]
-                sub = candidate if isinstance(candidate, pygit2.Tree) else None
-            sub_builder = repo.TreeBuilder(sub) if sub is not None else repo.TreeBuilder()
-            sub_builder.insert(rest, blob, _BLOB)
+            contents = compute(root)
             root_builder = repo.TreeBuilder(root) if root is not None else repo.TreeBuilder()
-            root_builder.insert(fan, sub_builder.write(), _TREE)
+            by_fan: dict[str, dict[str, bytes]] = {}
+            for hexid, data in contents.items():
+                if root is not None and hexid in root:  # git wrote this note flat: move it to the fan-out
+                    root_builder.remove(hexid)
+                by_fan.setdefault(hexid[:2], {})[hexid[2:]] = data
+            for fan, entries in by_fan.items():
+                sub: pygit2.Tree | None = None
+                if root is not None and fan in root:
+                    candidate = repo[root[fan].id]
+                    sub = candidate if isinstance(candidate, pygit2.Tree) else None
+                sub_builder = repo.TreeBuilder(sub) if sub is not None else repo.TreeBuilder()
+                for rest, data in entries.items():
+                    sub_builder.insert(rest, repo.create_blob(data), _BLOB)
+                root_builder.insert(fan, sub_builder.write(), _TREE)
             signature = self.store.signature()
             parents = [tip.id] if tip is not None else []
             commit = repo.create_commit(None, signature, signature, message + "\n", root_builder.write(), parents)
             try:
-                try_update_refs(self.store, [RefUpdate(self.ref, commit, str(tip.id) if tip else None)], "notes: add")
+                try_update_refs(self.store, [RefUpdate(self.ref, commit, str(tip.id) if tip else None)], message[:80])
             except RefConflict as lost:
                 raise Retry(f"{self.ref} moved") from lost
             except _LockBusy as busy:
                 raise Retry(f"{self.ref} locked") from busy
             return str(commit)
 
-        return run_with_retry(attempt, policy=self.retry, code="NOTES_CONTENDED", what=f"adding a note on {self.ref}")
+        return run_with_retry(attempt, policy=self.retry, code=code, what=f"writing notes on {self.ref}")
+
+    def _checked(self, target: pygit2.Oid | str) -> str:
+        hexid = self._hex(target)
+        if not self.store.has_object(hexid):
+            raise AgentOpsError("OBJECT_MISSING", f"cannot annotate {hexid}: no such object")
+        return hexid
+
+    def _existing(self, root: pygit2.Tree | None, hexid: str) -> bytes | None:
+        if root is None:
+            return None
+        blob_id = _find(self.store.repo, root, hexid)
+        if blob_id is None:
+            return None
+        blob = self.store.repo[blob_id]
+        return blob.data if isinstance(blob, pygit2.Blob) else None
+
+    def add(self, target: pygit2.Oid | str, data: bytes, *, message: str = "Notes added by git-agentops") -> str:
+        """Attach ``data`` to ``target`` unless it already has a note here. Returns the notes commit id.
+
+        Raises ``NOTE_EXISTS``, ``OBJECT_MISSING`` (no such object), ``NOTES_CONTENDED``.
+        """
+        hexid = self._checked(target)
+
+        def compute(root: pygit2.Tree | None) -> dict[str, bytes]:
+            if self._existing(root, hexid) is not None:
+                raise AgentOpsError("NOTE_EXISTS", f"{hexid} already has a note on {self.ref}")
+            return {hexid: data}
+
+        return self._commit(compute, message, "NOTES_CONTENDED")
+
+    def append(self, lines: Mapping[str, bytes], *, message: str = "Notes appended by git-agentops") -> str:
+        """Append ``lines`` (newline-terminated records) to the notes of several objects in one commit.
+
+        Append-only: each object's new note is its old note followed by the new lines, so a record once written
+        is never changed or dropped. Raises ``OBJECT_MISSING``, ``NOTES_CONTENDED``.
+        """
+        targets = {self._checked(t): data for t, data in lines.items()}
+        for data in targets.values():
+            if not data.endswith(b"\n"):
+                raise ValueError("appended note records end with a newline")
+
+        def compute(root: pygit2.Tree | None) -> dict[str, bytes]:
+            out = {}
+            for hexid, data in targets.items():
+                old = self._existing(root, hexid) or b""
+                if old and not old.endswith(b"\n"):
+                    old += b"\n"
+                out[hexid] = old + data
+            return out
+
+        return self._commit(compute, message, "NOTES_CONTENDED")
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every (annotated object hex id, note bytes), in tree order, by walking the notes tree."""

@@ -160,10 +160,11 @@ def read_private(
             if exc.errno == errno.ELOOP:
                 raise PathError("PATH_SYMLINK", f"{shown} is a symlink; refusing to read it") from exc
             raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise PathError("PATH_NOT_REGULAR", f"{shown} is not a regular file")
         with os.fdopen(fd, "rb", closefd=True) as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise PathError("PATH_NOT_REGULAR", f"{shown} is not a regular file")
             if info.st_size > max_bytes:
                 raise AgentOpsError("DOC_TOO_LARGE", f"{shown} is {info.st_size} bytes, over its limit of {max_bytes}")
             data = handle.read(max_bytes + 1)

@@ -79,6 +79,10 @@ class Store:
         if fsync:
             pygit2.settings.enable_fsync_gitdir(True)
 
+    def config_value(self, key: str) -> str | None:
+        """A git config value as text (repository, global and system levels), or None when unset."""
+        return _config_str(self.repo.config, key)
+
     @property
     def is_bare(self) -> bool:
         return bool(self.repo.is_bare)
