@@ -35,6 +35,7 @@ from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, AgentOpsError
 if TYPE_CHECKING:
     from ..clock import Clock
     from ..gitstore.repo import Store
+    from ..policy.trust import RepoIdentity
 
 
 class Parser(argparse.ArgumentParser):
@@ -109,6 +110,34 @@ class Context:
         """A progress line on a TTY; silent otherwise."""
         if self.interactive:
             print(text, file=self.stderr, flush=True)
+
+    def worktree(self) -> Path:
+        """The top of the working tree around the current directory (``REPO_BARE`` in a bare repository)."""
+        from ..checkout import toplevel
+
+        return toplevel(self.cwd)
+
+    def repo_identity(self) -> RepoIdentity:
+        """The trust identity of this repository (shared by all its worktrees)."""
+        from ..policy.trust import repo_identity
+
+        store = self.store()
+        return repo_identity(store.common_dir, store.config_value("remote.origin.url"))
+
+    def state_dir(self) -> Path:
+        return user_state_dir(self.env)
+
+    def confirm(self, question: str, *, yes: bool) -> None:
+        """Ask on a terminal; without one, require ``--yes`` (``CONFIRMATION_REQUIRED``)."""
+        if yes:
+            return
+        if not (sys.stdin.isatty() and self.stderr.isatty()) or self.json:
+            raise AgentOpsError("CONFIRMATION_REQUIRED", f"{question} -- not a terminal: pass --yes to confirm")
+        self.stderr.write(f"{question} [y/N] ")
+        self.stderr.flush()
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            raise AgentOpsError("CONFIRMATION_REQUIRED", "not confirmed; nothing was changed")
 
     def store(self) -> Store:
         """The repository around the current directory (opened once)."""

@@ -1,29 +1,158 @@
-"""``git agentops-policy``: check, show and trust the repository's .agentops/policy.toml.
+"""``git agentops-policy``: check, show and trust the repository's ``.agentops/policy.toml``.
 
-Its capability lands with issue #3; until then it refuses with ``NOT_IMPLEMENTED`` (exit 2) and does nothing.
+check [FILE]   every schema and rule problem with its code, file, line and JSON path (exit 1 if any)
+show           the effective policy (defaults filled in) and its config hash
+trust [--yes]  trust this exact policy for this repository (shows what it allows to run first)
+untrust        forget this repository's trust
+status         TRUSTED / STALE (what changed) / UNTRUSTED (exit 0 only when TRUSTED)
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from .common import Context, Parser, build, not_implemented, run, subcommands
+from ..errors import AgentOpsError
+from .common import Context, Parser, build, run, subcommands
 
 
 def build_parser() -> Parser:
-    parser = build("git-agentops-policy", "Check, show and trust the repository's .agentops/policy.toml.")
+    parser = build("git-agentops-policy", __doc__ or "")
     add = subcommands(parser)
-    add("check", "(lands with issue #3)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("show", "(lands with issue #3)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("trust", "(lands with issue #3)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("untrust", "(lands with issue #3)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("status", "(lands with issue #3)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    check = add("check", "report every problem of the policy file (exit 1 if any)")
+    check.add_argument("file", nargs="?", help="policy file (default: .agentops/policy.toml of this worktree)")
+    add("show", "print the effective policy and its config hash")
+    trust = add("trust", "trust this exact policy for this repository")
+    trust.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    add("untrust", "forget this repository's trust")
+    add("status", "TRUSTED, STALE or UNTRUSTED (exit 0 only when TRUSTED)")
     return parser
 
 
+def _trust_context(ctx: Context) -> tuple[Any, Any, Any]:
+    from ..policy.load import cache_dir_for, load_policy
+    from ..policy.trust import TrustStore
+
+    policy = load_policy(ctx.worktree(), cache_dir=cache_dir_for(ctx.store().common_dir))
+    return policy, ctx.repo_identity(), TrustStore(ctx.state_dir(), ctx.clock)
+
+
+def _check(args: argparse.Namespace, ctx: Context) -> int:
+    from ..model.policy import POLICY_PATH, Policy
+    from ..policy.load import MAX_POLICY_BYTES, check_text, read_policy_bytes
+
+    if args.file:
+        path = Path(args.file)
+        try:
+            data = path.read_bytes()[: MAX_POLICY_BYTES + 1]
+        except OSError as exc:
+            raise AgentOpsError("POLICY_MISSING", f"cannot read {path}: {exc.strerror}") from exc
+        source = args.file
+    else:
+        data, source = read_policy_bytes(ctx.worktree()), POLICY_PATH
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentOpsError("POLICY_TOML_INVALID", f"{source} is not UTF-8: {exc.reason}") from exc
+    doc, problems = check_text(text)
+    if doc is not None:
+        policy = Policy.from_effective(doc, source)
+        ctx.emit(
+            {"ok": True, "file": source, "configHash": policy.config_hash, "problems": []},
+            f"{source}: OK (config hash {policy.config_hash})",
+        )
+        return 0
+    ctx.emit(
+        {"ok": False, "file": source, "problems": [p.to_json(source) for p in problems]},
+        [p.render(source) for p in problems] + [f"{len(problems)} problem(s) in {source}"],
+    )
+    return 1
+
+
+def _show(args: argparse.Namespace, ctx: Context) -> int:
+    from ..policy.load import render_toml
+
+    policy, identity, trust = _trust_context(ctx)
+    verdict = trust.status(identity, policy)
+    lines = [
+        f"# effective policy of {policy.source} (defaults filled in)",
+        render_toml(policy.doc).rstrip(),
+        "",
+        f"# config hash: {policy.config_hash}",
+        f"# trust: {verdict.status}",
+    ]
+    ctx.emit({"configHash": policy.config_hash, "policy": policy.doc, "trust": verdict.to_json()}, lines)
+    return 0
+
+
+def _runs_what(policy: Any) -> list[str]:
+    def shown(c: Any) -> str:
+        argv = c.argv if isinstance(c.argv, str) else " ".join(c.argv)
+        return f"{argv}{'  (shell)' if c.shell else ''}"
+
+    lines = [f"  verify {c.id}: {shown(c)}" for c in policy.commands]
+    lines += [f"  runner {c.id}: {shown(c)}" for c in policy.runners]
+    lines += [f"  setup {i}: {shown(c)}" for i, c in enumerate(policy.setup)]
+    hosts = policy.doc["hosts"]
+    lines += [
+        f"  host {name} ({h['kind']}): {' '.join(h['argv']) if isinstance(h['argv'], list) else h['argv']}"
+        for name, h in hosts.items()
+        if h.get("argv")
+    ]
+    return lines or ["  (no commands)"]
+
+
+def _trust(args: argparse.Namespace, ctx: Context) -> int:
+    policy, identity, trust = _trust_context(ctx)
+    verdict = trust.status(identity, policy)
+    if not ctx.json:
+        ctx.out(f"Trusting policy {policy.config_hash[:12]} for {identity.repository} ({identity.remote}).")
+        if verdict.differences:
+            ctx.out(f"Changed since the last trust: {', '.join(verdict.differences)}")
+        ctx.out("It allows these commands to run on this machine:")
+        ctx.out("\n".join(_runs_what(policy)))
+    ctx.confirm("Trust this policy?", yes=args.yes)
+    record = trust.grant(identity, policy)
+    ctx.emit(
+        {"status": "TRUSTED", "record": {k: v for k, v in record.items() if k != "policy"}},
+        f"TRUSTED: {policy.config_hash} for {identity.repository}",
+    )
+    return 0
+
+
+def _untrust(args: argparse.Namespace, ctx: Context) -> int:
+    from ..policy.trust import TrustStore
+
+    identity = ctx.repo_identity()
+    removed = TrustStore(ctx.state_dir(), ctx.clock).revoke(identity)
+    ctx.emit(
+        {"removed": removed, "repository": identity.repository},
+        f"removed {removed} trust record(s) for {identity.repository}",
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace, ctx: Context) -> int:
+    policy, identity, trust = _trust_context(ctx)
+    verdict = trust.status(identity, policy)
+    lines = [f"{verdict.status}: policy {policy.config_hash[:12]} in {identity.repository}"]
+    if verdict.differences:
+        lines.append("changed since trusted: " + ", ".join(verdict.differences))
+    if verdict.status != "TRUSTED":
+        lines.append("review it with 'git agentops-policy show', trust it with 'git agentops-policy trust'")
+    ctx.emit(verdict.to_json(), lines)
+    return 0 if verdict.status == "TRUSTED" else 1
+
+
+_HANDLERS = {"check": _check, "show": _show, "trust": _trust, "untrust": _untrust, "status": _status}
+
+
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    not_implemented(f"git agentops-policy {args.command or ''}".strip(), 3)
+    if not args.command:
+        raise AgentOpsError("USAGE", "say what to do: check, show, trust, untrust or status")
+    return _HANDLERS[args.command](args, ctx)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

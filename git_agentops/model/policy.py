@@ -1,0 +1,180 @@
+"""The policy as values: the effective document (defaults filled in), its hash, and typed views of its parts.
+
+A policy is code that will run on the user's machine, so it is identified by its **config hash**: the SHA-256 of
+the canonical JSON of the *effective* policy (every default made explicit). Two files that mean the same thing
+hash alike; any change to what would run changes the hash and therefore needs fresh trust.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..canonical import canonical_json, digest
+
+DEFAULT_TARGET: Final = "main"
+DEFAULT_BUDGET: Final = "90m"
+DEFAULT_TIMEOUT: Final = 600.0
+DEFAULT_WORKTREE_ROOT: Final = ".agentops/worktrees"
+POLICY_PATH: Final = ".agentops/policy.toml"
+
+_DURATION_PART: Final = re.compile(r"([0-9]+)([smhd])")
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """``"1h30m"`` -> 5400. The schema has already checked the shape."""
+    return sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def _command_defaults(command: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(command)
+    out.setdefault("shell", False)
+    out.setdefault("timeout", DEFAULT_TIMEOUT)
+    out.setdefault("env", {})
+    if "id" in command:  # verify commands and runners, not setup steps
+        out.setdefault("required", True)
+        out.setdefault("parser", "none")
+        out.setdefault("description", "")
+    return out
+
+
+def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy with every default explicit (the document whose hash is the config hash)."""
+    run = dict(doc.get("run", {}))
+    run.setdefault("target", DEFAULT_TARGET)
+    run.setdefault("budget", DEFAULT_BUDGET)
+    run.setdefault("max_workers", 3)
+    run.setdefault("worktree_root", DEFAULT_WORKTREE_ROOT)
+    run.setdefault("default_host", "scripted")
+    verify = doc.get("verify", {})
+    hosts = {name: {"argv": [], "env": {}, "shell": False, **host} for name, host in doc.get("hosts", {}).items()}
+    review = {"required": 0, "reviewers": [], **doc.get("review", {})}
+    receipts = {"require_signature": False, **doc.get("receipts", {})}
+    guardrails = {"secret_scanning": True, "deny_patterns": [], **doc.get("guardrails", {})}
+    return {
+        "version": doc.get("version", 1),
+        "run": run,
+        "verify": {
+            "commands": [_command_defaults(c) for c in verify.get("commands", [])],
+            "runners": [_command_defaults(c) for c in verify.get("runners", [])],
+        },
+        "worktree": {"setup": [_command_defaults(s) for s in doc.get("worktree", {}).get("setup", [])]},
+        "hosts": hosts,
+        "review": review,
+        "receipts": receipts,
+        "guardrails": guardrails,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """A verification command, an acceptance runner or a setup step."""
+
+    id: str
+    argv: tuple[str, ...] | str
+    shell: bool
+    timeout: float
+    required: bool = True
+    parser: str = "none"
+    env: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], default_id: str = "") -> CommandSpec:
+        argv = doc["argv"]
+        return cls(
+            id=doc.get("id", default_id),
+            argv=argv if isinstance(argv, str) else tuple(argv),
+            shell=bool(doc.get("shell", False)),
+            timeout=float(doc.get("timeout", DEFAULT_TIMEOUT)),
+            required=bool(doc.get("required", True)),
+            parser=str(doc.get("parser", "none")),
+            env=dict(doc.get("env", {})),
+            description=str(doc.get("description", "")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "argv": self.argv if isinstance(self.argv, str) else list(self.argv),
+            "shell": self.shell,
+            "timeout": self.timeout,
+            "required": self.required,
+            "parser": self.parser,
+            "env": dict(self.env),
+        }
+
+    @property
+    def argv_digest(self) -> str:
+        """What exactly runs: argv (or the shell string) and whether a shell interprets it."""
+        return digest({"argv": self.argv if isinstance(self.argv, str) else list(self.argv), "shell": self.shell})
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A validated, effective policy and its config hash."""
+
+    doc: Mapping[str, Any]
+    config_hash: str
+    source: str = POLICY_PATH
+
+    @classmethod
+    def from_effective(cls, doc: Mapping[str, Any], source: str = POLICY_PATH) -> Policy:
+        return cls(doc=doc, config_hash=digest(doc), source=source)
+
+    @property
+    def commands(self) -> tuple[CommandSpec, ...]:
+        return tuple(CommandSpec.from_json(c) for c in self.doc["verify"]["commands"])
+
+    @property
+    def runners(self) -> tuple[CommandSpec, ...]:
+        return tuple(CommandSpec.from_json(c) for c in self.doc["verify"]["runners"])
+
+    def runner(self, runner_id: str) -> CommandSpec | None:
+        return next((r for r in self.runners if r.id == runner_id), None)
+
+    @property
+    def setup(self) -> tuple[CommandSpec, ...]:
+        return tuple(CommandSpec.from_json(s, f"setup-{i}") for i, s in enumerate(self.doc["worktree"]["setup"]))
+
+    @property
+    def target(self) -> str:
+        return str(self.doc["run"]["target"])
+
+    @property
+    def budget_seconds(self) -> int:
+        return duration_seconds(self.doc["run"]["budget"])
+
+    @property
+    def max_workers(self) -> int:
+        return int(self.doc["run"]["max_workers"])
+
+    @property
+    def worktree_root(self) -> str:
+        return str(self.doc["run"]["worktree_root"])
+
+    @property
+    def deny_patterns(self) -> tuple[str, ...]:
+        return tuple(self.doc["guardrails"]["deny_patterns"])
+
+    @property
+    def secret_scanning(self) -> bool:
+        return bool(self.doc["guardrails"]["secret_scanning"])
+
+
+def diff_paths(old: Any, new: Any, path: str = "$") -> Iterator[str]:
+    """JSON paths at which two documents differ (the deepest differing node of each branch)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        for key in sorted(set(old) | set(new)):
+            if key not in old or key not in new:
+                yield f"{path}.{key}"
+            else:
+                yield from diff_paths(old[key], new[key], f"{path}.{key}")
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for index, (a, b) in enumerate(zip(old, new, strict=True)):
+            yield from diff_paths(a, b, f"{path}[{index}]")
+    elif canonical_json(old) != canonical_json(new):  # 600 and 600.0 are the same value
+        yield path

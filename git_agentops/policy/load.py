@@ -1,0 +1,289 @@
+"""Reading ``.agentops/policy.toml``: TOML, schema, semantic rules, every problem with its code and line.
+
+``check`` collects *every* problem (for ``git agentops-policy check``); ``load`` raises the first one (for
+commands that are about to use the policy). Problems are coded by what went wrong, so scripts can tell a typo
+(``POLICY_UNKNOWN_KEY``) from a wrong type (``POLICY_WRONG_TYPE``) or an out-of-range value
+(``POLICY_VALUE_INVALID``). tomllib reports no positions for values, so lines are found by scanning the TOML
+text for the table headers and keys along the error's JSON path -- "where possible": a key written inside an
+inline table or an array of inline tables is located at its enclosing key.
+
+A validated policy is cached by the SHA-256 of the file's bytes (and the toolkit version) under
+``$GIT_COMMON_DIR/agentops/cache/policy/``: the same bytes always validate the same way, and the cache spares the
+hot paths (verify, hooks) the cost of importing tomllib and re-validating.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from .. import __version__, documents
+from ..canonical import canonical_bytes, sha256_hex
+from ..errors import AgentOpsError
+from ..gitstore.private import read_private, resolve_contained, write_private
+from ..gitstore.refnames import ref_name_problem
+from ..model.policy import POLICY_PATH, Policy, effective
+
+MAX_POLICY_BYTES: Final = 256 * 1024
+_KEYWORD_CODES: Final = {
+    "additionalProperties": "POLICY_UNKNOWN_KEY",
+    "type": "POLICY_WRONG_TYPE",
+    "required": "POLICY_INVALID",
+}
+_LOOSE_CODE: Final = "POLICY_VALUE_INVALID"
+_STRUCTURE_KEYWORDS: Final = frozenset({"required", "dependentRequired", "anyOf", "oneOf", "allOf", "not", "false"})
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    code: str
+    json_path: str
+    message: str
+    line: int | None = None
+
+    def render(self, source: str) -> str:
+        where = f"{source}:{self.line}" if self.line else source
+        return f"error[{self.code}]: {where}: {self.json_path}: {self.message}"
+
+    def to_json(self, source: str) -> dict[str, Any]:
+        return {"code": self.code, "file": source, "line": self.line, "path": self.json_path, "message": self.message}
+
+
+# -- locating JSON paths in TOML text -----------------------------------------------------------------------------
+
+_HEADER: Final = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_PART: Final = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)"
+_KEY: Final = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+
+
+def _split_key(text: str) -> tuple[str, ...]:
+    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)", text)
+    return tuple(a or b or c for a, b, c in parts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    path: tuple[str | int, ...]  # JSON path of the table (array tables include their index)
+    line: int
+    keys: dict[tuple[str, ...], int]
+
+
+def _sections(text: str) -> list[_Section]:
+    sections = [_Section((), 0, {})]
+    array_counts: dict[tuple[str, ...], int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header and not _KEY.match(line):
+            names = _split_key(header.group(2))
+            if header.group(1) == "[[":
+                index = array_counts.get(names, 0)
+                array_counts[names] = index + 1
+                sections.append(_Section((*names, index), number, {}))
+            else:
+                # a sub-table of the latest element of an array table, e.g. [verify.commands.env]
+                path: tuple[str | int, ...] = names
+                for prefix, count in array_counts.items():
+                    if names[: len(prefix)] == prefix and len(names) > len(prefix):
+                        path = (*prefix, count - 1, *names[len(prefix) :])
+                sections.append(_Section(path, number, {}))
+            continue
+        key = _KEY.match(line)
+        if key:
+            sections[-1].keys.setdefault(_split_key(key.group(1)), number)
+    return sections
+
+
+def locate(text: str, parts: tuple[str | int, ...]) -> int | None:
+    """The line of the TOML text where the value at JSON path ``parts`` is written, if it can be found."""
+    best: int | None = None
+    best_len = -1
+    for section in _sections(text):
+        n = len(section.path)
+        if section.path != parts[:n] or n < best_len:
+            continue
+        if n == len(parts):
+            best, best_len = section.line or None, n
+            continue
+        rest = parts[n:]
+        for length in range(len(rest), 0, -1):
+            key = tuple(str(p) for p in rest[:length])
+            if all(isinstance(p, str) for p in rest[:length]) and key in section.keys:
+                if n + length > best_len:
+                    best, best_len = section.keys[key], n + length
+                break
+    return best
+
+
+# -- checking -------------------------------------------------------------------------------------------------------
+
+
+def _json_path(parts: tuple[str | int, ...]) -> str:
+    from ..schemacheck import json_path
+
+    return json_path(parts)
+
+
+def _dicts(value: Any) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, v) for i, v in enumerate(value) if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _table(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _semantic(doc: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
+    """Rules a schema cannot say. Defensive: runs on documents that may also be schema-invalid."""
+    verify = _table(doc, "verify")
+    commands: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
+    for group in ("commands", "runners"):
+        seen: dict[Any, int] = {}
+        for index, command in _dicts(verify.get(group)):
+            commands.append((("verify", group, index), command))
+            cid = command.get("id")
+            if isinstance(cid, str) and cid in seen:
+                yield (
+                    "POLICY_DUPLICATE_ID",
+                    ("verify", group, index, "id"),
+                    f"id {cid!r} is already used by verify.{group}[{seen[cid]}]",
+                )
+            elif isinstance(cid, str):
+                seen[cid] = index
+    commands += [(("worktree", "setup", i), s) for i, s in _dicts(_table(doc, "worktree").get("setup"))]
+    hosts = _table(doc, "hosts")
+    commands += [(("hosts", name), h) for name, h in hosts.items() if isinstance(h, dict)]
+    for base, command in commands:
+        argv, shell = command.get("argv"), command.get("shell", False)
+        if isinstance(argv, str) and shell is not True:
+            yield (
+                "POLICY_SHELL_REQUIRED",
+                (*base, "argv"),
+                "argv is a single string, which only a shell can split: write a list, or say shell = true",
+            )
+        if isinstance(argv, list) and shell is True:
+            yield (_LOOSE_CODE, (*base, "argv"), "with shell = true, argv is one string for /bin/sh -c")
+    for name, host in hosts.items():
+        if isinstance(host, dict) and host.get("kind") == "command" and "argv" not in host:
+            yield ("POLICY_INVALID", ("hosts", name), "a host of kind 'command' needs argv")
+    run = _table(doc, "run")
+    target = run.get("target")
+    if isinstance(target, str) and (problem := ref_name_problem(f"refs/heads/{target}")):
+        yield (_LOOSE_CODE, ("run", "target"), f"{target!r} is not a valid branch name: {problem}")
+    host_names = set(hosts) | {"scripted"}
+    default_host = run.get("default_host")
+    if isinstance(default_host, str) and default_host not in host_names:
+        yield (_LOOSE_CODE, ("run", "default_host"), f"no host named {default_host!r} (define [hosts.{default_host}])")
+    review = _table(doc, "review")
+    listed = review.get("reviewers")
+    reviewers: list[Any] = listed if isinstance(listed, list) else []
+    for index, reviewer in enumerate(reviewers):
+        if isinstance(reviewer, str) and reviewer not in host_names:
+            yield (_LOOSE_CODE, ("review", "reviewers", index), f"no host named {reviewer!r}")
+    required = review.get("required")
+    if isinstance(required, int) and not isinstance(required, bool) and required > len(reviewers):
+        yield (_LOOSE_CODE, ("review", "required"), f"{required} reviews required but {len(reviewers)} reviewers named")
+    patterns = _table(doc, "guardrails").get("deny_patterns")
+    for index, pattern in enumerate(patterns if isinstance(patterns, list) else []):
+        if isinstance(pattern, str):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                yield (_LOOSE_CODE, ("guardrails", "deny_patterns", index), f"not a regular expression: {exc}")
+
+
+def check_text(text: str) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Every problem of a policy text, and its effective document when there are none."""
+    import tomllib
+
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"at line (\d+)", str(exc))
+        return None, [Problem("POLICY_TOML_INVALID", "$", str(exc), int(found.group(1)) if found else None)]
+    problems = []
+    for error in documents.schema_errors(raw, "policy"):
+        if error.keyword in _STRUCTURE_KEYWORDS - {"required"}:
+            code = "POLICY_INVALID"
+        else:
+            code = _KEYWORD_CODES.get(error.keyword, _LOOSE_CODE)
+        problems.append(Problem(code, error.json_path, error.message, locate(text, error.path)))
+    schema_paths = {p.json_path for p in problems}
+    for code, parts, message in _semantic(raw):
+        if _json_path(parts) not in schema_paths:
+            problems.append(Problem(code, _json_path(parts), message, locate(text, parts)))
+    problems.sort(key=lambda p: (p.line or 0, p.json_path))
+    if problems:
+        return None, problems
+    return effective(raw), []
+
+
+def read_policy_bytes(worktree: Path, rel: str = POLICY_PATH) -> bytes:
+    """The policy file's bytes; ``POLICY_MISSING``, ``PATH_ESCAPE`` (a symlink out), ``DOC_TOO_LARGE``."""
+    path = resolve_contained(worktree, rel)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_POLICY_BYTES + 1)
+    except FileNotFoundError:
+        raise AgentOpsError(
+            "POLICY_MISSING", f"no policy at {worktree / rel}; 'git agentops-init' writes a starter policy"
+        ) from None
+    except IsADirectoryError:
+        raise AgentOpsError("PATH_NOT_REGULAR", f"{worktree / rel} is a directory") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise AgentOpsError("DOC_TOO_LARGE", f"{rel} is over {MAX_POLICY_BYTES} bytes")
+    return data
+
+
+def policy_from_bytes(data: bytes, *, source: str = POLICY_PATH, cache_dir: Path | None = None) -> Policy:
+    """Validate policy bytes (or find them in the cache) and return the policy; raises the first problem."""
+    key = sha256_hex(data + b"\0" + __version__.encode())
+    if cache_dir is not None:
+        try:
+            cached = read_private(cache_dir, f"{key}.json", max_bytes=4 * MAX_POLICY_BYTES)
+        except AgentOpsError:
+            cached = None
+        if cached is not None:
+            try:
+                return Policy.from_effective(json.loads(cached), source)
+            except (ValueError, AgentOpsError):
+                pass  # a damaged cache entry is simply recomputed
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentOpsError("POLICY_TOML_INVALID", f"{source} is not UTF-8: {exc.reason}") from exc
+    doc, problems = check_text(text)
+    if problems or doc is None:
+        first = problems[0]
+        where = f"{source}:{first.line}" if first.line else source
+        raise AgentOpsError(
+            first.code,
+            f"{where}: {first.json_path}: {first.message} ('git agentops-policy check' lists all)",
+            details={"problems": [p.to_json(source) for p in problems]},
+        )
+    policy = Policy.from_effective(doc, source)
+    if cache_dir is not None:
+        try:
+            write_private(cache_dir, f"{key}.json", canonical_bytes(doc))
+        except (OSError, AgentOpsError):
+            pass  # the cache is an optimisation; failing to write it changes nothing
+    return policy
+
+
+def load_policy(worktree: Path, *, cache_dir: Path | None = None, rel: str = POLICY_PATH) -> Policy:
+    """The policy of the checkout at ``worktree``."""
+    return policy_from_bytes(read_policy_bytes(worktree, rel), source=rel, cache_dir=cache_dir)
+
+
+def cache_dir_for(common_dir: Path) -> Path:
+    return common_dir / "agentops" / "cache" / "policy"
+
+
+def render_toml(doc: Mapping[str, Any]) -> str:
+    """A policy document as TOML text (used by ``init``)."""
+    import tomli_w
+
+    return tomli_w.dumps(dict(doc), multiline_strings=False)

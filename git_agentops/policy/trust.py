@@ -1,0 +1,203 @@
+"""Trust: nothing from a policy runs until the user has trusted that exact policy for that repository.
+
+A policy names commands that will run on the user's machine, and anyone who can push to the repository can change
+it. So trust is recorded *outside* the repository, in the user's state directory
+(``$XDG_STATE_HOME/git-agentops/trust.json``, 0600, updated under a file lock with an atomic replace): a fetched
+ref can never grant it. A record binds
+
+* the repository's canonical path (its common dir, so linked worktrees share the main checkout's trust),
+* its remote identity (normalised ``remote.origin.url``, else ``local:<path>``),
+* the policy's config hash, and a copy of the effective policy (so a change can be shown field by field),
+* the toolkit version (a new toolkit may run the same policy differently).
+
+Status: ``TRUSTED`` (a record matches all four), ``STALE`` (a record for this repository or remote differs; the
+differences are listed), ``UNTRUSTED`` (no record).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from .. import __version__, documents
+from ..clock import Clock, iso8601
+from ..errors import AgentOpsError
+from ..gitstore.private import file_lock, read_private, write_private
+from ..model.policy import Policy, diff_paths
+
+STORE_NAME: Final = "trust.json"
+_DEFAULT_PORTS: Final = {"ssh": "22", "https": "443", "http": "80", "git": "9418"}
+_CASE_INSENSITIVE_HOSTS: Final = frozenset({"github.com", "gitlab.com", "bitbucket.org"})
+_SCP_LIKE: Final = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")
+
+
+class TrustStatus(enum.StrEnum):
+    TRUSTED = "TRUSTED"
+    STALE = "STALE"
+    UNTRUSTED = "UNTRUSTED"
+
+
+@dataclass(frozen=True, slots=True)
+class RepoIdentity:
+    repository: str  # canonical absolute path of the repository (main checkout, or the bare dir)
+    remote: str  # normalised remote identity, or local:<path>
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: TrustStatus
+    identity: RepoIdentity
+    config_hash: str
+    record: Mapping[str, Any] | None = None
+    differences: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": str(self.status),
+            "repository": self.identity.repository,
+            "remote": self.identity.remote,
+            "configHash": self.config_hash,
+            "toolkitVersion": __version__,
+            "trustedConfigHash": self.record["configHash"] if self.record else None,
+            "differences": list(self.differences),
+        }
+
+
+def _strip(path: str) -> str:
+    path = path.rstrip("/")
+    return path[:-4] if path.endswith(".git") else path
+
+
+def normalise_remote(url: str, *, base: Path) -> str:
+    """``git@GitHub.com:Org/Repo.git`` -> ``github.com/org/repo``; a local path -> ``local:<realpath>``."""
+    url = url.strip()
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme == "file":
+            return "local:" + _strip(os.path.realpath(parts.path))
+        host = (parts.hostname or "").lower()
+        port = f":{parts.port}" if parts.port and str(parts.port) != _DEFAULT_PORTS.get(parts.scheme) else ""
+        path = _strip(parts.path.lstrip("/"))
+    else:
+        scp = _SCP_LIKE.match(url)
+        if scp is None or "/" in scp.group(1):
+            return "local:" + _strip(os.path.realpath(base / url))
+        host, port, path = scp.group(1).lower(), "", _strip(scp.group(2).lstrip("/"))
+    if host in _CASE_INSENSITIVE_HOSTS:
+        path = path.lower()
+    return f"{host}{port}/{path}"
+
+
+def repo_identity(common_dir: Path, origin_url: str | None) -> RepoIdentity:
+    """Identity of the repository whose common dir is ``common_dir`` (shared by all its worktrees)."""
+    common = Path(os.path.realpath(common_dir))
+    repository = common.parent if common.name == ".git" else common
+    remote = normalise_remote(origin_url, base=repository) if origin_url else f"local:{repository}"
+    return RepoIdentity(str(repository), remote)
+
+
+class TrustStore:
+    """The user's trust records, in ``state_dir/trust.json``."""
+
+    def __init__(self, state_dir: Path, clock: Clock) -> None:
+        self.state_dir = state_dir
+        self.clock = clock
+
+    @property
+    def path(self) -> Path:
+        return self.state_dir / STORE_NAME
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            data = read_private(self.state_dir, STORE_NAME, max_bytes=16 * 1024 * 1024)
+        except AgentOpsError as exc:
+            raise AgentOpsError("TRUST_STORE_INVALID", f"{self.path}: {exc.message}") from exc
+        if data is None:
+            return []
+        try:
+            doc = documents.load(data, schema="trust-store", what=str(self.path), max_bytes=16 * 1024 * 1024)
+        except AgentOpsError as exc:
+            raise AgentOpsError(
+                "TRUST_STORE_INVALID", f"{exc.message}; fix or remove {self.path} (nothing was changed)"
+            ) from exc
+        return list(doc["records"])
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        write_private(
+            self.state_dir, STORE_NAME, documents.dump({"version": 1, "records": records}, schema="trust-store")
+        )
+
+    def status(self, identity: RepoIdentity, policy: Policy) -> Verdict:
+        records = self._read()
+        exact = [r for r in records if r["repository"] == identity.repository]
+        related = exact or [
+            r for r in records if not identity.remote.startswith("local:") and r["remote"] == identity.remote
+        ]
+        if not related:
+            return Verdict(TrustStatus.UNTRUSTED, identity, policy.config_hash)
+        record = related[-1]
+        differences = []
+        if record["repository"] != identity.repository:
+            differences.append("repository")
+        if record["remote"] != identity.remote:
+            differences.append("remote")
+        if record["toolkitVersion"] != __version__:
+            differences.append("toolkitVersion")
+        if record["configHash"] != policy.config_hash:
+            differences.append("configHash")
+            differences += list(diff_paths(record["policy"], dict(policy.doc)))
+        status = TrustStatus.STALE if differences else TrustStatus.TRUSTED
+        return Verdict(status, identity, policy.config_hash, record, tuple(differences))
+
+    def grant(self, identity: RepoIdentity, policy: Policy) -> dict[str, Any]:
+        """Trust ``policy`` for this repository, replacing any record for the same path or remote."""
+        record = {
+            "repository": identity.repository,
+            "remote": identity.remote,
+            "configHash": policy.config_hash,
+            "toolkitVersion": __version__,
+            "grantedAt": iso8601(self.clock.now()),
+            "policy": dict(policy.doc),
+        }
+        with file_lock(self.state_dir, "trust.lock"):
+            records = [r for r in self._read() if not _same_repo(r, identity)]
+            records.append(record)
+            self._write(records)
+        return record
+
+    def revoke(self, identity: RepoIdentity) -> int:
+        """Remove every record for this repository (by path or remote); returns how many."""
+        with file_lock(self.state_dir, "trust.lock"):
+            records = self._read()
+            kept = [r for r in records if not _same_repo(r, identity)]
+            if len(kept) != len(records):
+                self._write(kept)
+        return len(records) - len(kept)
+
+
+def _same_repo(record: Mapping[str, Any], identity: RepoIdentity) -> bool:
+    if record["repository"] == identity.repository:
+        return True
+    return not identity.remote.startswith("local:") and record["remote"] == identity.remote
+
+
+def require_trusted(verdict: Verdict) -> None:
+    """Refuse (``POLICY_UNTRUSTED``) unless the verdict is TRUSTED, saying what differs and how to trust."""
+    if verdict.status is TrustStatus.TRUSTED:
+        return
+    what = f"policy {verdict.config_hash[:12]} is {verdict.status} for {verdict.identity.repository}"
+    if verdict.differences:
+        shown = ", ".join(verdict.differences[:6]) + (" ..." if len(verdict.differences) > 6 else "")
+        what += f" (changed: {shown})"
+    raise AgentOpsError(
+        "POLICY_UNTRUSTED",
+        f"{what}; nothing was run. Review it with 'git agentops-policy show', then trust it with "
+        "'git agentops-policy trust'",
+        details=verdict.to_json(),
+    )
