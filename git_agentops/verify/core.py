@@ -1,0 +1,211 @@
+"""Verify a checkout: run the trusted policy's commands on a clean commit and record evidence.
+
+Order of operations, and why:
+
+1. **Trust first.** Nothing from a policy runs unless the user trusted that exact policy (``POLICY_UNTRUSTED``).
+2. **A clean, committed checkout** (``VERIFY_DIRTY``): evidence is about a commit, so the files the commands see
+   must be exactly that commit's tree.
+3. **Each command** runs with its argv (no shell unless the policy says so), in the worktree root, in a scrubbed
+   environment, in its own process group, under its timeout -- unless a passing record for the same tree,
+   argv, policy and environment is already cached (see :mod:`.evidence`).
+4. **Re-check** that HEAD did not move and no tracked file changed while the commands ran; otherwise the results
+   describe no commit and nothing is recorded (``VERIFY_DIRTY``).
+5. **Record** every result as evidence notes on the commit (and passing ones on the tree).
+
+The outcome passes when every *required* command passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checkout import dirty_paths, head
+from ..clock import Clock
+from ..errors import AgentOpsError
+from ..gitstore.repo import Store
+from ..model.policy import CommandSpec, Policy
+from ..model.task import Task, check_runners
+from ..policy.trust import Verdict, require_trusted
+from ..process import run_command, scrub_environment
+from .evidence import EvidenceStore, cached_copy, environment_digest, make_record, stored_tail
+from .parsers import parse_counts
+from .redact import redact
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    command: CommandSpec
+    kind: str  # "command" | "runner"
+    criteria: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    commit: str
+    tree: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    notes_commit: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r["passed"] for r in self.records if r["required"])
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["required"] and not r["passed"]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "commit": self.commit,
+            "tree": self.tree,
+            "notesCommit": self.notes_commit,
+            "results": self.records,
+        }
+
+
+def plan(policy: Policy, task: Task | None) -> list[Planned]:
+    """The policy's commands, then the acceptance runners the task's criteria name (each runner once)."""
+    planned = [Planned(c, "command") for c in policy.commands]
+    if task is not None:
+        check_runners(task, (r.id for r in policy.runners))
+        by_runner: dict[str, list[str]] = {}
+        for criterion in task.criteria:
+            if criterion.runner is not None:
+                by_runner.setdefault(criterion.runner, []).append(criterion.id)
+        for runner_id, criteria in by_runner.items():
+            runner = policy.runner(runner_id)
+            assert runner is not None  # check_runners guarantees it
+            planned.append(Planned(runner, "runner", tuple(criteria)))
+    return planned
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    if record["cached"]:
+        state = "PASS (cached)"
+    elif record["passed"]:
+        state = "PASS"
+    elif record["timedOut"]:
+        state = "TIMEOUT"
+    elif record["spawnError"]:
+        state = f"DID NOT START ({record['spawnError']})"
+    elif record["parseError"]:
+        state = f"FAIL ({record['parseError']})"
+    else:
+        ended = f"exit {record['exitCode']}" if record["exitCode"] is not None else f"signal {record['signal']}"
+        state = f"FAIL ({ended})"
+    tests = record["tests"]
+    counts = f", {tests['passed']} passed / {tests['failed']} failed / {tests['skipped']} skipped" if tests else ""
+    return f"{record['commandId']}: {state}{counts} in {record['durationMs'] / 1000:.1f}s"
+
+
+def verify_checkout(
+    store: Store,
+    *,
+    worktree: Path,
+    policy: Policy,
+    trust: Verdict,
+    environ: Mapping[str, str],
+    clock: Clock,
+    task: Task | None = None,
+    fresh: bool = False,
+    progress: Progress | None = None,
+    grace: float = 3.0,
+) -> Outcome:
+    """Run (or reuse) every planned command on the clean HEAD of ``worktree`` and record evidence.
+
+    Raises ``POLICY_UNTRUSTED``, ``VERIFY_DIRTY``, ``VERIFY_NO_COMMIT``, ``VERIFY_NO_COMMANDS``,
+    ``TASK_RUNNER_UNKNOWN``. A failing command is not an exception: it is a record with ``passed: false``.
+    """
+    require_trusted(trust)
+    planned = plan(policy, task)
+    if not planned:
+        raise AgentOpsError(
+            "VERIFY_NO_COMMANDS", f"{policy.source} defines no [[verify.commands]]: there is nothing to verify"
+        )
+    start = head(worktree)
+    dirty = dirty_paths(worktree)
+    if dirty:
+        raise AgentOpsError(
+            "VERIFY_DIRTY",
+            f"{worktree} has uncommitted changes ({', '.join(dirty[:5])}{' ...' if len(dirty) > 5 else ''}); "
+            "evidence is about a commit: commit or clean them first",
+            details={"paths": dirty},
+        )
+    evidence = EvidenceStore(store)
+    outcome = Outcome(start.commit, start.tree)
+    total = len(planned)
+    for index, item in enumerate(planned, start=1):
+        command = item.command
+        env = scrub_environment(environ, command.env)
+        env_digest = environment_digest(env)
+        task_id = task.id if task is not None else None
+        if not fresh:
+            hit = evidence.cached(
+                start.tree, argv_digest=command.argv_digest, policy_hash=policy.config_hash, env_digest=env_digest
+            )
+            if hit is not None:
+                record = cached_copy(
+                    hit,
+                    commit=start.commit,
+                    command=command,
+                    task_id=task_id,
+                    criteria=item.criteria,
+                    started_at=clock.now(),
+                )
+                outcome.records.append(record)
+                if progress:
+                    progress(f"[{index}/{total}] {describe(record)}")
+                continue
+        if progress:
+            progress(f"[{index}/{total}] {command.id}: running {command.description or _shown(command)}")
+        result = run_command(
+            command.argv, cwd=worktree, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock
+        )
+        tests, parse_error = None, None
+        try:
+            seen = result.output + result.tail if result.truncated else result.output
+            counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=worktree)
+            tests = counts.to_json() if counts is not None else None
+        except AgentOpsError as exc:
+            parse_error = f"{exc.code}: {exc.message}"
+        passed = result.ok and parse_error is None and not (tests is not None and (tests["failed"] or tests["errors"]))
+        record = make_record(
+            command=command,
+            kind=item.kind,
+            result=result,
+            passed=passed,
+            tests=tests,
+            parse_error=parse_error,
+            tail=stored_tail(
+                result.tail, lambda text: redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
+            ),
+            tree=start.tree,
+            commit=start.commit,
+            policy_hash=policy.config_hash,
+            env_digest=env_digest,
+            task_id=task_id,
+            criteria=item.criteria,
+        )
+        outcome.records.append(record)
+        if progress:
+            progress(f"[{index}/{total}] {describe(record)}")
+    after = head(worktree)
+    changed = dirty_paths(worktree, untracked=False)
+    if after.commit != start.commit or changed:
+        what = "HEAD moved" if after.commit != start.commit else ", ".join(changed[:5])
+        raise AgentOpsError(
+            "VERIFY_DIRTY",
+            f"the checkout changed while verifying ({what}); nothing was recorded -- a verification command must "
+            "not modify tracked files",
+        )
+    outcome.notes_commit = evidence.record(start.commit, start.tree, outcome.records)
+    return outcome
+
+
+def _shown(command: CommandSpec) -> str:
+    return command.argv if isinstance(command.argv, str) else " ".join(command.argv)

@@ -1,0 +1,276 @@
+"""Test counts read from what a test runner really printed or wrote.
+
+A verification command passes or fails by its exit status; the counts (passed, failed, skipped, errors) are
+evidence *about* that run, shown to reviewers and stored in the evidence note. They come from the runner's own
+output, never from the agent's account of it, so the parsers read the formats runners actually produce:
+
+* **pytest** -- the final summary line (``=== 1 failed, 2 passed, 1 xfailed in 0.52s ===``, or the bare ``-q``
+  form), coloured or not, with or without pytest-xdist. Only the *last* summary line counts: a test may print
+  something that looks like one, pytest's own summary always comes last.
+* **JUnit XML** -- as written by ``pytest --junitxml``, Maven surefire, jest-junit, go-junit-report. Each
+  ``<testcase>`` is counted by its children; the aggregate ``tests=``/``failures=`` attributes are ignored because
+  the writers disagree on them (pytest counts xfail as skipped, surefire counts reruns, some omit ``errors=``).
+  The report is written by the command under verification -- that is, by code the agent controls -- so it is
+  untrusted input: size-limited, and refused before parsing if its prolog declares a DTD (the only place where
+  entities, and so billion-laughs expansion or external entities, can come from).
+* **TAP** 12/13/14 -- top-level ``ok``/``not ok`` lines, ``# SKIP``/``# TODO`` directives, the plan, ``Bail out!``.
+
+Counting rules, chosen so that a run counts the same through pytest's summary and through its JUnit report:
+
+========================  =========================================================================
+counted as                from
+========================  =========================================================================
+``passed``                pytest ``passed`` + ``xpassed``; a JUnit testcase with no failure/error/skipped
+                          child; TAP ``ok`` (also ``ok ... # TODO``, a TODO that unexpectedly passed)
+``failed``                pytest ``failed``; JUnit ``<failure>``; TAP ``not ok``
+``skipped``               pytest ``skipped`` + ``xfailed``; JUnit ``<skipped>``; TAP ``# SKIP``, and
+                          ``not ok ... # TODO`` (a failing TODO is expected, not a failure)
+``errors``                pytest ``error(s)``; JUnit ``<error>``; TAP ``Bail out!`` and planned tests that
+                          never reported (see :func:`parse_tap`)
+not counted               pytest ``deselected`` (not run by request), ``warning(s)``, ``rerun(s)`` and any
+                          other word a plugin adds
+========================  =========================================================================
+
+A JUnit testcase with several children counts once: failure, then error, then skipped. The two sources differ on
+one case: a test whose fixture errors in teardown is "1 passed, 1 error" in pytest's summary but one testcase
+with an ``<error>`` in its report (and one that also failed gets two testcases, a failure and an error).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ..errors import AgentOpsError
+from ..gitstore.private import read_private, resolve_contained
+
+MAX_JUNIT_BYTES: Final = 16 * 1024 * 1024
+SPECS: Final = ("pytest", "tap", "none", "junit:<relative path>")
+
+# CSI sequences (colours, cursor movement) and the two-byte escapes; pytest colours each word of its summary.
+_ANSI: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
+
+
+@dataclass(frozen=True, slots=True)
+class TestCounts:
+    """How many tests passed, failed, were skipped or errored in one verification run."""
+
+    __test__ = False  # a value type, not a pytest test class
+
+    passed: int
+    failed: int
+    skipped: int
+    errors: int
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.skipped + self.errors
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "passed": self.passed,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "total": self.total,
+        }
+
+
+def _lines(output: str) -> list[str]:
+    """The output's lines without colours; ``splitlines`` also splits on the ``\\r`` of progress redraws."""
+    return _ANSI.sub("", output).splitlines()
+
+
+# -- pytest ----------------------------------------------------------------------------------------------------
+
+_PYTEST_ITEM: Final = r"\d+ [a-z]+(?: [a-z]+)*"
+_PYTEST_SUMMARY: Final = re.compile(
+    rf"^\s*(?:=+ )?(?P<items>no tests ran|{_PYTEST_ITEM}(?:, {_PYTEST_ITEM})*)"
+    r" in \d+(?:\.\d+)?\s*s(?:econds)?(?: \(\d+:\d\d:\d\d(?:\.\d+)?\))?(?: =+)?\s*$"
+)
+_PYTEST_WORDS: Final = {
+    "passed": "passed",
+    "xpassed": "passed",
+    "failed": "failed",
+    "skipped": "skipped",
+    "xfailed": "skipped",
+    "error": "errors",
+    "errors": "errors",
+}
+
+
+def parse_pytest(output: str) -> TestCounts | None:
+    """Counts from the last pytest summary line of ``output``; None if pytest printed none (it crashed, or
+    the command was not pytest)."""
+    for line in reversed(_lines(output)):
+        match = _PYTEST_SUMMARY.match(line)
+        if match is None:
+            continue
+        totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+        items = match.group("items")
+        if items != "no tests ran":
+            for item in items.split(", "):
+                number, word = item.split(" ", 1)
+                field = _PYTEST_WORDS.get(word)
+                if field is not None:
+                    totals[field] += int(number)
+        return TestCounts(**totals)
+    return None
+
+
+# -- JUnit XML -------------------------------------------------------------------------------------------------
+
+# Encodings in which every markup character is the ASCII byte itself, so the byte-level prolog check below sees
+# exactly what expat will parse. UTF-16/32 and EBCDIC are refused rather than decoded twice.
+_ASCII_COMPATIBLE: Final = frozenset(
+    {"utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin-1", "latin1", "iso-8859-15", "windows-1252", "cp1252"}
+)
+_XML_DECL_ENCODING: Final = re.compile(rb"""\A<\?xml[^>]*?\bencoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+# What may precede the root element besides a DTD: whitespace, the XML declaration and other processing
+# instructions, comments.
+_PROLOG_ITEM: Final = re.compile(rb"\s+|<\?.*?\?>|<!--.*?-->", re.DOTALL)
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
+
+
+def _refuse_unsafe_xml(data: bytes, what: str) -> None:
+    """Refuse a document whose prolog declares a DTD, or whose bytes we cannot read the same way expat will.
+
+    Entities can only be declared in the DTD, and the DTD can only stand before the root element; a ``<!DOCTYPE``
+    inside CDATA or a comment (a test that printed an HTML page) is text, and anywhere else it is a syntax error.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
+        raise AgentOpsError("VERIFY_PARSE_FAILED", f"{what} is not UTF-8 (UTF-16/32 or NUL bytes); refusing it")
+    body = data.removeprefix(_UTF8_BOM)
+    declared = _XML_DECL_ENCODING.match(body)
+    if declared is not None and declared.group(1).decode("ascii").lower() not in _ASCII_COMPATIBLE:
+        raise AgentOpsError(
+            "VERIFY_PARSE_FAILED", f"{what} declares encoding {declared.group(1).decode('ascii')!r}; expected UTF-8"
+        )
+    position = 0
+    while (item := _PROLOG_ITEM.match(body, position)) is not None and item.end() > position:
+        position = item.end()
+    if body.startswith(b"<!", position):
+        raise AgentOpsError(
+            "VERIFY_PARSE_FAILED",
+            f"{what} declares a DOCTYPE (or other markup declaration) before its root element; refusing it "
+            "(entity expansion)",
+        )
+
+
+def _local(tag: object) -> str:
+    """The tag name without an ``{namespace}`` prefix (comments and PIs have non-string tags)."""
+    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
+
+
+def parse_junit(data: bytes, *, what: str = "JUnit report") -> TestCounts:
+    """Count the ``<testcase>`` elements of a JUnit XML report by their children.
+
+    ``DOC_TOO_LARGE`` over 16 MiB; ``VERIFY_PARSE_FAILED`` for a DTD, a non-UTF-8 encoding, malformed XML, or a
+    root that is neither ``<testsuites>`` nor ``<testsuite>``. ``what`` names the report in messages.
+    """
+    if len(data) > MAX_JUNIT_BYTES:
+        raise AgentOpsError("DOC_TOO_LARGE", f"{what} is {len(data)} bytes, over its limit of {MAX_JUNIT_BYTES}")
+    _refuse_unsafe_xml(data, what)
+    try:
+        root = ET.fromstring(data)  # noqa: S314 -- no DTD (checked above), so no entity can expand
+    except ET.ParseError as exc:
+        raise AgentOpsError("VERIFY_PARSE_FAILED", f"{what} is not well-formed XML: {exc}") from exc
+    if _local(root.tag) not in ("testsuites", "testsuite"):
+        raise AgentOpsError(
+            "VERIFY_PARSE_FAILED", f"{what} has root <{_local(root.tag)}>; expected <testsuites> or <testsuite>"
+        )
+    passed = failed = skipped = errors = 0
+    for case in root.iter():
+        if _local(case.tag) != "testcase":
+            continue
+        children = {_local(child.tag) for child in case}
+        if "failure" in children:
+            failed += 1
+        elif "error" in children:
+            errors += 1
+        elif "skipped" in children:
+            skipped += 1
+        else:
+            passed += 1
+    return TestCounts(passed, failed, skipped, errors)
+
+
+# -- TAP -------------------------------------------------------------------------------------------------------
+
+_TAP_PLAN: Final = re.compile(r"^1\.\.(\d+)\s*(?:#.*)?$")
+_TAP_TEST: Final = re.compile(r"^(not )?ok\b(.*)$")
+# The directive follows an unescaped '#'; Test::Harness accepts "# skip", "# SKIPPED: why", "# TODO later".
+_TAP_DIRECTIVE: Final = re.compile(r"(?<!\\)#\s*(SKIP\S*|TODO)\b", re.IGNORECASE)
+_TAP_BAIL: Final = re.compile(r"^Bail out!")
+
+
+def parse_tap(output: str) -> TestCounts | None:
+    """Counts from a TAP stream; None if it has neither a plan nor a test line.
+
+    Only lines at column 0 count: indented lines are subtests (their parent reports their outcome) or YAML
+    diagnostics. Several plans (concatenated streams) add up. If the plans promise more tests than reported, each
+    missing one is an error; ``Bail out!`` ends the stream and counts as an error -- as many as the planned tests
+    it left unrun, at least one. ``1..0 # SKIP`` is a valid stream of zero tests.
+    """
+    passed = failed = skipped = 0
+    planned: int | None = None
+    seen_test = bailed = False
+    for line in _lines(output):
+        if _TAP_BAIL.match(line):
+            bailed = True
+            break
+        plan = _TAP_PLAN.match(line)
+        if plan is not None:
+            planned = (planned or 0) + int(plan.group(1))
+            continue
+        test = _TAP_TEST.match(line)
+        if test is None:
+            continue
+        seen_test = True
+        directive = _TAP_DIRECTIVE.search(test.group(2))
+        kind = directive.group(1).upper()[:4] if directive else ""
+        ok = test.group(1) is None
+        if kind == "SKIP" or (kind == "TODO" and not ok):
+            skipped += 1
+        elif ok:
+            passed += 1
+        else:
+            failed += 1
+    if planned is None and not seen_test and not bailed:
+        return None
+    missing = max(0, (planned or 0) - (passed + failed + skipped))
+    errors = max(1, missing) if bailed else missing
+    return TestCounts(passed, failed, skipped, errors)
+
+
+# -- dispatch --------------------------------------------------------------------------------------------------
+
+
+def parse_counts(spec: str, output: str, *, worktree: Path) -> TestCounts | None:
+    """Counts for a policy's ``counts`` spec: ``pytest`` or ``tap`` (parsed from ``output``), ``none``, or
+    ``junit:<path>`` (a report the command wrote, relative to ``worktree``).
+
+    The report path comes from the policy and the file from the command, so it is resolved inside the worktree
+    (``PATH_ESCAPE`` for ``..``, an absolute path or a symlink leading out; ``PATH_INVALID``) and read without
+    following a final symlink, as a regular file, size-limited (``PATH_SYMLINK``, ``PATH_NOT_REGULAR``,
+    ``DOC_TOO_LARGE``). ``VERIFY_PARSE_FAILED`` for an unknown spec, a missing or bad report.
+    """
+    if spec == "pytest":
+        return parse_pytest(output)
+    if spec == "tap":
+        return parse_tap(output)
+    if spec == "none":
+        return None
+    if spec.startswith("junit:"):
+        rel = spec.removeprefix("junit:")
+        path = resolve_contained(worktree, rel)
+        if path.is_dir():  # read_private would fail opening it as a file
+            raise AgentOpsError("PATH_NOT_REGULAR", f"the JUnit report {rel} is a directory")
+        data = read_private(path.parent, path.name, max_bytes=MAX_JUNIT_BYTES)
+        if data is None:
+            raise AgentOpsError("VERIFY_PARSE_FAILED", f"the command wrote no JUnit report at {rel}")
+        return parse_junit(data, what=f"JUnit report {rel}")
+    raise AgentOpsError("VERIFY_PARSE_FAILED", f"unknown counts spec {spec!r}; expected one of {', '.join(SPECS)}")
