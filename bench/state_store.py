@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pygit2
 
 from git_agentops.clock import SystemClock
+from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.journal import Change, Event, Journal
-from git_agentops.gitstore.repo import Identity, Store, open_store
+from git_agentops.gitstore.repo import Store, open_store
 
 IDENTITY = Identity("bench", "bench@example.invalid")
 ENV = {

@@ -55,6 +55,36 @@ def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> l
     return paths
 
 
+def head_and_changes(worktree: Path, *, untracked: bool = True, limit: int = 50) -> tuple[str | None, list[str]]:
+    """(HEAD commit or None, changed paths) from one ``git status --porcelain=v2 --branch`` call."""
+    done = _git(
+        worktree,
+        "status",
+        "--porcelain=v2",
+        "--branch",
+        "-z",
+        f"--untracked-files={'all' if untracked else 'no'}",
+        "--ignore-submodules=none",
+    )
+    if done.returncode != 0:
+        raise AgentOpsError("GIT_FAILED", f"git status failed in {worktree}: {done.stderr.decode(errors='replace')}")
+    commit: str | None = None
+    paths: list[str] = []
+    fields = iter(done.stdout.split(b"\0"))
+    for entry in fields:
+        if entry.startswith(b"# branch.oid "):
+            value = entry[len(b"# branch.oid ") :].decode()
+            commit = None if value == "(initial)" else value
+        elif entry[:2] in (b"1 ", b"u "):
+            paths.append(entry.split(b" ", 8 if entry[:1] == b"1" else 10)[-1].decode(errors="replace"))
+        elif entry[:2] == b"2 ":
+            paths.append(entry.split(b" ", 9)[-1].decode(errors="replace"))
+            next(fields, None)  # the rename's source path
+        elif entry[:2] == b"? ":
+            paths.append(entry[2:].decode(errors="replace"))
+    return commit, paths[:limit]
+
+
 def head(worktree: Path) -> Head:
     """HEAD's commit, tree and branch; ``VERIFY_NO_COMMIT`` on an unborn branch."""
     done = _git(worktree, "rev-parse", "-q", "HEAD^{commit}", "HEAD^{tree}")
@@ -63,6 +93,36 @@ def head(worktree: Path) -> Head:
         raise AgentOpsError("VERIFY_NO_COMMIT", f"HEAD of {worktree} has no commit yet")
     branch = _git(worktree, "rev-parse", "--symbolic-full-name", "HEAD").stdout.decode().strip()
     return Head(lines[0], lines[1], branch if branch.startswith("refs/heads/") else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Where a checkout is and what HEAD is, from one ``git rev-parse`` call."""
+
+    toplevel: Path
+    common_dir: Path
+    git_dir: Path
+    head: Head | None  # None on an unborn branch
+
+
+def probe(path: Path) -> Probe:
+    """``REPO_NOT_FOUND``/``REPO_BARE`` outside a working tree."""
+    where = ("--path-format=absolute", "--show-toplevel", "--git-common-dir", "--git-dir")
+    done = _git(path, "rev-parse", *where, "HEAD^{commit}", "HEAD^{tree}", "--symbolic-full-name", "HEAD")
+    lines = done.stdout.decode().splitlines()
+    if done.returncode == 0 and len(lines) == 6:
+        branch = lines[5] if lines[5].startswith("refs/heads/") else None
+        return Probe(
+            Path(lines[0]), Path(lines[1]).resolve(), Path(lines[2]).resolve(), Head(lines[3], lines[4], branch)
+        )
+    base = _git(path, "rev-parse", *where)  # no commit yet, or not a working tree
+    lines = base.stdout.decode().splitlines()
+    if base.returncode != 0 or len(lines) != 3:
+        raise AgentOpsError(
+            "REPO_BARE" if b"work tree" in base.stderr else "REPO_NOT_FOUND",
+            f"{path} is not inside a working tree of a Git repository",
+        )
+    return Probe(Path(lines[0]), Path(lines[1]).resolve(), Path(lines[2]).resolve(), None)
 
 
 def toplevel(path: Path) -> Path:

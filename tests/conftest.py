@@ -16,7 +16,8 @@ import pygit2
 import pytest
 
 from git_agentops.clock import FixedClock
-from git_agentops.gitstore.repo import Identity, Store, open_store
+from git_agentops.gitstore.identity import Identity
+from git_agentops.gitstore.repo import Store, open_store
 
 FIXED_DATE = "2026-01-01T00:00:00+00:00"
 IDENTITY = Identity("Test Agent", "agent@example.invalid")

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 from git_agentops.clock import SystemClock
+from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.journal import Journal
 from git_agentops.gitstore.notes import Notes
 from git_agentops.gitstore.refs import create_ref
-from git_agentops.gitstore.repo import Identity, open_store
+from git_agentops.gitstore.repo import open_store
 
 IDENTITY = Identity("Race Worker", "race@example.invalid")
 

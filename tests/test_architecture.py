@@ -218,6 +218,8 @@ def test_readme_lists_every_error_code() -> None:
         "import git_agentops.errors, git_agentops.canonical, git_agentops.gitstore.refnames",
         "import git_agentops.gitstore.private",
         "from git_agentops.cli import doctor; doctor.build_parser().format_help()",
+        "import git_agentops.cli.verify, git_agentops.verify.core, git_agentops.policy.load, git_agentops.policy.trust",
+        "import git_agentops.gitstore.notes, git_agentops.gitstore.backend, git_agentops.verify.evidence",
     ],
 )
 def test_light_imports_do_not_pull_pygit2_or_jsonschema(statement: str) -> None:

@@ -265,4 +265,4 @@ def test_verify_without_a_commit_or_worktree(run_cli: Any, tmp_path: Path, where
     git(tmp_path, "init", "-q", *(["--bare"] if where == "bare" else []), str(repo))
     done = run_cli("git", "agentops-verify", cwd=repo)
     assert done.returncode == 3
-    assert ("POLICY_MISSING" if where == "unborn" else "REPO_BARE") in done.stderr
+    assert ("VERIFY_NO_COMMIT" if where == "unborn" else "REPO_BARE") in done.stderr

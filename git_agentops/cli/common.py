@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +166,8 @@ def _log_dir(cwd: Path, env: Mapping[str, str]) -> Path:
 
 def write_crash_log(prog: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Path | None:
     """Write the current exception's traceback to a private log file; None if even that fails."""
+    import traceback
+
     from ..gitstore.private import write_private
 
     text = (

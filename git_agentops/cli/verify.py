@@ -3,6 +3,9 @@
 Evidence is recorded as notes on the verified commit (``git notes --ref=agentops/evidence show HEAD``). A passing
 result for the same tree, command, policy and environment is reused unless ``--fresh``. Exit 0 when every
 required command passed, 1 otherwise.
+
+This command talks to git through plumbing subprocesses rather than pygit2: importing pygit2 alone costs more
+than the whole command is allowed to add to the commands it runs.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from ..errors import AgentOpsError
 from .common import Context, Parser, build, run
 
 
@@ -21,21 +25,33 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
+    from ..checkout import probe
+    from ..gitstore.backend import GitCliBackend, git_config
+    from ..gitstore.identity import DEFAULT_IDENTITY, Identity
     from ..policy.load import cache_dir_for, load_policy
-    from ..policy.trust import TrustStore
-    from ..verify.core import verify_checkout
+    from ..policy.trust import TrustStore, repo_identity
+    from ..verify.core import describe, verify_checkout
+    from ..verify.evidence import EvidenceStore
 
-    store = ctx.store()
-    worktree = ctx.worktree()
-    policy = load_policy(worktree, cache_dir=cache_dir_for(store.common_dir))
-    verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), policy)
+    where = probe(ctx.cwd)
+    worktree, common_dir = where.toplevel, where.common_dir
+    if where.head is None:
+        raise AgentOpsError("VERIFY_NO_COMMIT", f"HEAD of {worktree} has no commit yet")
+    config = git_config(worktree, "user.name", "user.email", "remote.origin.url")
+    name, email = config.get("user.name"), config.get("user.email")
+    identity = Identity(name, email) if name and email else DEFAULT_IDENTITY
+    policy = load_policy(worktree, cache_dir=cache_dir_for(common_dir))
+    verdict = TrustStore(ctx.state_dir(), ctx.clock).status(
+        repo_identity(common_dir, config.get("remote.origin.url")), policy
+    )
     task = None
     if args.task:
         from ..taskbook import find
 
-        task = find(store, args.task)[1]
+        task = find(ctx.store(), args.task)[1]
+    backend = GitCliBackend(worktree, environ=ctx.env, identity=identity, clock=ctx.clock)
     outcome = verify_checkout(
-        store,
+        EvidenceStore(backend),
         worktree=worktree,
         policy=policy,
         trust=verdict,
@@ -45,15 +61,10 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         fresh=args.fresh,
         progress=ctx.progress if ctx.interactive else None,
     )
-    if ctx.interactive:
-        summary = [f"{'PASSED' if outcome.passed else 'FAILED'}: {outcome.commit[:12]} (tree {outcome.tree[:12]})"]
-    else:
-        from ..verify.core import describe
-
-        summary = [describe(r) for r in outcome.records]
-        summary.append(f"{'PASSED' if outcome.passed else 'FAILED'}: {outcome.commit[:12]} (tree {outcome.tree[:12]})")
+    verdict_line = f"{'PASSED' if outcome.passed else 'FAILED'}: {outcome.commit[:12]} (tree {outcome.tree[:12]})"
+    summary = [verdict_line] if ctx.interactive else [*map(describe, outcome.records), verdict_line]
     for failure in outcome.failures():
-        if failure["tail"] and not ctx.json:
+        if failure["tail"]:
             summary.append(f"--- last output of {failure['commandId']} ---\n{failure['tail'].rstrip()[-2000:]}")
     ctx.emit(outcome.to_json(), summary)
     return 0 if outcome.passed else 1

@@ -25,8 +25,8 @@ import pygit2
 from .. import documents
 from ..canonical import canonical_json, sha256_hex
 from ..errors import AgentOpsError
-from .refnames import check_ref_name
-from .refs import RefConflict, RefUpdate, _LockBusy, read_commit_ref, read_ref, try_update_refs
+from .refnames import RefConflict, check_ref_name
+from .refs import RefUpdate, _LockBusy, read_commit_ref, read_ref, try_update_refs
 from .repo import Store
 from .retry import DEFAULT_POLICY, Retry, RetryPolicy, RetryStats, run_with_retry
 

@@ -4,183 +4,170 @@
 flat tree whose cost grows with every note. Here a note is added by writing the notes commit ourselves: the
 annotated object's hex id split 2/38 (``ab/cdef...``, git's own fan-out, which ``git notes show`` reads), a
 commit whose parent is the old tip, and a compare-and-swap of the notes ref -- retried as a whole when another
-writer won. Adding a note to an object that already has one on this ref is ``NOTE_EXISTS``: receipts and
-delivery records are append-only.
+writer won.
+
+* :meth:`Notes.add` is create-only: a second note for the same object is ``NOTE_EXISTS`` (receipts).
+* :meth:`Notes.append` is append-only: the new note is the old one followed by new records, for several objects
+  in one commit (evidence, delivery records).
 
 Reading accepts every layout git itself writes (flat, 2/38, 2/2/36...), since ``git notes add`` may have
-written some of the notes on the same ref.
+written some notes on the same ref; a flat note we append to is moved into the fan-out.
+
+The writer works over an :class:`~git_agentops.gitstore.backend.ObjectBackend`: pygit2 in a long-lived process,
+git plumbing in a short command that should not pay pygit2's import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final
-
-import pygit2
+from typing import TYPE_CHECKING, Final, cast
 
 from ..errors import AgentOpsError
-from .refnames import check_ref_name
-from .refs import RefConflict, RefUpdate, _LockBusy, read_commit_ref, try_update_refs
-from .repo import Store
+from .backend import BLOB_MODE, TREE_MODE, LockBusy, ObjectBackend, Pygit2Backend, TreeEntry
+from .refnames import RefConflict, check_ref_name
 from .retry import DEFAULT_POLICY, Retry, RetryPolicy, run_with_retry
+
+if TYPE_CHECKING:
+    from .repo import Store
 
 RECEIPTS_REF: Final = "refs/notes/agentops/receipts"
 DELIVERIES_REF: Final = "refs/notes/agentops/deliveries"
 EVIDENCE_REF: Final = "refs/notes/agentops/evidence"
-
-_BLOB: Final = pygit2.enums.FileMode.BLOB
-_TREE: Final = pygit2.enums.FileMode.TREE
+_HEX: Final = frozenset("0123456789abcdef")
 
 
-def _find(repo: pygit2.Repository, tree: pygit2.Tree, hexid: str) -> pygit2.Oid | None:
-    """Look ``hexid`` up in a notes tree of any fan-out depth."""
-    node = tree
-    rest = hexid
-    while rest:
-        if rest in node:
-            entry = node[rest]
-            return entry.id if entry.filemode != _TREE else None
-        head = rest[:2]
-        if head not in node:
-            return None
-        sub = repo[node[head].id]
-        if not isinstance(sub, pygit2.Tree):
-            return None
-        node, rest = sub, rest[2:]
-    return None
+def _check_hex(target: object) -> str:
+    hexid = str(target)
+    if len(hexid) != 40 or not set(hexid) <= _HEX:
+        raise AgentOpsError("OBJECT_MISSING", f"{hexid!r} is not a full lowercase object id")
+    return hexid
 
 
 class Notes:
     """One notes ref (e.g. ``refs/notes/agentops/receipts``)."""
 
-    def __init__(self, store: Store, ref: str, *, retry: RetryPolicy = DEFAULT_POLICY) -> None:
+    def __init__(self, store: Store | ObjectBackend, ref: str, *, retry: RetryPolicy = DEFAULT_POLICY) -> None:
         if not ref.startswith("refs/notes/"):
             raise AgentOpsError("REF_NAME_INVALID", f"{ref!r} is not under refs/notes/")
-        self.store = store
+        self.backend: ObjectBackend = (
+            cast("ObjectBackend", store) if hasattr(store, "cas_ref") else Pygit2Backend(store)
+        )
         self.ref = check_ref_name(ref)
         self.retry = retry
 
-    def _tip(self) -> pygit2.Commit | None:
-        return read_commit_ref(self.store, self.ref)
-
-    @staticmethod
-    def _hex(target: pygit2.Oid | str) -> str:
-        hexid = str(target)
-        if len(hexid) != 40 or any(c not in "0123456789abcdef" for c in hexid):
-            raise AgentOpsError("OBJECT_MISSING", f"{hexid!r} is not a full lowercase object id")
-        return hexid
-
-    def read(self, target: pygit2.Oid | str) -> bytes | None:
-        """The note on ``target``, or None."""
-        tip = self._tip()
+    # -- reading -----------------------------------------------------------------------------------------------------
+    def _root(self) -> tuple[str | None, list[TreeEntry]]:
+        tip = self.backend.read_ref(self.ref)
         if tip is None:
-            return None
-        blob_id = _find(self.store.repo, tip.tree, self._hex(target))
-        if blob_id is None:
-            return None
-        blob = self.store.repo[blob_id]
-        return blob.data if isinstance(blob, pygit2.Blob) else None
+            return None, []
+        return tip, self.backend.read_tree(self.backend.commit_tree_id(tip))
 
-    def _commit(self, compute: Callable[[pygit2.Tree | None], dict[str, bytes]], message: str, code: str) -> str:
+    def _find(self, root: list[TreeEntry], hexid: str) -> tuple[str, str] | None:
+        """(path in the notes tree, blob id) of the note on ``hexid``, at any fan-out depth."""
+        entries, rest, prefix = root, hexid, ""
+        while rest:
+            by_name = {e.name: e for e in entries}
+            if rest in by_name and not by_name[rest].is_tree:
+                return prefix + rest, by_name[rest].oid
+            head = by_name.get(rest[:2])
+            if head is None or not head.is_tree:
+                return None
+            entries, rest, prefix = self.backend.read_tree(head.oid), rest[2:], prefix + rest[:2] + "/"
+        return None
+
+    def read(self, target: object) -> bytes | None:
+        """The note on ``target``, or None."""
+        _, root = self._root()
+        found = self._find(root, _check_hex(target))
+        return self.backend.read_blob(found[1]) if found else None
+
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        """Every (annotated object hex id, note bytes), by walking the notes tree."""
+        _, root = self._root()
+        yield from self._walk(root, "")
+
+    def _walk(self, entries: list[TreeEntry], prefix: str) -> Iterator[tuple[str, bytes]]:
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_tree and len(entry.name) == 2:
+                yield from self._walk(self.backend.read_tree(entry.oid), name)
+            elif not entry.is_tree and len(name) == 40:
+                yield name, self.backend.read_blob(entry.oid)
+
+    # -- writing -----------------------------------------------------------------------------------------------------
+    def _commit(self, compute: Callable[[list[TreeEntry]], dict[str, bytes]], message: str) -> str:
         """Write the notes ``compute(root)`` returns ({hex id: content}) in one CAS commit, retrying as a whole."""
-        repo = self.store.repo
+        backend = self.backend
 
         def attempt() -> str:
-            tip = self._tip()
-            root = tip.tree if tip is not None else None
+            tip, root = self._root()
             contents = compute(root)
-            root_builder = repo.TreeBuilder(root) if root is not None else repo.TreeBuilder()
             by_fan: dict[str, dict[str, bytes]] = {}
             for hexid, data in contents.items():
-                if root is not None and hexid in root:  # git wrote this note flat: move it to the fan-out
-                    root_builder.remove(hexid)
                 by_fan.setdefault(hexid[:2], {})[hexid[2:]] = data
-            for fan, entries in by_fan.items():
-                sub: pygit2.Tree | None = None
-                if root is not None and fan in root:
-                    candidate = repo[root[fan].id]
-                    sub = candidate if isinstance(candidate, pygit2.Tree) else None
-                sub_builder = repo.TreeBuilder(sub) if sub is not None else repo.TreeBuilder()
-                for rest, data in entries.items():
-                    sub_builder.insert(rest, repo.create_blob(data), _BLOB)
-                root_builder.insert(fan, sub_builder.write(), _TREE)
-            signature = self.store.signature()
-            parents = [tip.id] if tip is not None else []
-            commit = repo.create_commit(None, signature, signature, message + "\n", root_builder.write(), parents)
+            top = {e.name: e for e in root if e.name not in contents}  # a flat note moves into the fan-out
+            for fan, notes in by_fan.items():
+                old = top.get(fan)
+                sub = {e.name: e for e in backend.read_tree(old.oid)} if old is not None and old.is_tree else {}
+                for rest, data in notes.items():
+                    sub[rest] = TreeEntry(rest, BLOB_MODE, backend.write_blob(data))
+                top[fan] = TreeEntry(fan, TREE_MODE, backend.write_tree(sorted(sub.values(), key=_git_order)))
+            tree = backend.write_tree(sorted(top.values(), key=_git_order))
+            commit = backend.write_commit(tree, [tip] if tip else [], message + "\n")
             try:
-                try_update_refs(self.store, [RefUpdate(self.ref, commit, str(tip.id) if tip else None)], message[:80])
+                backend.cas_ref(self.ref, commit, tip, message[:80])
             except RefConflict as lost:
                 raise Retry(f"{self.ref} moved") from lost
-            except _LockBusy as busy:
+            except LockBusy as busy:
                 raise Retry(f"{self.ref} locked") from busy
-            return str(commit)
+            return commit
 
-        return run_with_retry(attempt, policy=self.retry, code=code, what=f"writing notes on {self.ref}")
+        return run_with_retry(attempt, policy=self.retry, code="NOTES_CONTENDED", what=f"writing notes on {self.ref}")
 
-    def _checked(self, target: pygit2.Oid | str) -> str:
-        hexid = self._hex(target)
-        if not self.store.has_object(hexid):
+    def _checked(self, target: object) -> str:
+        hexid = _check_hex(target)
+        if not self.backend.has_object(hexid):
             raise AgentOpsError("OBJECT_MISSING", f"cannot annotate {hexid}: no such object")
         return hexid
 
-    def _existing(self, root: pygit2.Tree | None, hexid: str) -> bytes | None:
-        if root is None:
-            return None
-        blob_id = _find(self.store.repo, root, hexid)
-        if blob_id is None:
-            return None
-        blob = self.store.repo[blob_id]
-        return blob.data if isinstance(blob, pygit2.Blob) else None
-
-    def add(self, target: pygit2.Oid | str, data: bytes, *, message: str = "Notes added by git-agentops") -> str:
+    def add(self, target: object, data: bytes, *, message: str = "Notes added by git-agentops") -> str:
         """Attach ``data`` to ``target`` unless it already has a note here. Returns the notes commit id.
 
         Raises ``NOTE_EXISTS``, ``OBJECT_MISSING`` (no such object), ``NOTES_CONTENDED``.
         """
         hexid = self._checked(target)
 
-        def compute(root: pygit2.Tree | None) -> dict[str, bytes]:
-            if self._existing(root, hexid) is not None:
+        def compute(root: list[TreeEntry]) -> dict[str, bytes]:
+            if self._find(root, hexid) is not None:
                 raise AgentOpsError("NOTE_EXISTS", f"{hexid} already has a note on {self.ref}")
             return {hexid: data}
 
-        return self._commit(compute, message, "NOTES_CONTENDED")
+        return self._commit(compute, message)
 
     def append(self, lines: Mapping[str, bytes], *, message: str = "Notes appended by git-agentops") -> str:
         """Append ``lines`` (newline-terminated records) to the notes of several objects in one commit.
 
-        Append-only: each object's new note is its old note followed by the new lines, so a record once written
-        is never changed or dropped. Raises ``OBJECT_MISSING``, ``NOTES_CONTENDED``.
+        Each object's new note is its old note followed by the new lines, so a record once written is never
+        changed or dropped. Raises ``OBJECT_MISSING``, ``NOTES_CONTENDED``.
         """
         targets = {self._checked(t): data for t, data in lines.items()}
         for data in targets.values():
             if not data.endswith(b"\n"):
                 raise ValueError("appended note records end with a newline")
 
-        def compute(root: pygit2.Tree | None) -> dict[str, bytes]:
+        def compute(root: list[TreeEntry]) -> dict[str, bytes]:
             out = {}
             for hexid, data in targets.items():
-                old = self._existing(root, hexid) or b""
+                found = self._find(root, hexid)
+                old = self.backend.read_blob(found[1]) if found else b""
                 if old and not old.endswith(b"\n"):
                     old += b"\n"
                 out[hexid] = old + data
             return out
 
-        return self._commit(compute, message, "NOTES_CONTENDED")
+        return self._commit(compute, message)
 
-    def items(self) -> Iterator[tuple[str, bytes]]:
-        """Every (annotated object hex id, note bytes), in tree order, by walking the notes tree."""
-        tip = self._tip()
-        if tip is None:
-            return
-        yield from self._walk(tip.tree, "")
 
-    def _walk(self, tree: pygit2.Tree, prefix: str) -> Iterator[tuple[str, bytes]]:
-        repo = self.store.repo
-        for entry in tree:
-            name = prefix + str(entry.name)
-            obj = repo[entry.id]
-            if isinstance(obj, pygit2.Tree) and len(str(entry.name)) == 2:
-                yield from self._walk(obj, name)
-            elif isinstance(obj, pygit2.Blob) and len(name) == 40:
-                yield name, obj.data
+def _git_order(entry: TreeEntry) -> bytes:
+    """Git sorts tree entries by name, with a directory compared as if its name ended in '/'."""
+    return entry.name.encode() + (b"/" if entry.is_tree else b"")

@@ -55,3 +55,19 @@ def check_component(value: str, what: str) -> str:
             f"invalid {what} {value!r}: use 1-128 of A-Z a-z 0-9 . _ - starting with a letter or digit",
         )
     return value
+
+
+class RefConflict(AgentOpsError):
+    """The ref did not hold the value the caller expected."""
+
+    def __init__(self, name: str, expected: str | None, actual: str | None) -> None:
+        want = expected or "absent"
+        got = actual or "absent"
+        super().__init__(
+            "REF_CONFLICT",
+            f"{name} moved: expected {want}, found {got}",
+            details={"ref": name, "expected": expected, "actual": actual},
+        )
+        self.name = name
+        self.expected = expected
+        self.actual = actual

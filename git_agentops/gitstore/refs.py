@@ -29,26 +29,10 @@ from dataclasses import dataclass
 import pygit2
 
 from ..errors import AgentOpsError
-from .refnames import check_ref_name
+from .refnames import RefConflict, check_ref_name
 from .repo import Store
 
 OidLike = pygit2.Oid | str
-
-
-class RefConflict(AgentOpsError):
-    """The ref did not hold the value the caller expected."""
-
-    def __init__(self, name: str, expected: str | None, actual: str | None) -> None:
-        want = expected or "absent"
-        got = actual or "absent"
-        super().__init__(
-            "REF_CONFLICT",
-            f"{name} moved: expected {want}, found {got}",
-            details={"ref": name, "expected": expected, "actual": actual},
-        )
-        self.name = name
-        self.expected = expected
-        self.actual = actual
 
 
 class RefLocked(AgentOpsError):

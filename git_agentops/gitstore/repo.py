@@ -13,22 +13,13 @@ its own switch. The setting is process-wide in libgit2.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
 from ..clock import Clock
 from ..errors import AgentOpsError
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    name: str
-    email: str
-
-
-DEFAULT_IDENTITY = Identity("git-agentops", "git-agentops@localhost")
+from .identity import DEFAULT_IDENTITY, Identity
 
 
 def _config_bool(config: pygit2.Config, key: str) -> bool | None:

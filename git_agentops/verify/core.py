@@ -20,19 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..checkout import dirty_paths, head
+from ..checkout import Head, dirty_paths, head, head_and_changes
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..gitstore.repo import Store
 from ..model.policy import CommandSpec, Policy
-from ..model.task import Task, check_runners
 from ..policy.trust import Verdict, require_trusted
 from ..process import run_command, scrub_environment
 from .evidence import EvidenceStore, cached_copy, environment_digest, make_record, stored_tail
 from .parsers import parse_counts
-from .redact import redact
+
+if TYPE_CHECKING:
+    from ..model.task import Task
 
 Progress = Callable[[str], None]
 
@@ -72,6 +72,8 @@ def plan(policy: Policy, task: Task | None) -> list[Planned]:
     """The policy's commands, then the acceptance runners the task's criteria name (each runner once)."""
     planned = [Planned(c, "command") for c in policy.commands]
     if task is not None:
+        from ..model.task import check_runners
+
         check_runners(task, (r.id for r in policy.runners))
         by_runner: dict[str, list[str]] = {}
         for criterion in task.criteria:
@@ -104,7 +106,7 @@ def describe(record: Mapping[str, Any]) -> str:
 
 
 def verify_checkout(
-    store: Store,
+    evidence: EvidenceStore,
     *,
     worktree: Path,
     policy: Policy,
@@ -115,6 +117,7 @@ def verify_checkout(
     fresh: bool = False,
     progress: Progress | None = None,
     grace: float = 3.0,
+    known_head: Head | None = None,
 ) -> Outcome:
     """Run (or reuse) every planned command on the clean HEAD of ``worktree`` and record evidence.
 
@@ -127,7 +130,7 @@ def verify_checkout(
         raise AgentOpsError(
             "VERIFY_NO_COMMANDS", f"{policy.source} defines no [[verify.commands]]: there is nothing to verify"
         )
-    start = head(worktree)
+    start = known_head or head(worktree)
     dirty = dirty_paths(worktree)
     if dirty:
         raise AgentOpsError(
@@ -136,7 +139,6 @@ def verify_checkout(
             "evidence is about a commit: commit or clean them first",
             details={"paths": dirty},
         )
-    evidence = EvidenceStore(store)
     outcome = Outcome(start.commit, start.tree)
     total = len(planned)
     for index, item in enumerate(planned, start=1):
@@ -182,7 +184,7 @@ def verify_checkout(
             tests=tests,
             parse_error=parse_error,
             tail=stored_tail(
-                result.tail, lambda text: redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
+                result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
             ),
             tree=start.tree,
             commit=start.commit,
@@ -194,10 +196,10 @@ def verify_checkout(
         outcome.records.append(record)
         if progress:
             progress(f"[{index}/{total}] {describe(record)}")
-    after = head(worktree)
-    changed = dirty_paths(worktree, untracked=False)
-    if after.commit != start.commit or changed:
-        what = "HEAD moved" if after.commit != start.commit else ", ".join(changed[:5])
+    ran = any(not r["cached"] for r in outcome.records)
+    after, changed = head_and_changes(worktree, untracked=False) if ran else (start.commit, [])
+    if after != start.commit or changed:  # when nothing ran, nothing can have changed the checkout
+        what = "HEAD moved" if after != start.commit else ", ".join(changed[:5])
         raise AgentOpsError(
             "VERIFY_DIRTY",
             f"the checkout changed while verifying ({what}); nothing was recorded -- a verification command must "
@@ -205,6 +207,12 @@ def verify_checkout(
         )
     outcome.notes_commit = evidence.record(start.commit, start.tree, outcome.records)
     return outcome
+
+
+def _redact(text: str, patterns: tuple[str, ...]) -> str:
+    from .redact import redact  # compiling the secret rules is only worth it when there is output
+
+    return redact(text, patterns)
 
 
 def _shown(command: CommandSpec) -> str:

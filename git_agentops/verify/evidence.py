@@ -22,15 +22,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__, documents
 from ..canonical import canonical_bytes, digest
 from ..clock import iso8601
 from ..errors import AgentOpsError
+from ..gitstore.backend import ObjectBackend
 from ..gitstore.notes import EVIDENCE_REF, Notes
-from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
+
+if TYPE_CHECKING:
+    from ..gitstore.repo import Store
 
 TAIL_CHARS: Final = 4096
 
@@ -51,6 +54,8 @@ def stored_tail(tail: bytes, redact: Callable[[str], str], *, cut: bool) -> str:
     orphaned END line is withheld, since redaction cannot recognise half a key.
     """
     text = tail.decode("utf-8", errors="replace")
+    if not text:
+        return ""
     if cut:
         text = text[text.find("\n") + 1 :]
         end = _ORPHAN_KEY_END.search(text)
@@ -126,9 +131,9 @@ def parse_records(data: bytes | None, *, what: str) -> list[dict[str, Any]]:
 
 
 class EvidenceStore:
-    """Evidence notes of one repository."""
+    """Evidence notes of one repository (through pygit2 or git plumbing)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store | ObjectBackend) -> None:
         self.notes = Notes(store, EVIDENCE_REF)
 
     def for_commit(self, commit: str) -> list[dict[str, Any]]:

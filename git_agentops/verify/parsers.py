@@ -39,7 +39,6 @@ with an ``<error>`` in its report (and one that also failed gets two testcases, 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -174,6 +173,8 @@ def parse_junit(data: bytes, *, what: str = "JUnit report") -> TestCounts:
     if len(data) > MAX_JUNIT_BYTES:
         raise AgentOpsError("DOC_TOO_LARGE", f"{what} is {len(data)} bytes, over its limit of {MAX_JUNIT_BYTES}")
     _refuse_unsafe_xml(data, what)
+    import xml.etree.ElementTree as ET  # only reports need it; keep the import off the common path
+
     try:
         root = ET.fromstring(data)  # noqa: S314 -- no DTD (checked above), so no entity can expand
     except ET.ParseError as exc:

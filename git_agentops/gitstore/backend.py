@@ -1,0 +1,293 @@
+"""Two ways to read and write objects and refs: pygit2 in-process, or git plumbing subprocesses.
+
+pygit2 is the fast path for a long-lived process (a supervisor writes thousands of journal commits), but merely
+importing it costs ~100 ms -- more than a whole ``git agentops-verify`` may add. A short-lived command that makes
+a handful of writes is faster through git's plumbing (~1.5 ms a call): ``cat-file``, ``ls-tree``,
+``hash-object``, ``mktree``, ``commit-tree`` and ``update-ref <ref> <new> <old>``, which is git's own
+compare-and-swap (and fires the ``reference-transaction`` hook, as any git ref update does).
+
+Code that only needs these primitives (the notes writer) takes an :class:`ObjectBackend` and works with either.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
+
+from ..clock import Clock
+from ..errors import AgentOpsError
+from .identity import Identity
+from .refnames import RefConflict
+
+if TYPE_CHECKING:
+    from .repo import Store
+
+ZERO: Final = "0" * 40
+TREE_MODE: Final = "040000"
+BLOB_MODE: Final = "100644"
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    name: str
+    mode: str  # "100644", "040000"...
+    oid: str
+
+    @property
+    def is_tree(self) -> bool:
+        return self.mode in ("040000", "40000")
+
+
+class LockBusy(Exception):
+    """The ref is locked by another writer right now."""
+
+
+class ObjectBackend(Protocol):
+    def read_ref(self, name: str) -> str | None: ...
+    def commit_tree_id(self, commit: str) -> str: ...
+    def read_tree(self, oid: str) -> list[TreeEntry]: ...
+    def read_blob(self, oid: str) -> bytes: ...
+    def has_object(self, oid: str) -> bool: ...
+    def write_blob(self, data: bytes) -> str: ...
+    def write_tree(self, entries: Sequence[TreeEntry]) -> str: ...
+    def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str: ...
+    def cas_ref(self, name: str, new: str, expected: str | None, message: str) -> None:
+        """Raise :class:`~git_agentops.gitstore.refs.RefConflict` on a mismatch, :class:`LockBusy` if locked."""
+        ...
+
+
+class Pygit2Backend:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def read_ref(self, name: str) -> str | None:
+        from .refs import read_ref
+
+        return read_ref(self.store, name)
+
+    def commit_tree_id(self, commit: str) -> str:
+        return str(self.store.resolve_commit(commit).tree_id)
+
+    def read_tree(self, oid: str) -> list[TreeEntry]:
+        return [TreeEntry(str(e.name), f"{e.filemode:06o}", str(e.id)) for e in self.store.repo[oid]]  # type: ignore[attr-defined]
+
+    def read_blob(self, oid: str) -> bytes:
+        data: bytes = self.store.repo[oid].data  # type: ignore[attr-defined]
+        return data
+
+    def has_object(self, oid: str) -> bool:
+        return self.store.has_object(oid)
+
+    def write_blob(self, data: bytes) -> str:
+        return str(self.store.repo.create_blob(data))
+
+    def write_tree(self, entries: Sequence[TreeEntry]) -> str:
+        import pygit2
+
+        builder = self.store.repo.TreeBuilder()
+        for entry in entries:
+            builder.insert(entry.name, pygit2.Oid(hex=entry.oid), int(entry.mode, 8))
+        return str(builder.write())
+
+    def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str:
+        import pygit2
+
+        signature = self.store.signature()
+        return str(
+            self.store.repo.create_commit(
+                None, signature, signature, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
+            )
+        )
+
+    def cas_ref(self, name: str, new: str, expected: str | None, message: str) -> None:
+        from .refs import RefUpdate, _LockBusy, try_update_refs
+
+        try:
+            try_update_refs(self.store, [RefUpdate(name, new, expected)], message)
+        except _LockBusy as busy:
+            raise LockBusy(name) from busy
+
+
+class GitCliBackend:
+    """Objects and refs through git plumbing, run in ``cwd`` with ``environ`` (plus identity and date)."""
+
+    def __init__(self, cwd: Path, *, environ: Mapping[str, str], identity: Identity, clock: Clock) -> None:
+        self.cwd = cwd
+        self.environ = dict(environ)
+        self.identity = identity
+        self.clock = clock
+        self._reader: subprocess.Popen[bytes] | None = None
+
+    def _git(
+        self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, ok: tuple[int, ...] = (0,)
+    ) -> subprocess.CompletedProcess[bytes]:
+        try:
+            done = subprocess.run(
+                ["git", *args],
+                cwd=self.cwd,
+                input=input,
+                capture_output=True,
+                timeout=120,
+                env=dict(env) if env is not None else self.environ,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise AgentOpsError("GIT_FAILED", f"git {args[0]} could not run: {exc}") from exc
+        if done.returncode not in ok:
+            raise AgentOpsError(
+                "GIT_FAILED", f"git {' '.join(args[:2])} failed: {done.stderr.decode(errors='replace').strip()}"
+            )
+        return done
+
+    def _batch(self) -> subprocess.Popen[bytes]:
+        """One ``git cat-file --batch`` process answers every read of this backend."""
+        if self._reader is None or self._reader.poll() is not None:
+            try:
+                self._reader = subprocess.Popen(
+                    ["git", "cat-file", "--batch"],
+                    cwd=self.cwd,
+                    env=self.environ,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+            except OSError as exc:
+                raise AgentOpsError("GIT_FAILED", f"git cat-file could not run: {exc}") from exc
+        return self._reader
+
+    def _object(self, rev: str) -> tuple[str, str, bytes] | None:
+        """(oid, type, content) of ``rev``, or None when it names nothing."""
+        if "\n" in rev or not rev:
+            raise AgentOpsError("OBJECT_MISSING", f"{rev!r} cannot name an object")
+        reader = self._batch()
+        assert reader.stdin is not None and reader.stdout is not None
+        reader.stdin.write(rev.encode() + b"\n")
+        reader.stdin.flush()
+        header = reader.stdout.readline().decode().split()
+        if len(header) != 3:  # "<rev> missing" / "ambiguous"
+            return None
+        oid, kind, size = header
+        content = reader.stdout.read(int(size) + 1)[:-1]
+        return oid, kind, content
+
+    def close(self) -> None:
+        if self._reader is not None:
+            if self._reader.stdin is not None:
+                self._reader.stdin.close()
+            self._reader.wait(timeout=10)
+            if self._reader.stdout is not None:
+                self._reader.stdout.close()
+            self._reader = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 -- best effort at interpreter shutdown
+            pass
+
+    def read_ref(self, name: str) -> str | None:
+        found = self._object(name)
+        return found[0] if found else None
+
+    def commit_tree_id(self, commit: str) -> str:
+        found = self._object(commit)
+        if found is None or found[1] != "commit" or not found[2].startswith(b"tree "):
+            raise AgentOpsError("OBJECT_MISSING", f"{commit} is not a commit")
+        return found[2][5:45].decode()
+
+    def read_tree(self, oid: str) -> list[TreeEntry]:
+        found = self._object(oid)
+        if found is None or found[1] != "tree":
+            raise AgentOpsError("OBJECT_MISSING", f"{oid} is not a tree")
+        data, out, pos = found[2], [], 0
+        while pos < len(data):
+            space = data.index(b" ", pos)
+            nul = data.index(b"\0", space)
+            mode = data[pos:space].decode().rjust(6, "0")
+            name = data[space + 1 : nul].decode("utf-8", errors="surrogateescape")
+            out.append(TreeEntry(name, mode, data[nul + 1 : nul + 21].hex()))
+            pos = nul + 21
+        return out
+
+    def read_blob(self, oid: str) -> bytes:
+        found = self._object(oid)
+        if found is None or found[1] != "blob":
+            raise AgentOpsError("OBJECT_MISSING", f"{oid} is not a blob")
+        return found[2]
+
+    def has_object(self, oid: str) -> bool:
+        return self._object(oid) is not None
+
+    def write_blob(self, data: bytes) -> str:
+        return self._git("hash-object", "-w", "--no-filters", "--stdin", input=data).stdout.decode().strip()
+
+    def write_tree(self, entries: Sequence[TreeEntry]) -> str:
+        lines = b"".join(
+            f"{e.mode} {'tree' if e.is_tree else 'blob'} {e.oid}\t".encode() + e.name.encode() + b"\0" for e in entries
+        )
+        return self._git("mktree", "-z", input=lines).stdout.decode().strip()
+
+    def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str:
+        when = f"{int(self.clock.now())} +0000"
+        env = {
+            **self.environ,
+            "GIT_AUTHOR_NAME": self.identity.name,
+            "GIT_AUTHOR_EMAIL": self.identity.email,
+            "GIT_COMMITTER_NAME": self.identity.name,
+            "GIT_COMMITTER_EMAIL": self.identity.email,
+            "GIT_AUTHOR_DATE": when,
+            "GIT_COMMITTER_DATE": when,
+        }
+        args = ["commit-tree", "--no-gpg-sign", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        return self._git(*args, input=message.encode(), env=env).stdout.decode().strip()
+
+    def cas_ref(self, name: str, new: str, expected: str | None, message: str) -> None:
+        done = self._git("update-ref", "-m", message, name, new, expected or ZERO, ok=(0, 1, 128))
+        if done.returncode == 0:
+            return
+        error = done.stderr.decode(errors="replace")
+        if "File exists" in error or "Unable to create" in error:
+            raise LockBusy(name)
+        if "but expected" in error or "already exists" in error or "unable to resolve" in error:
+            raise RefConflict(name, expected, self.read_ref(name))
+        raise AgentOpsError("GIT_FAILED", f"git update-ref {name} failed: {error.strip()}")
+
+
+def git_location(cwd: Path) -> tuple[Path, Path]:
+    """(common dir, git dir) of the repository around ``cwd``, asked of git (no pygit2). ``REPO_NOT_FOUND``."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir", "--git-dir"],
+            cwd=cwd,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AgentOpsError("GIT_FAILED", f"git rev-parse could not run: {exc}") from exc
+    lines = done.stdout.decode().splitlines()
+    if done.returncode != 0 or len(lines) != 2:
+        raise AgentOpsError("REPO_NOT_FOUND", f"{cwd} is not inside a Git repository")
+    return Path(lines[0]).resolve(), Path(lines[1]).resolve()
+
+
+def git_config(cwd: Path, *keys: str) -> dict[str, str]:
+    """The values of several config keys in one git call (last value wins); absent keys are left out."""
+    pattern = "^(" + "|".join(k.replace(".", r"\.").lower() for k in keys) + ")$"
+    try:
+        done = subprocess.run(
+            ["git", "config", "-z", "--get-regexp", pattern], cwd=cwd, capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AgentOpsError("GIT_FAILED", f"git config could not run: {exc}") from exc
+    values: dict[str, str] = {}
+    for item in done.stdout.split(b"\0"):
+        if item:
+            key, _, value = item.decode("utf-8", errors="replace").partition("\n")
+            values[key] = value
+    return values
