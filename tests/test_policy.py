@@ -265,3 +265,9 @@ def test_init_detects_project_and_writes_a_valid_policy(run_cli: Any, tmp_path: 
     forced = run_cli("git", "agentops-init", "--yes", "--force", cwd=repo)
     assert forced.returncode == 0
     assert (repo / ".git" / "info" / "exclude").read_text().count(".agentops/worktrees/") == 1
+
+
+def test_the_readme_policy_example_is_valid() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert check_text(example)[1] == []
