@@ -102,27 +102,38 @@ class Probe:
     toplevel: Path
     common_dir: Path
     git_dir: Path
+    objects_dir: Path
+    object_format: str  # "sha1" or "sha256"
     head: Head | None  # None on an unborn branch
 
 
 def probe(path: Path) -> Probe:
     """``REPO_NOT_FOUND``/``REPO_BARE`` outside a working tree."""
-    where = ("--path-format=absolute", "--show-toplevel", "--git-common-dir", "--git-dir")
+    where = (
+        "--path-format=absolute",
+        "--show-toplevel",
+        "--git-common-dir",
+        "--git-dir",
+        "--git-path",
+        "objects",
+        "--show-object-format",
+    )
     done = _git(path, "rev-parse", *where, "HEAD^{commit}", "HEAD^{tree}", "--symbolic-full-name", "HEAD")
     lines = done.stdout.decode().splitlines()
-    if done.returncode == 0 and len(lines) == 6:
-        branch = lines[5] if lines[5].startswith("refs/heads/") else None
-        return Probe(
-            Path(lines[0]), Path(lines[1]).resolve(), Path(lines[2]).resolve(), Head(lines[3], lines[4], branch)
-        )
-    base = _git(path, "rev-parse", *where)  # no commit yet, or not a working tree
-    lines = base.stdout.decode().splitlines()
-    if base.returncode != 0 or len(lines) != 3:
-        raise AgentOpsError(
-            "REPO_BARE" if b"work tree" in base.stderr else "REPO_NOT_FOUND",
-            f"{path} is not inside a working tree of a Git repository",
-        )
-    return Probe(Path(lines[0]), Path(lines[1]).resolve(), Path(lines[2]).resolve(), None)
+    head: Head | None = None
+    if done.returncode == 0 and len(lines) == 8:
+        head = Head(lines[5], lines[6], lines[7] if lines[7].startswith("refs/heads/") else None)
+    else:
+        done = _git(path, "rev-parse", *where)  # no commit yet, or not a working tree
+        lines = done.stdout.decode().splitlines()
+        if done.returncode != 0 or len(lines) != 5:
+            raise AgentOpsError(
+                "REPO_BARE" if b"work tree" in done.stderr else "REPO_NOT_FOUND",
+                f"{path} is not inside a working tree of a Git repository",
+            )
+    return Probe(
+        Path(lines[0]), Path(lines[1]).resolve(), Path(lines[2]).resolve(), Path(lines[3]).resolve(), lines[4], head
+    )
 
 
 def toplevel(path: Path) -> Path:

@@ -98,3 +98,59 @@ def test_append_adds_records_to_several_objects_in_one_commit_and_never_drops_an
     with pytest.raises(ValueError):
         notes.append({head: b"no newline"})
     git(repo_path, "fsck", "--strict")
+
+
+@pytest.mark.parametrize("loose", [False, True])
+def test_git_cli_backend_writes_the_same_notes_as_pygit2(repo_path: Path, tmp_path: Path, loose: bool) -> None:
+    """Differential: the plumbing backend (and its direct loose-object writer) yields byte-identical objects."""
+    import os
+
+    from git_agentops.clock import FixedClock
+    from git_agentops.gitstore.backend import GitCliBackend
+    from git_agentops.gitstore.repo import open_store
+
+    from .conftest import IDENTITY, make_repo
+
+    twin = make_repo(tmp_path / "twin")
+    assert git(twin, "rev-parse", "HEAD") == git(repo_path, "rev-parse", "HEAD")  # same fixed dates and identity
+    head = git(repo_path, "rev-parse", "HEAD")
+    tree = git(repo_path, "rev-parse", "HEAD^{tree}")
+    ours = Notes(open_store(repo_path, clock=FixedClock(), identity=IDENTITY), "refs/notes/agentops/evidence")
+    cli = Notes(GitCliBackend(twin, environ=dict(os.environ), identity=IDENTITY, clock=FixedClock(),
+                              loose_objects=(twin / ".git" / "objects") if loose else None),
+                "refs/notes/agentops/evidence")
+    for notes in (ours, cli):
+        notes.append({head: b'{"n":1}\n', tree: b'{"t":1}\n'})
+        notes.append({head: b'{"n":2}\n'})
+        with pytest.raises(AgentOpsError) as exists:
+            notes.add(head, b"again")
+        assert exists.value.code == "NOTE_EXISTS"
+    assert git(twin, "rev-parse", "refs/notes/agentops/evidence") == git(repo_path, "rev-parse",
+                                                                          "refs/notes/agentops/evidence")
+    assert cli.read(head) == b'{"n":1}\n{"n":2}\n' and dict(cli.items()) == dict(ours.items())
+    assert git(twin, "notes", "--ref=agentops/evidence", "show", tree) == '{"t":1}'
+    git(twin, "fsck", "--strict")
+
+
+def test_git_cli_backend_cas_conflict_and_missing_objects(repo_path: Path) -> None:
+    import os
+
+    from git_agentops.clock import FixedClock
+    from git_agentops.gitstore.backend import GitCliBackend
+    from git_agentops.gitstore.refnames import RefConflict
+
+    from .conftest import IDENTITY
+
+    backend = GitCliBackend(repo_path, environ=dict(os.environ), identity=IDENTITY, clock=FixedClock())
+    head = git(repo_path, "rev-parse", "HEAD")
+    assert backend.read_ref("refs/notes/none") is None and not backend.has_object("1" * 40)
+    backend.cas_ref("refs/agentops/x", head, None, "create")
+    with pytest.raises(RefConflict):
+        backend.cas_ref("refs/agentops/x", head, None, "create twice")
+    with pytest.raises(RefConflict):
+        backend.cas_ref("refs/agentops/x", head, "2" * 40, "stale")
+    notes = Notes(backend, RECEIPTS_REF)
+    with pytest.raises(AgentOpsError) as missing:
+        notes.add("3" * 40, b"x")
+    assert missing.value.code == "OBJECT_MISSING"
+    backend.close()

@@ -49,7 +49,13 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         from ..taskbook import find
 
         task = find(ctx.store(), args.task)[1]
-    backend = GitCliBackend(worktree, environ=ctx.env, identity=identity, clock=ctx.clock)
+    backend = GitCliBackend(
+        worktree,
+        environ=ctx.env,
+        identity=identity,
+        clock=ctx.clock,
+        loose_objects=where.objects_dir if where.object_format == "sha1" else None,
+    )
     outcome = verify_checkout(
         EvidenceStore(backend),
         worktree=worktree,
