@@ -1,0 +1,229 @@
+"""The receipt's statement: an in-toto Statement v1 whose predicate records what one integration did.
+
+Why in-toto: it is the attestation format CI systems and supply-chain tools already read, and its subject binds a
+claim to exact content digests -- here the integrated commit (``gitCommit``) and its tree (``gitTree``), so a
+receipt copied onto another commit is refused.
+
+Why seals: the predicate is large (every delivery, every verification result...). Each part that can be judged on
+its own is a seal, ``{"value": v, "digest": sha256(canonical JSON of v)}`` (:func:`..canonical.seal`), so a
+verifier or a human with ``git agentops-receipt show`` can check, quote and compare one part -- "the deliveries
+of this receipt are ``3f2a...``" -- without re-reading the rest. Seals detect edits of an unsigned receipt that
+forgot to update a digest; only the signature protects against a deliberate forger (and it covers everything).
+
+The predicate (``schemas/receipt-predicate.schema.json``)::
+
+    runId           the run's id
+    goal            seal(goal text)
+    goalHash        digest({"goal": goal}) -- the run record's goalHash, checked against ``goal``
+    policy          seal({configHash, toolkitVersion}) -- the policy binding the run was trusted under
+    tasks           seal([{id, parent, status, title?, revision?, dependencies?}]) -- the task tree
+    contractHash    the task tree's contract hash (model.task.contract_hash)
+    deliveries      seal([{taskId, workerId, generation, sourceCommit, deliveryDigest}]) -- in merge order
+    integration     seal({target, base, order: [task ids], steps: [{label, commit, parents: [2 oids], tree}]})
+    verification    seal([{commandId, argvDigest, exitCode, tests, outputDigest, tree, ...}]) -- evidence summaries
+    reviews         seal([{reviewer, verdict, reportDigest, taskId?}])
+    toolkitVersion  the toolkit that wrote the receipt
+    createdAt       RFC 3339 UTC time the receipt was built
+
+**Complete** (checked by :func:`completeness_problem`, ``RECEIPT_INCOMPLETE`` otherwise): task ids are unique;
+exactly one task is the root (``parent`` null); every other task's parent is a listed task and its parent chain
+reaches the root; every non-root task has status ``delivered`` (the root's own status is not judged: the
+integration this receipt records is what completes it); every delivery names a distinct non-root task; every
+non-root task without children of its own (a leaf) has a delivery.
+
+**Merge chain** (checked by :func:`chain_problem`): ``order`` is the deliveries' task ids in their recorded
+order; there is one step per delivery; step *i* has exactly two parents, the first being step *i-1*'s commit
+(the ``base`` for the first step) and the second the source commit of delivery *i*. The last step is the
+receipt's subject. A delivery is always merged as a two-parent merge commit, never fast-forwarded, so the
+first-parent history of the target shows one commit per delivered task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from .. import documents
+from ..canonical import digest, seal
+from ..clock import iso8601
+from ..model.task import Task
+
+PREDICATE_TYPE: Final = "urn:git-agentops:receipt:v1"
+STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
+PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
+SUBJECT_PREFIX: Final = "git:"
+
+SEALED: Final = ("goal", "policy", "tasks", "deliveries", "integration", "verification", "reviews")
+"""The predicate keys whose values are seals, in the order a verifier checks them."""
+
+_EVIDENCE_FIELDS: Final = (
+    "commandId",
+    "kind",
+    "argvDigest",
+    "exitCode",
+    "passed",
+    "required",
+    "tests",
+    "outputDigest",
+    "tree",
+    "commit",
+    "taskId",
+)
+
+
+def goal_hash(goal: str) -> str:
+    """The goal hash a run records (``model.run.Run.goal_hash``): the digest of ``{"goal": goal}``."""
+    return digest({"goal": goal})
+
+
+def task_record(task: Task) -> dict[str, Any]:
+    """The predicate's record of one task: identity, place in the tree and status (not its full contract)."""
+    return {
+        "id": task.id,
+        "parent": task.parent,
+        "status": str(task.status),
+        "title": task.title,
+        "revision": task.revision,
+        "dependencies": sorted(task.dependencies),
+    }
+
+
+def evidence_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The predicate's summary of one evidence record (``schemas/evidence-record.schema.json``).
+
+    Keeps what a verifier judges -- command, argv digest, exit code, test counts, output digest, tree -- and
+    drops the redacted output tail, timings and environment digest.
+    """
+    return {key: record[key] for key in _EVIDENCE_FIELDS if key in record}
+
+
+def build_predicate(
+    *,
+    run_id: str,
+    goal: str,
+    policy_config_hash: str,
+    toolkit_version: str,
+    tasks: Iterable[Mapping[str, Any] | Task],
+    contract_hash: str,
+    deliveries: Sequence[Mapping[str, Any]],
+    integration: Mapping[str, Any],
+    verification: Sequence[Mapping[str, Any]],
+    reviews: Sequence[Mapping[str, Any]],
+    created_at: float | str,
+) -> dict[str, Any]:
+    """The receipt predicate (layout in the module docstring), validated against its schema.
+
+    ``tasks`` may be :class:`..model.task.Task` values (see :func:`task_record`) or records already in the
+    predicate's form; ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same
+    order); ``created_at`` seconds since the epoch or an RFC 3339 UTC string. The builder records;
+    it does not judge completeness -- :mod:`.verify` does. Raises ``SCHEMA_INVALID`` for a value the schema
+    refuses (a programming error in the caller) and ``CANONICAL_UNSUPPORTED`` for one with no canonical form.
+    """
+    task_records = [task_record(t) if isinstance(t, Task) else dict(t) for t in tasks]
+    predicate: dict[str, Any] = {
+        "runId": run_id,
+        "goal": seal(goal),
+        "goalHash": goal_hash(goal),
+        "policy": seal({"configHash": policy_config_hash, "toolkitVersion": toolkit_version}),
+        "tasks": seal(task_records),
+        "contractHash": contract_hash,
+        "deliveries": seal([dict(d) for d in deliveries]),
+        "integration": seal(
+            {
+                "target": integration["target"],
+                "base": integration["base"],
+                "order": list(integration["order"]),
+                "steps": [
+                    {"label": s["label"], "commit": s["commit"], "parents": list(s["parents"]), "tree": s["tree"]}
+                    for s in integration["steps"]
+                ],
+            }
+        ),
+        "verification": seal([dict(v) for v in verification]),
+        "reviews": seal([dict(r) for r in reviews]),
+        "toolkitVersion": toolkit_version,
+        "createdAt": iso8601(created_at) if isinstance(created_at, int | float) else created_at,
+    }
+    documents.validate(predicate, "receipt-predicate", what="receipt predicate")
+    return predicate
+
+
+def build_statement(*, commit: str, tree: str, subject_name: str, predicate: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-toto Statement binding ``predicate`` to ``commit`` and its ``tree``.
+
+    ``subject_name`` is the target branch (``main``) or ``integration``; the subject is named ``git:<that>``.
+    Raises ``SCHEMA_INVALID`` when the result is not a valid receipt statement.
+    """
+    statement = {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": SUBJECT_PREFIX + subject_name, "digest": {"gitCommit": commit, "gitTree": tree}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": dict(predicate),
+    }
+    documents.validate(statement, "in-toto-statement", what="receipt statement")
+    return statement
+
+
+def completeness_problem(tasks: Sequence[Mapping[str, Any]], deliveries: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the task tree and deliveries are not complete (the rule in the module docstring), or None."""
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for task in tasks:
+        if task["id"] in by_id:
+            return f"task {task['id']} is listed twice"
+        by_id[task["id"]] = task
+    roots = [t["id"] for t in tasks if t["parent"] is None]
+    if len(roots) != 1:
+        return f"the task tree has {len(roots)} root tasks, not exactly one"
+    root = roots[0]
+    for task in tasks:
+        seen = {task["id"]}
+        parent = task["parent"]
+        while parent is not None:
+            if parent not in by_id:
+                return f"task {task['id']} has parent {parent}, which is not in the receipt"
+            if parent in seen:
+                return f"task {task['id']} is on a parent cycle"
+            seen.add(parent)
+            parent = by_id[parent]["parent"]
+    for task in tasks:
+        if task["id"] != root and task["status"] != "delivered":
+            return f"task {task['id']} is {task['status']}, not delivered"
+    delivered: set[str] = set()
+    for delivery in deliveries:
+        task_id = delivery["taskId"]
+        if task_id not in by_id:
+            return f"delivery of {task_id} names a task that is not in the receipt"
+        if task_id == root:
+            return f"delivery of {task_id} names the root task; only child tasks are delivered"
+        if task_id in delivered:
+            return f"task {task_id} is delivered twice"
+        delivered.add(task_id)
+    parents = {t["parent"] for t in tasks}
+    for task in tasks:
+        if task["id"] != root and task["id"] not in parents and task["id"] not in delivered:
+            return f"task {task['id']} is marked delivered but has no delivery in the receipt"
+    return None
+
+
+def chain_problem(integration: Mapping[str, Any], deliveries: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the recorded merge chain is not consistent with the deliveries (module docstring), or None."""
+    order = list(integration["order"])
+    delivered = [d["taskId"] for d in deliveries]
+    if order != delivered:
+        return "the merge order is not the deliveries' task ids in their recorded order"
+    steps = integration["steps"]
+    if len(steps) != len(deliveries):
+        return f"{len(steps)} merge steps for {len(deliveries)} deliveries"
+    previous = integration["base"]
+    for index, (step, delivery) in enumerate(zip(steps, deliveries, strict=True)):
+        first, second = step["parents"]
+        if first != previous:
+            what = "the base" if index == 0 else f"step {index - 1}'s commit"
+            return f"merge step {index} ({step['label']}) has first parent {first[:12]}, not {what} {previous[:12]}"
+        if second != delivery["sourceCommit"]:
+            return (
+                f"merge step {index} ({step['label']}) merges {second[:12]}, not the source commit "
+                f"{delivery['sourceCommit'][:12]} of {delivery['taskId']}"
+            )
+        previous = step["commit"]
+    return None

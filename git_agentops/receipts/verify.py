@@ -1,0 +1,220 @@
+"""Judging one commit's receipt: the check CI runs on every integrated commit.
+
+Why a verdict and not an exception: a bad receipt is the *answer* of ``git agentops-receipt verify`` (exit 1), not
+a failure of the tool, and a range of commits is judged commit by commit. :func:`verify_receipt` therefore
+returns a :class:`Verdict` for every receipt, however broken, and raises only for programming errors.
+
+The checks run in this order and the first failure is the verdict, each with its own code:
+
+1. ``RECEIPT_MISSING`` -- no receipt;
+2. ``RECEIPT_MALFORMED`` -- the envelope is not strict JSON matching ``dsse-envelope``, its payloadType is not
+   in-toto's, or the payload is not a receipt statement (``_type``, ``predicateType``, ``in-toto-statement`` and
+   ``receipt-predicate`` schemas);
+3. ``RECEIPT_SIGNATURE_INVALID`` / ``RECEIPT_UNTRUSTED_SIGNER`` -- every signature must verify against
+   ``allowed_signers`` (several signatures: all of them); with ``require_signature`` an unsigned receipt is
+   ``RECEIPT_SIGNATURE_INVALID``. A signed receipt with no allowed signers file to check it against is
+   ``RECEIPT_UNTRUSTED_SIGNER``: a signature is never ignored;
+4. ``RECEIPT_SUBJECT_MISMATCH`` -- the subject's ``gitCommit``/``gitTree`` are not the commit and its tree;
+5. ``RECEIPT_SEAL_INVALID`` -- a seal's digest does not recompute, or ``goalHash`` is not the goal's;
+6. ``RECEIPT_INCOMPLETE`` -- the task tree is not complete (rule in :mod:`.statement`);
+7. ``RECEIPT_SUBJECT_MISMATCH`` -- the merge chain: internally (order, parents, source commits: see
+   :func:`.statement.chain_problem`), then against the repository -- the last step is the commit, with its real
+   parents and tree, and (given ``first_parent_chain``) the first-parent history from the commit down to the
+   recorded base is exactly the steps' commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..canonical import check_seal
+from ..errors import AgentOpsError
+from . import sshsig
+from .dsse import Envelope, parse_envelope
+from .statement import SEALED, chain_problem, completeness_problem, goal_hash
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The judgement of one commit's receipt: ``ok``, or the first failed check's ``code`` and message."""
+
+    commit: str
+    ok: bool
+    code: str | None
+    message: str
+    principals: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "ok": self.ok,
+            "code": self.code,
+            "message": self.message,
+            "principals": list(self.principals),
+        }
+
+
+class _Fail(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def verify_receipt(
+    data: bytes | None,
+    *,
+    commit: str,
+    tree: str,
+    parents: Sequence[str],
+    first_parent_chain: Callable[[str, str], list[str]] | None,
+    allowed_signers: Path | None,
+    require_signature: bool,
+    when: datetime | None,
+    ssh_keygen: str = "ssh-keygen",
+) -> Verdict:
+    """Judge the receipt ``data`` (the note's bytes, None when there is none) of ``commit`` (module docstring).
+
+    ``tree`` and ``parents`` are the commit's real tree and parents. ``first_parent_chain(commit, base)`` returns
+    the commit's first-parent history, newest first, from ``commit`` (included) until just before ``base``; when
+    ``base`` is not on that path, the whole history (a walk may also stop early once it is longer than the
+    receipt's steps: any list that is not exactly the steps fails). Note that ``git rev-list --first-parent
+    base..commit`` is *not* that walk: it also stops at commits merely reachable from ``base``. None skips the
+    walk. ``when`` is the time signing keys must be valid at (typically the committer date; None: now).
+    """
+    principals: list[str] = []
+    try:
+        if data is None:
+            raise _Fail("RECEIPT_MISSING", f"commit {commit[:12]} has no receipt")
+        env, statement = _parse(data)
+        principals = _check_signatures(env, allowed_signers, require_signature, when, ssh_keygen)
+        _check_subject(statement, commit, tree)
+        predicate = statement["predicate"]
+        values = _check_seals(predicate)
+        problem = completeness_problem(values["tasks"], values["deliveries"])
+        if problem:
+            raise _Fail("RECEIPT_INCOMPLETE", f"the receipt is incomplete: {problem}")
+        _check_chain(
+            values["integration"],
+            deliveries=values["deliveries"],
+            commit=commit,
+            tree=tree,
+            parents=parents,
+            first_parent_chain=first_parent_chain,
+        )
+    except _Fail as failure:
+        return Verdict(commit, False, failure.code, failure.message, tuple(principals))
+    signed = f"signed by {', '.join(principals)}" if principals else "unsigned"
+    return Verdict(commit, True, None, f"receipt of run {predicate['runId']} is valid ({signed})", tuple(principals))
+
+
+def _parse(data: bytes) -> tuple[Envelope, dict[str, Any]]:
+    try:
+        env = parse_envelope(data)
+        return env, env.statement()
+    except AgentOpsError as exc:
+        raise _Fail(exc.code, exc.message) from exc
+
+
+def _check_signatures(
+    env: Envelope, allowed_signers: Path | None, require: bool, when: datetime | None, ssh_keygen: str
+) -> list[str]:
+    if not env.signatures:
+        if require:
+            raise _Fail("RECEIPT_SIGNATURE_INVALID", "the receipt is unsigned but the policy requires a signature")
+        return []
+    if allowed_signers is None:
+        raise _Fail(
+            "RECEIPT_UNTRUSTED_SIGNER",
+            f"the receipt has {len(env.signatures)} signature(s) but no allowed signers file is configured "
+            "to check them against ([receipts] allowed_signers)",
+        )
+    data = env.signing_input()
+    principals = []
+    for index, signature in enumerate(env.signatures):
+        try:
+            principals.append(
+                sshsig.verify(data, signature, allowed_signers=allowed_signers, when=when, ssh_keygen=ssh_keygen)
+            )
+        except AgentOpsError as exc:
+            prefix = f"signature {index + 1} of {len(env.signatures)}: " if len(env.signatures) > 1 else ""
+            raise _Fail(exc.code, prefix + exc.message) from exc
+    return principals
+
+
+def _check_subject(statement: Mapping[str, Any], commit: str, tree: str) -> None:
+    (subject,) = statement["subject"]  # the schema allows exactly one
+    claimed = subject["digest"]
+    if claimed["gitCommit"] != commit:
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH",
+            f"the receipt is for commit {claimed['gitCommit'][:12]}, not {commit[:12]} (copied from another commit?)",
+        )
+    if claimed["gitTree"] != tree:
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH",
+            f"the receipt names tree {claimed['gitTree'][:12]}, but commit {commit[:12]} has tree {tree[:12]}",
+        )
+
+
+def _check_seals(predicate: Mapping[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key in SEALED:
+        try:
+            values[key] = check_seal(predicate[key])
+        except AgentOpsError as exc:
+            raise _Fail("RECEIPT_SEAL_INVALID", f"predicate.{key}: {exc.message}") from exc
+    if predicate["goalHash"] != goal_hash(values["goal"]):
+        raise _Fail("RECEIPT_SEAL_INVALID", "predicate.goalHash is not the hash of the recorded goal")
+    return values
+
+
+def _check_chain(
+    integration: Mapping[str, Any],
+    *,
+    deliveries: Sequence[Mapping[str, Any]],
+    commit: str,
+    tree: str,
+    parents: Sequence[str],
+    first_parent_chain: Callable[[str, str], list[str]] | None,
+) -> None:
+    problem = chain_problem(integration, deliveries)
+    if problem:
+        raise _Fail("RECEIPT_SUBJECT_MISMATCH", f"the recorded merge chain is inconsistent: {problem}")
+    steps = integration["steps"]
+    last = steps[-1]
+    if last["commit"] != commit:
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH",
+            f"the last merge step is commit {last['commit'][:12]}, not the receipt's commit {commit[:12]}",
+        )
+    if list(last["parents"]) != list(parents):
+        shown = ", ".join(p[:12] for p in parents) or "none"
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH",
+            f"the last merge step records parents {', '.join(p[:12] for p in last['parents'])}; "
+            f"commit {commit[:12]} has {shown}",
+        )
+    if last["tree"] != tree:
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH", f"the last merge step records tree {last['tree'][:12]}, not {tree[:12]}"
+        )
+    if first_parent_chain is None:
+        return
+    expected = [step["commit"] for step in reversed(steps)]
+    try:
+        actual = first_parent_chain(commit, integration["base"])
+    except AgentOpsError as exc:  # the recorded base is not in this repository, or git failed on it
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH", f"cannot walk from {commit[:12]} to the recorded base: {exc.message}"
+        ) from exc
+    if actual != expected:
+        raise _Fail(
+            "RECEIPT_SUBJECT_MISMATCH",
+            f"the first-parent history from {commit[:12]} to the base {integration['base'][:12]} has "
+            f"{len(actual)} commit(s) that are not the {len(expected)} recorded merge steps",
+        )
