@@ -1,26 +1,146 @@
 """``git agentops-request``: send a request from a worker to its run supervisor and wait for the response.
 
-Its capability lands with issue #4; until then it refuses with ``NOT_IMPLEMENTED`` (exit 2) and does nothing.
+This is how an agent talks to its supervisor: run it anywhere inside the worker's worktree (or with
+``$AGENTOPS_MAILBOX`` naming the mailbox). It writes one request, atomically, to the worktree's mailbox, carrying
+the worker id, generation and contract hash of ``.agentops/mailbox/instructions.json``, and waits for the answer.
+When the answer is that the contract changed, it re-reads the instructions and sends the same action once more
+with the new contract hash.
+
+actions and their fields:
+  plan       --title --intent --criterion... (2-5)       create the root task (coordinator, once)
+  worker     --title --intent --criterion... [--depends-on TASK_ID...] [--task-id TASK_ID]
+                                                         plan a child task, or re-plan one not yet started
+  handoff    [--source-file PATH...]                     deliver this task (files only for a no-change delivery)
+  question   --prompt TEXT                               ask the user; writers stop until it is answered
+  finalize   [--source-file PATH...]                     integrate every delivery (coordinator)
+  policy     --config-file PATH --expected-policy-hash HASH --approval CAPABILITY=REASON...
+                                                         propose a policy change (coordinator)
+
+Prints ``CODE: message`` and the response's data (``--json``: the response document). Exit 0 when the
+supervisor accepted the request, 1 when it refused it or no answer came within --timeout (REQUEST_TIMEOUT),
+2 for missing or misplaced fields (nothing is sent), 3 outside a worker worktree (REQUEST_NO_MAILBOX).
+An agent may be stopped while it waits (after a handoff or a question): that is expected.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
-from .common import Context, Parser, build, not_implemented, run
+from ..errors import AgentOpsError
+from .common import Context, Parser, build, run
+
+DEFAULT_TIMEOUT = 600.0
+
+# option dest -> the request field it fills
+_FIELDS: dict[str, str] = {
+    "title": "title",
+    "intent": "intent",
+    "criterion": "criteria",
+    "depends_on": "dependencies",
+    "task_id": "taskId",
+    "source_file": "sourceFiles",
+    "prompt": "prompt",
+    "config_file": "configFile",
+    "expected_policy_hash": "expectedPolicyHash",
+    "approval": "approvals",
+}
+_OPTION: dict[str, str] = {field: "--" + dest.replace("_", "-") for dest, field in _FIELDS.items()}
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86400 * 7:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most a week of seconds, not {text}")
+    return value
+
+
+def _approval(text: str) -> tuple[str, str]:
+    capability, sep, reason = text.partition("=")
+    if not sep or not capability.strip() or not reason.strip():
+        raise argparse.ArgumentTypeError(f"expected CAPABILITY=REASON (e.g. 'command:lint=read-only'), not {text!r}")
+    return capability.strip(), reason
 
 
 def build_parser() -> Parser:
-    parser = build(
-        "git-agentops-request", "Send a request from a worker to its run supervisor and wait for the response."
+    parser = build("git-agentops-request", __doc__ or "")
+    from ..client import ACTIONS
+
+    parser.add_argument("action", metavar="ACTION", choices=ACTIONS, help=f"one of: {', '.join(ACTIONS)}")
+    parser.add_argument("--title", help="task title (plan, worker)")
+    parser.add_argument("--intent", help="what the task is for (plan, worker)")
+    parser.add_argument("--criterion", action="append", metavar="TEXT", help="an acceptance criterion; repeat")
+    parser.add_argument("--depends-on", action="append", metavar="TASK_ID", help="a dependency (worker); repeat")
+    parser.add_argument("--task-id", metavar="TASK_ID", help="re-plan this not-yet-started task (worker)")
+    parser.add_argument(
+        "--source-file", action="append", metavar="PATH", help="a source file of a no-change delivery; repeat"
     )
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--prompt", help="the question to ask (question)")
+    parser.add_argument("--config-file", metavar="PATH", help="the proposed policy file, relative (policy)")
+    parser.add_argument("--expected-policy-hash", metavar="HASH", help="config hash of the policy it replaces")
+    parser.add_argument(
+        "--approval",
+        action="append",
+        type=_approval,
+        metavar="CAPABILITY=REASON",
+        help="approval of one changed capability (command:<id>, runner:<id>, setup:<n>); repeat",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long to wait for the response (default {DEFAULT_TIMEOUT:.0f})",
+    )
     return parser
 
 
+def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields the options name; ``USAGE`` when the action lacks one or does not take one."""
+    from ..client import OPTIONAL_FIELDS, REQUIRED_FIELDS, approvals
+
+    action: str = args.action
+    fields: dict[str, Any] = {}
+    for dest, field in _FIELDS.items():
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        fields[field] = approvals(value) if dest == "approval" else value
+    if action == "worker":
+        fields.setdefault("dependencies", [])
+    missing = [_OPTION[f] for f in REQUIRED_FIELDS[action] if f not in fields]
+    if missing:
+        raise AgentOpsError("USAGE", f"{action} needs {', '.join(missing)} (see 'git-agentops-request --help')")
+    allowed = {*REQUIRED_FIELDS[action], *OPTIONAL_FIELDS[action]}
+    misplaced = [_OPTION[f] for f in fields if f not in allowed]
+    if misplaced:
+        raise AgentOpsError("USAGE", f"{action} does not take {', '.join(misplaced)}")
+    return fields
+
+
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    not_implemented("git agentops-request", 4)
+    from .. import client, mailbox
+
+    fields = fields_from_args(args)  # before anything is looked up or written
+    worktree = mailbox.find_worktree(ctx.cwd, ctx.env.get("AGENTOPS_MAILBOX"))
+    generation = _own_generation(ctx.env.get("AGENTOPS_GENERATION"))
+    ctx.progress(f"{args.action}: waiting for the supervisor (up to {args.timeout:.0f}s)...")
+    response = client.call(worktree, args.action, fields, timeout=args.timeout, generation=generation)
+    ctx.emit(response, client.describe(response))
+    return 0 if response["ok"] else 1
+
+
+def _own_generation(text: str | None) -> int | None:
+    """The generation an agent was started as (``$AGENTOPS_GENERATION``): its fencing token, when it has one."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise AgentOpsError("USAGE", f"AGENTOPS_GENERATION must be a positive integer, not {text!r}")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
