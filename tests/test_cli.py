@@ -20,9 +20,8 @@ from .conftest import git
 
 COMMANDS = docgen.COMMANDS
 NOT_YET = [
-    ("run", ["start"]),
+    ("run", ["demo"]),
     ("init", ["--hooks"]),
-    ("request", ["plan"]),
     ("receipt", ["verify", "HEAD"]),
     ("hook", ["pre-commit"]),
     ("sync", []),
@@ -72,11 +71,11 @@ def test_usage_error_is_coded_exit_2(run_cli: Any, repo_path: Path) -> None:
 
 
 def test_json_error_object_matches_its_schema(run_cli: Any, repo_path: Path) -> None:
-    done = run_cli(_bin("run"), "start", "--json", cwd=repo_path)
-    assert done.returncode == 2 and done.stdout == ""
+    done = run_cli(_bin("run"), "status", "run-nope", "--json", cwd=repo_path)
+    assert done.returncode == 3 and done.stdout == ""
     doc = json.loads(done.stderr)
     documents.validate(doc, "error")
-    assert doc["error"]["code"] == "NOT_IMPLEMENTED" and doc["error"]["exitStatus"] == 2
+    assert doc["error"]["code"] == "RUN_NOT_FOUND" and doc["error"]["exitStatus"] == 3
 
 
 def _run_boundary(handler: Any, argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:

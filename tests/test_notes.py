@@ -116,17 +116,25 @@ def test_git_cli_backend_writes_the_same_notes_as_pygit2(repo_path: Path, tmp_pa
     head = git(repo_path, "rev-parse", "HEAD")
     tree = git(repo_path, "rev-parse", "HEAD^{tree}")
     ours = Notes(open_store(repo_path, clock=FixedClock(), identity=IDENTITY), "refs/notes/agentops/evidence")
-    cli = Notes(GitCliBackend(twin, environ=dict(os.environ), identity=IDENTITY, clock=FixedClock(),
-                              loose_objects=(twin / ".git" / "objects") if loose else None),
-                "refs/notes/agentops/evidence")
+    cli = Notes(
+        GitCliBackend(
+            twin,
+            environ=dict(os.environ),
+            identity=IDENTITY,
+            clock=FixedClock(),
+            loose_objects=(twin / ".git" / "objects") if loose else None,
+        ),
+        "refs/notes/agentops/evidence",
+    )
     for notes in (ours, cli):
         notes.append({head: b'{"n":1}\n', tree: b'{"t":1}\n'})
         notes.append({head: b'{"n":2}\n'})
         with pytest.raises(AgentOpsError) as exists:
             notes.add(head, b"again")
         assert exists.value.code == "NOTE_EXISTS"
-    assert git(twin, "rev-parse", "refs/notes/agentops/evidence") == git(repo_path, "rev-parse",
-                                                                          "refs/notes/agentops/evidence")
+    assert git(twin, "rev-parse", "refs/notes/agentops/evidence") == git(
+        repo_path, "rev-parse", "refs/notes/agentops/evidence"
+    )
     assert cli.read(head) == b'{"n":1}\n{"n":2}\n' and dict(cli.items()) == dict(ours.items())
     assert git(twin, "notes", "--ref=agentops/evidence", "show", tree) == '{"t":1}'
     git(twin, "fsck", "--strict")

@@ -1,35 +1,330 @@
 """``git agentops-run``: start, supervise and inspect runs of several agents on this repository.
 
-Its capability lands with issue #4; until then it refuses with ``NOT_IMPLEMENTED`` (exit 2) and does nothing.
+    start --goal TEXT [--host NAME] [--recipe FILE] [--target BRANCH] [--budget DURATION] [--detach]
+    supervise RUN          serve an existing run (after a crash, a pause, or with --detach elsewhere)
+    status [RUN]           run status, budget, workers and tasks (the newest run by default)
+    list                   every run in this repository
+    log RUN                the run's events, oldest first (the journal's commits)
+    pause RUN | stop RUN   ask the supervisor to stop the writers (stop also fences the run)
+    resume RUN [--add-budget DURATION] [--no-supervise]
+    answer RUN QUESTION TEXT
+    demo [--dir DIR] [--keep]   an end-to-end run on a scratch repository
+
+In the foreground, start and supervise return when the run ends: exit 0 complete, 1 blocked, budget-limited,
+paused or stopped, 3 refused. With --detach, start returns once a supervisor is running.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from ..errors import AgentOpsError
 from .common import Context, Parser, build, not_implemented, run, subcommands
 
 
 def build_parser() -> Parser:
-    parser = build("git-agentops-run", "Start, supervise and inspect runs of several agents on this repository.")
+    parser = build("git-agentops-run", __doc__ or "")
     add = subcommands(parser)
-    add("start", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("supervise", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("status", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("list", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("log", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("pause", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("resume", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("stop", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("answer", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    add("demo", "(lands with issue #4)").add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    start = add("start", "create a run and supervise it")
+    start.add_argument("--goal", required=True, help="what the run must achieve (immutable)")
+    start.add_argument("--host", help="agent host for the workers (default: the policy's run.default_host)")
+    start.add_argument("--recipe", type=Path, help="recipe for the built-in scripted agent")
+    start.add_argument("--target", help="branch to integrate into (default: the policy's run.target)")
+    start.add_argument("--budget", help="active-time budget, like 90m or 1h30m (default: the policy's)")
+    start.add_argument("--detach", action="store_true", help="supervise in the background and return")
+    supervise = add("supervise", "serve an existing run until it ends")
+    supervise.add_argument("run_id", metavar="RUN")
+    status = add("status", "show a run")
+    status.add_argument("run_id", metavar="RUN", nargs="?")
+    add("list", "list the runs of this repository")
+    log = add("log", "show a run's events, oldest first")
+    log.add_argument("run_id", metavar="RUN")
+    log.add_argument("--limit", type=int, default=0, help="only the newest N events")
+    for name, text in (
+        ("pause", "pause a run (writers stop; resume continues)"),
+        ("stop", "stop a run for good (resume can still revive it)"),
+    ):
+        add(name, text).add_argument("run_id", metavar="RUN")
+    resume = add("resume", "make a run active again and supervise it in the background")
+    resume.add_argument("run_id", metavar="RUN")
+    resume.add_argument("--add-budget", metavar="DURATION", help="extend the active-time budget")
+    resume.add_argument("--no-supervise", action="store_true", help="only mark it active")
+    answer = add("answer", "answer a worker's question")
+    answer.add_argument("run_id", metavar="RUN")
+    answer.add_argument("question_id", metavar="QUESTION")
+    answer.add_argument("text", metavar="TEXT")
+    demo = add("demo", "run the built-in end-to-end demo on a scratch repository")
+    demo.add_argument("--dir", type=Path, help="where to build the scratch repository")
+    demo.add_argument("--keep", action="store_true", help="keep the scratch repository")
     return parser
 
 
+def _latest(ctx: Context) -> str:
+    from ..runstate import list_runs
+
+    runs = list_runs(ctx.store())
+    if not runs:
+        raise AgentOpsError("RUN_NOT_FOUND", "this repository has no runs ('git agentops-run start' creates one)")
+    return max(runs, key=lambda r: _created(ctx, r))
+
+
+def _created(ctx: Context, run_id: str) -> float:
+    from .. import runstate
+
+    try:
+        return runstate.read(ctx.store(), run_id).run().created_at
+    except AgentOpsError:
+        return 0.0
+
+
+def _logger(ctx: Context, run_dir: Path) -> Any:
+    from ..gitstore.private import write_private
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "supervisor.log"
+    if not path.exists():
+        write_private(run_dir, "supervisor.log", b"")
+
+    def log(message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {message}"
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        ctx.progress(line)
+
+    return log
+
+
+def _supervise(ctx: Context, run_id: str) -> str:
+    from ..policy.trust import TrustStore, require_trusted
+    from ..supervisor.loop import Supervisor, run_dir
+    from ..supervisor.runs import bound_policy
+
+    store = ctx.store()
+    policy = bound_policy(store, run_id)
+    verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), policy)
+    require_trusted(verdict)
+
+    def terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    supervisor = Supervisor(
+        store,
+        run_id,
+        policy=policy,
+        trust=verdict,
+        environ=ctx.env,
+        clock=ctx.clock,
+        log=_logger(ctx, run_dir(store, run_id)),
+    )
+    return str(supervisor.serve())
+
+
+def _exit_for(status: str) -> int:
+    return 0 if status == "complete" else 1
+
+
+def _spawn_supervisor(ctx: Context, run_id: str) -> int:
+    """Start a detached supervisor and wait until it holds the run's lock."""
+    from ..gitstore.private import file_lock
+    from ..supervisor.loop import run_dir
+
+    directory = run_dir(ctx.store(), run_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        with file_lock(directory, "supervisor.lock", blocking=False):
+            pass
+    except AgentOpsError as exc:
+        if exc.code == "LOCK_HELD":
+            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}") from exc
+        raise
+    out = os.open(directory / "supervisor.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "git_agentops.cli.run", "supervise", run_id],
+            cwd=ctx.cwd,
+            env=dict(ctx.env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    finally:
+        os.close(out)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            tail = (directory / "supervisor.out").read_text("utf-8", errors="replace")[-2000:]
+            raise AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor exited at once ({child.returncode}):\n{tail}")
+        try:
+            with file_lock(directory, "supervisor.lock", blocking=False):
+                pass
+        except AgentOpsError as exc:
+            if exc.code == "LOCK_HELD":
+                return child.pid
+            raise
+        time.sleep(0.05)
+    raise AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor of {run_id} did not start within 30 s")
+
+
+def _start(args: argparse.Namespace, ctx: Context) -> int:
+    from ..policy.load import cache_dir_for, load_policy
+    from ..policy.trust import TrustStore
+    from ..supervisor.runs import create_run
+
+    store = ctx.store()
+    policy = load_policy(ctx.worktree(), cache_dir=cache_dir_for(store.common_dir))
+    verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), policy)
+    recipe = args.recipe.resolve() if args.recipe else None
+    run_id = create_run(
+        store,
+        goal=args.goal,
+        policy=policy,
+        trust=verdict,
+        host=args.host,
+        recipe=recipe,
+        target=args.target,
+        budget=args.budget,
+        environ=dict(ctx.env),
+        clock=ctx.clock,
+    )
+    if args.detach:
+        pid = _spawn_supervisor(ctx, run_id)
+        ctx.emit(
+            {"runId": run_id, "detached": True, "supervisorPid": pid},
+            [run_id, f"supervising in the background (pid {pid}); 'git agentops-run status {run_id}'"],
+        )
+        return 0
+    if not ctx.json:
+        ctx.out(run_id)
+        sys.stdout.flush()
+    status = _supervise(ctx, run_id)
+    ctx.emit({"runId": run_id, "status": status}, f"{run_id}: {status}")
+    return _exit_for(status)
+
+
+def _status(args: argparse.Namespace, ctx: Context) -> int:
+    from ..supervisor.runs import summary
+
+    run_id = args.run_id or _latest(ctx)
+    doc = summary(ctx.store(), run_id, ctx.clock)
+    lines = [
+        f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
+        f"goal:   {doc['goal']}",
+        f"target: {doc['target']} (base {doc['base'][:12]})",
+        f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time",
+        "",
+        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  TASK",
+    ]
+    lines += [
+        f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  {w['taskId'] or '-'}"
+        for w in doc["workers"]
+    ]
+    lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
+    for task in doc["tasks"]:
+        lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
+        if task["blockedReason"]:
+            lines.append(f"{'':<42}blocked: {task['blockedReason'][:200]}")
+    for question in doc["questions"]:
+        if question["answer"] is None:
+            lines.append(f"\nquestion {question['questionId']} from {question['workerId']}: {question['prompt']}")
+            lines.append(f"  answer: git agentops-run answer {doc['runId']} {question['questionId']} 'TEXT'")
+    ctx.emit(doc, lines)
+    return 0
+
+
+def _list(args: argparse.Namespace, ctx: Context) -> int:
+    from .. import runstate
+
+    docs: list[dict[str, Any]] = []
+    for run_id in runstate.list_runs(ctx.store()):
+        try:
+            r = runstate.read(ctx.store(), run_id).run()
+            docs.append({"runId": run_id, "status": str(r.status), "goal": r.goal, "createdAt": r.created_at})
+        except AgentOpsError as exc:
+            docs.append({"runId": run_id, "status": "unreadable", "goal": exc.message, "createdAt": 0})
+    docs.sort(key=lambda d: d["createdAt"])
+    ctx.emit({"runs": docs}, [f"{d['runId']:<26}{d['status']:<16}{d['goal'][:80]}" for d in docs] or ["no runs"])
+    return 0
+
+
+def _log(args: argparse.Namespace, ctx: Context) -> int:
+    from .. import runstate
+    from ..clock import iso8601
+
+    journal = runstate.journal(ctx.store(), args.run_id)
+    if not journal.exists():
+        raise AgentOpsError("RUN_NOT_FOUND", f"no run {args.run_id!r}")
+    entries = list(journal.log(limit=args.limit or None))[::-1]
+    docs: list[dict[str, Any]] = [
+        {"commit": e.commit, "code": e.code, "summary": e.summary, "data": dict(e.data), "time": e.time}
+        for e in entries
+    ]
+    ctx.emit(
+        {"runId": args.run_id, "events": docs}, [f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}" for d in docs]
+    )
+    return 0
+
+
+def _control(args: argparse.Namespace, ctx: Context) -> int:
+    from ..model.policy import duration_seconds
+    from ..supervisor import runs
+
+    store = ctx.store()
+    if args.command == "pause":
+        result = runs.pause(store, args.run_id)
+    elif args.command == "stop":
+        result = runs.stop(store, args.run_id)
+    elif args.command == "answer":
+        result = runs.answer(store, args.run_id, args.question_id, args.text, ctx.clock)
+    else:
+        extra = duration_seconds(args.add_budget) if args.add_budget else 0
+        result = runs.resume(store, args.run_id, ctx.clock, add_budget=extra)
+    doc: dict[str, Any] = {"runId": args.run_id, "status": str(result.status)}
+    lines = [f"{args.run_id}: {result.status}"]
+    if args.command in ("resume", "answer") and not getattr(args, "no_supervise", False):
+        try:
+            doc["supervisorPid"] = _spawn_supervisor(ctx, args.run_id)
+            lines.append(f"supervising in the background (pid {doc['supervisorPid']})")
+        except AgentOpsError as exc:
+            if exc.code != "RUN_SUPERVISOR_ACTIVE":
+                raise
+            lines.append("its supervisor is already running")
+    ctx.emit(doc, lines)
+    return 0
+
+
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    not_implemented(f"git agentops-run {args.command or ''}".strip(), 4)
+    if args.command == "start":
+        return _start(args, ctx)
+    if args.command == "supervise":
+        status = _supervise(ctx, args.run_id)
+        ctx.emit({"runId": args.run_id, "status": status}, f"{args.run_id}: {status}")
+        return _exit_for(status)
+    if args.command == "status":
+        return _status(args, ctx)
+    if args.command == "list":
+        return _list(args, ctx)
+    if args.command == "log":
+        return _log(args, ctx)
+    if args.command in ("pause", "stop", "resume", "answer"):
+        return _control(args, ctx)
+    if args.command == "demo":
+        not_implemented("git agentops-run demo", 5)
+    raise AgentOpsError("USAGE", "say what to do: start, supervise, status, list, log, pause, resume, stop, answer")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run(build_parser(), _handle, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

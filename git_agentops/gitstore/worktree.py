@@ -1,0 +1,64 @@
+"""Linked worktrees through pygit2: create one on a branch, find one's admin directory, remove one.
+
+``repo.add_worktree`` writes the worktree's admin directory (``$GIT_COMMON_DIR/worktrees/<name>/``: HEAD,
+commondir, gitdir, index) and checks the branch out, exactly as ``git worktree list`` and ``git status``
+expect. It needs an existing ``refs/heads/*`` ref and an existing parent directory. Removing prunes the admin
+directory and deletes the files; the branch stays.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pygit2
+
+from ..errors import AgentOpsError
+from .repo import Store
+
+
+def add_worktree(store: Store, *, name: str, path: Path, branch: str) -> Path:
+    """Check ``branch`` (a full ``refs/heads/...`` name that exists) out at ``path``; returns the admin dir."""
+    reference = store.repo.references.get(branch)
+    if reference is None:
+        raise AgentOpsError("OBJECT_MISSING", f"cannot create a worktree on {branch}: no such branch")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        worktree = store.repo.add_worktree(name, str(path), reference)
+    except (pygit2.GitError, ValueError) as exc:
+        raise AgentOpsError("GIT_FAILED", f"cannot create worktree {name} at {path}: {exc}") from exc
+    return admin_dir(path) or store.common_dir / "worktrees" / worktree.name
+
+
+def admin_dir(path: Path) -> Path | None:
+    """The admin (git) dir of the linked worktree at ``path``, from its ``.git`` file; None if it is not one."""
+    dot_git = path / ".git"
+    try:
+        if dot_git.is_symlink() or not dot_git.is_file():
+            return None
+        text = dot_git.read_text("utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    target = Path(text[len("gitdir: ") :])
+    return (path / target).resolve() if not target.is_absolute() else target.resolve()
+
+
+def remove_worktree(store: Store, path: Path, name: str) -> None:
+    """Delete the worktree's files and prune its admin directory (the branch is kept)."""
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        worktree = store.repo.lookup_worktree(name)
+    except (pygit2.GitError, KeyError):
+        return
+    if worktree is not None:
+        try:
+            worktree.prune(True)
+        except pygit2.GitError:
+            pass
+
+
+def worktree_names(store: Store) -> list[str]:
+    return list(store.repo.list_worktrees())

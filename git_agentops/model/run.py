@@ -1,0 +1,355 @@
+"""Runs and workers as values, and the pure rules that move them.
+
+A **run** pursues one immutable goal with one coordinator and any number of child workers. Its status:
+
+* ``active`` -- supervised, writers may run;
+* ``paused`` / ``stopping`` -- the user asked; writers are stopped and the supervisor exits;
+* ``awaiting-input`` -- a worker asked a question; writers are stopped until ``git agentops-run answer``;
+* ``blocked`` -- a rule stopped it (coordinator without progress, restart storm...); the reason is recorded;
+* ``budget-limited`` -- its active time is spent (never "failed": the work so far is kept);
+* ``complete`` -- integrated, with a receipt. Sticky.
+
+``disable_restart`` is the fence: once set, no writer generation may start until a user resume clears it.
+
+A **worker** is one agent process lineage on one worktree. Every start issues a new **generation**; requests,
+commits and handoffs carry it, so a stale or crashed process can never publish (fencing token).
+
+**Budget** is active wall time, kept as intervals that are open only while a supervisor runs: a pause or a crash
+stops the clock. **Restart storm**: more than :data:`STORM_STARTS` supervisor starts within
+:data:`STORM_WINDOW` seconds since the last user resume blocks the run instead of looping.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from ..canonical import digest
+
+STORM_STARTS: Final = 3
+STORM_WINDOW: Final = 300.0
+NO_PROGRESS_REPEATS: Final = 2  # the same failure fingerprint this many times in a row without progress blocks
+MAX_GENERATIONS: Final = 8  # a hard stop even when every failure looks different
+
+
+class RunStatus(enum.StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    AWAITING_INPUT = "awaiting-input"
+    BLOCKED = "blocked"
+    BUDGET_LIMITED = "budget-limited"
+    STOPPING = "stopping"
+    COMPLETE = "complete"
+
+
+ENDED: Final = frozenset(
+    {RunStatus.BLOCKED, RunStatus.BUDGET_LIMITED, RunStatus.STOPPING, RunStatus.COMPLETE, RunStatus.PAUSED}
+)
+
+
+class WorkerStatus(enum.StrEnum):
+    ASSIGNED = "assigned"
+    STARTING = "starting"
+    RUNNING = "running"
+    IDLE = "idle"
+    HANDING_OFF = "handing-off"
+    STOPPED = "stopped"
+    FENCED = "fenced"
+    BLOCKED = "blocked"
+    DELIVERED = "delivered"
+
+
+ACTIVE_WORKER: Final = frozenset(
+    {WorkerStatus.ASSIGNED, WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.IDLE, WorkerStatus.HANDING_OFF}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    start: float
+    end: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    run_id: str
+    goal: str
+    target: str
+    base_commit: str
+    host: str
+    repository: str
+    policy_config_hash: str
+    budget_seconds: int
+    created_at: float
+    status: RunStatus = RunStatus.ACTIVE
+    status_reason: str | None = None
+    disable_restart: bool = False
+    coordinator_id: str = "coordinator"
+    root_task_id: str | None = None
+    contract_hash: str = ""
+    contract_revision: int = 0
+    recipe_digest: str | None = None
+    intervals: tuple[Interval, ...] = ()
+    supervisor_starts: tuple[float, ...] = ()
+    last_user_resume: float | None = None
+    plan_order: tuple[str, ...] = ()
+    integration: Mapping[str, Any] | None = None
+
+    @property
+    def goal_hash(self) -> str:
+        return digest({"goal": self.goal})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "goal": self.goal,
+            "goalHash": self.goal_hash,
+            "target": self.target,
+            "baseCommit": self.base_commit,
+            "host": self.host,
+            "repository": self.repository,
+            "policyConfigHash": self.policy_config_hash,
+            "status": str(self.status),
+            "statusReason": self.status_reason,
+            "disableRestart": self.disable_restart,
+            "coordinatorId": self.coordinator_id,
+            "rootTaskId": self.root_task_id,
+            "contractHash": self.contract_hash,
+            "contractRevision": self.contract_revision,
+            "recipeDigest": self.recipe_digest,
+            "budget": {"limitSeconds": self.budget_seconds, "intervals": [i.to_json() for i in self.intervals]},
+            "createdAt": self.created_at,
+            "supervisorStarts": list(self.supervisor_starts),
+            "lastUserResume": self.last_user_resume,
+            "planOrder": list(self.plan_order),
+            "integration": dict(self.integration) if self.integration is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Run:
+        return cls(
+            run_id=doc["runId"],
+            goal=doc["goal"],
+            target=doc["target"],
+            base_commit=doc["baseCommit"],
+            host=doc["host"],
+            repository=doc["repository"],
+            policy_config_hash=doc["policyConfigHash"],
+            budget_seconds=int(doc["budget"]["limitSeconds"]),
+            created_at=float(doc["createdAt"]),
+            status=RunStatus(doc["status"]),
+            status_reason=doc.get("statusReason"),
+            disable_restart=bool(doc.get("disableRestart", False)),
+            coordinator_id=doc.get("coordinatorId", "coordinator"),
+            root_task_id=doc.get("rootTaskId"),
+            contract_hash=doc.get("contractHash", ""),
+            contract_revision=int(doc.get("contractRevision", 0)),
+            recipe_digest=doc.get("recipeDigest"),
+            intervals=tuple(Interval(i["start"], i.get("end")) for i in doc["budget"]["intervals"]),
+            supervisor_starts=tuple(doc.get("supervisorStarts", ())),
+            last_user_resume=doc.get("lastUserResume"),
+            plan_order=tuple(doc.get("planOrder", ())),
+            integration=doc.get("integration"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRef:
+    pid: int
+    start_time: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"pid": self.pid, "startTime": self.start_time}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    fingerprint: str
+    code: str
+    message: str
+    generation: int
+    head: str | None
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "code": self.code,
+            "message": self.message,
+            "generation": self.generation,
+            "head": self.head,
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    worker_id: str
+    role: str  # "coordinator" | "child"
+    host: str
+    worktree: str
+    branch: str
+    task_id: str | None = None
+    status: WorkerStatus = WorkerStatus.ASSIGNED
+    generation: int = 0
+    base: str | None = None
+    process: ProcessRef | None = None
+    diagnostic: str | None = None
+    failures: tuple[Failure, ...] = ()
+    started_at: float | None = None
+    blocked_reason: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_WORKER
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workerId": self.worker_id,
+            "role": self.role,
+            "host": self.host,
+            "worktree": self.worktree,
+            "branch": self.branch,
+            "taskId": self.task_id,
+            "status": str(self.status),
+            "generation": self.generation,
+            "base": self.base,
+            "process": self.process.to_json() if self.process else None,
+            "diagnostic": self.diagnostic,
+            "failures": [f.to_json() for f in self.failures],
+            "startedAt": self.started_at,
+            "blockedReason": self.blocked_reason,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Worker:
+        process = doc.get("process")
+        return cls(
+            worker_id=doc["workerId"],
+            role=doc["role"],
+            host=doc["host"],
+            worktree=doc["worktree"],
+            branch=doc["branch"],
+            task_id=doc.get("taskId"),
+            status=WorkerStatus(doc["status"]),
+            generation=int(doc["generation"]),
+            base=doc.get("base"),
+            process=ProcessRef(process["pid"], process["startTime"]) if process else None,
+            diagnostic=doc.get("diagnostic"),
+            failures=tuple(Failure(**{**f, "head": f.get("head")}) for f in doc.get("failures", ())),
+            started_at=doc.get("startedAt"),
+            blocked_reason=doc.get("blockedReason"),
+            extra=dict(doc.get("extra", {})),
+        )
+
+
+# -- budget --------------------------------------------------------------------------------------------------------
+
+
+def used_seconds(intervals: Iterable[Interval], now: float) -> float:
+    """Active time: the sum of closed intervals plus the open one up to ``now``."""
+    return sum(max(0.0, (i.end if i.end is not None else now) - i.start) for i in intervals)
+
+
+def open_interval(run: Run, now: float) -> Run:
+    """Start the clock (once; an interval left open by a crash must be closed first)."""
+    if any(i.end is None for i in run.intervals):
+        return run
+    return replace(run, intervals=(*run.intervals, Interval(now)))
+
+
+def close_intervals(run: Run, at: float) -> Run:
+    """Stop the clock at ``at`` (never before an interval's own start)."""
+    return replace(
+        run, intervals=tuple(i if i.end is not None else Interval(i.start, max(i.start, at)) for i in run.intervals)
+    )
+
+
+# -- supervisor starts -----------------------------------------------------------------------------------------------
+
+
+def is_restart_storm(run: Run, now: float) -> bool:
+    """More than STORM_STARTS starts within STORM_WINDOW seconds, counting only starts after the last user resume."""
+    since = max(run.last_user_resume or 0.0, now - STORM_WINDOW)
+    return sum(1 for t in run.supervisor_starts if t >= since) >= STORM_STARTS
+
+
+# -- failures and progress -------------------------------------------------------------------------------------------
+
+
+def fingerprint(code: str, detail: Mapping[str, Any]) -> str:
+    """A failure's identity: its code and normalised details (command id, failure class...), never its timing."""
+    return digest({"code": code, "detail": dict(detail)})
+
+
+def no_progress(failures: Sequence[Failure]) -> bool:
+    """The last NO_PROGRESS_REPEATS failures share a fingerprint and the worker's HEAD did not move between them."""
+    if len(failures) < NO_PROGRESS_REPEATS:
+        return False
+    last = failures[-NO_PROGRESS_REPEATS:]
+    return len({f.fingerprint for f in last}) == 1 and len({f.head for f in last}) == 1
+
+
+def ready(tasks: Mapping[str, Any], task_id: str) -> bool:
+    """A planned task is ready when every dependency is delivered."""
+    task = tasks[task_id]
+    return task.status == "planned" and all(tasks[d].status == "delivered" for d in task.dependencies if d in tasks)
+
+
+def dependents(tasks: Mapping[str, Any], task_id: str) -> list[str]:
+    """Every task that depends on ``task_id``, directly or not (for blocking a whole subtree)."""
+    found: list[str] = []
+    frontier = [task_id]
+    while frontier:
+        current = frontier.pop()
+        for other in tasks.values():
+            if current in other.dependencies and other.id not in found:
+                found.append(other.id)
+                frontier.append(other.id)
+    return found
+
+
+def has_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """A dependency cycle as a list of ids (first repeated at the end), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in edges.get(node, ()):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if state.get(nxt) is None and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in edges:
+        if state.get(node) is None and (found := visit(node)):
+            return found
+    return None
+
+
+def topological(order: Sequence[str], edges: Mapping[str, Sequence[str]]) -> list[str]:
+    """Dependencies first; ties broken by ``order`` (the plan order)."""
+    rank = {task: i for i, task in enumerate(order)}
+    placed: list[str] = []
+    remaining = list(order)
+    while remaining:
+        for task in sorted(remaining, key=lambda t: rank[t]):
+            if all(d in placed or d not in rank for d in edges.get(task, ())):
+                placed.append(task)
+                remaining.remove(task)
+                break
+        else:
+            raise ValueError("dependency cycle")
+    return placed

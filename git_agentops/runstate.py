@@ -1,0 +1,139 @@
+"""Where a run keeps its state, and typed access to it.
+
+A run's state is the tree of its journal ``refs/agentops/runs/<run>/state``:
+
+    run.json                          the run record (schemas/run.schema.json)
+    workers/<worker>.json             one record per worker
+    tasks/<task>/r<NNNN>.json         every revision of every task (see taskbook)
+    requests/<aa>/<sha256(id)>.json   the idempotency record of each request: its digest and its response
+    questions/<id>.json               questions and their answers
+    artifacts/<aa>/<sha256>           content-addressed blobs (the recipe, diagnostics...)
+
+Every change is one journal commit whose message is the event, so ``git log refs/agentops/runs/<run>/state``
+is the run's audit trail. This module only maps names to paths and JSON to values; the rules live in
+``model.run`` and the supervisor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, Final
+
+from . import taskbook
+from .canonical import sha256_hex
+from .errors import AgentOpsError
+from .gitstore.journal import Change, Journal, Snapshot
+from .gitstore.refnames import check_component
+from .gitstore.refs import list_refs
+from .gitstore.repo import Store
+from .model.run import Run, Worker
+from .model.task import Task
+
+RUNS_PREFIX: Final = "refs/agentops/runs/"
+RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id) or run_id.endswith((".lock", ".")) or ".." in run_id:
+        raise AgentOpsError("RUN_NOT_FOUND", f"{run_id!r} is not a run id")
+    return check_component(run_id, "run id")
+
+
+def state_ref(run_id: str) -> str:
+    return f"{RUNS_PREFIX}{check_run_id(run_id)}/state"
+
+
+def policy_ref(run_id: str) -> str:
+    return f"{RUNS_PREFIX}{check_run_id(run_id)}/policy"
+
+
+def candidate_ref(run_id: str) -> str:
+    return f"{RUNS_PREFIX}{check_run_id(run_id)}/candidate"
+
+
+def delivery_ref(run_id: str, task_id: str) -> str:
+    return f"{RUNS_PREFIX}{check_run_id(run_id)}/deliveries/{task_id}"
+
+
+def branch_ref(run_id: str, worker_id: str) -> str:
+    return f"refs/heads/agentops/{check_run_id(run_id)}/{check_component(worker_id, 'worker id')}"
+
+
+def request_path(request_id: str) -> str:
+    key = sha256_hex(request_id)
+    return f"requests/{key[:2]}/{key}.json"
+
+
+def list_runs(store: Store) -> list[str]:
+    return sorted(
+        name[len(RUNS_PREFIX) : -len("/state")]
+        for name in list_refs(store, RUNS_PREFIX)
+        if name.endswith("/state") and name.count("/") == 4
+    )
+
+
+class RunView:
+    """Typed reads of one state snapshot (or of a mutation's copy-on-write view)."""
+
+    def __init__(self, view: Snapshot) -> None:
+        self.view = view
+
+    @property
+    def exists(self) -> bool:
+        return self.view.exists("run.json")
+
+    def run(self) -> Run:
+        doc = self.view.json("run.json", schema="run")
+        if doc is None:
+            raise AgentOpsError("RUN_NOT_FOUND", "this run has no run.json")
+        return Run.from_json(doc)
+
+    def worker(self, worker_id: str) -> Worker:
+        doc = self.view.json(f"workers/{worker_id}.json", schema="worker")
+        if doc is None:
+            raise AgentOpsError("RUN_WORKER_UNKNOWN", f"no worker {worker_id!r} in this run")
+        return Worker.from_json(doc)
+
+    def workers(self) -> list[Worker]:
+        return [self.worker(name[:-5]) for name in self.view.list("workers") if name.endswith(".json")]
+
+    def tasks(self) -> dict[str, Task]:
+        return {t.id: t for t in taskbook.all_current(self.view)}
+
+    def task(self, task_id: str) -> Task:
+        return taskbook.current(self.view, task_id)
+
+    def request_record(self, request_id: str) -> dict[str, Any] | None:
+        doc = self.view.json(request_path(request_id), schema="request-record")
+        return dict(doc) if doc is not None else None
+
+    def questions(self) -> Iterator[dict[str, Any]]:
+        for name in self.view.list("questions"):
+            doc = self.view.json(f"questions/{name}", schema="question")
+            if doc is not None:
+                yield dict(doc)
+
+
+def put_run(change: Change, run: Run) -> None:
+    change.put_json("run.json", run.to_json(), schema="run")
+
+
+def put_worker(change: Change, worker: Worker) -> None:
+    change.put_json(f"workers/{worker.worker_id}.json", worker.to_json(), schema="worker")
+
+
+def put_question(change: Change, question: dict[str, Any]) -> None:
+    change.put_json(f"questions/{sha256_hex(question['questionId'])[:32]}.json", question, schema="question")
+
+
+def journal(store: Store, run_id: str) -> Journal:
+    return Journal(store, state_ref(run_id))
+
+
+def read(store: Store, run_id: str) -> RunView:
+    """The current state of a run; ``RUN_NOT_FOUND`` when there is no such run."""
+    view = RunView(journal(store, run_id).read())
+    if not view.exists:
+        raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r} ('git agentops-run list' shows the runs)")
+    return view

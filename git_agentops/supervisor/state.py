@@ -1,0 +1,84 @@
+"""The supervisor's view of run state: read once per journal commit, written only by CAS mutations.
+
+Reading and validating ``run.json``, every worker and every task on each loop tick would cost the supervisor CPU
+in proportion to the size of the run; so a :class:`StateCache` parses a snapshot once and serves it until the
+journal's tip moves. Mutations go through :meth:`Journal.mutate` (compare-and-swap with whole-operation retry),
+from the loop thread or from a job thread alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from .. import runstate
+from ..gitstore.journal import Change, Event, Journal
+from ..gitstore.refs import read_ref
+from ..gitstore.repo import Store
+from ..model.run import Run, Worker
+from ..model.task import Task, contract_hash
+
+T = TypeVar("T")
+
+
+class StateCache:
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.journal = runstate.journal(store, run_id)
+        self._tip: str | None = None
+        self._view: runstate.RunView | None = None
+        self._run: Run | None = None
+        self._workers: dict[str, Worker] | None = None
+        self._tasks: dict[str, Task] | None = None
+
+    def refresh(self) -> bool:
+        """Re-read when the journal moved; True if it did."""
+        tip = read_ref(self.store, self.journal.ref)
+        if tip == self._tip and self._view is not None:
+            return False
+        self._tip = tip
+        self._view = runstate.RunView(self.journal.read())
+        self._run = self._workers = self._tasks = None
+        return True
+
+    @property
+    def view(self) -> runstate.RunView:
+        if self._view is None:
+            self.refresh()
+        assert self._view is not None
+        return self._view
+
+    def run(self) -> Run:
+        if self._run is None:
+            self._run = self.view.run()
+        return self._run
+
+    def workers(self) -> dict[str, Worker]:
+        if self._workers is None:
+            self._workers = {w.worker_id: w for w in self.view.workers()}
+        return self._workers
+
+    def tasks(self) -> dict[str, Task]:
+        if self._tasks is None:
+            self._tasks = self.view.tasks()
+        return self._tasks
+
+    def answers(self) -> list[dict[str, Any]]:
+        return list(self.view.questions())
+
+
+def mutate(journal: Journal, fn: Callable[[Change, runstate.RunView], T], event: Event) -> T:
+    """Apply ``fn(change, view)`` to the run state by CAS (the view reads the change's copy-on-write tree)."""
+    return journal.mutate(lambda change: fn(change, runstate.RunView(change)), event).value
+
+
+def recompute_contract(change: Change, view: runstate.RunView) -> Run:
+    """Store the contract hash of the current task tree in run.json (revision +1 when it changed)."""
+    run = view.run()
+    current = contract_hash(view.tasks().values())
+    if current != run.contract_hash:
+        run = replace(run, contract_hash=current, contract_revision=run.contract_revision + 1)
+        runstate.put_run(change, run)
+    return run

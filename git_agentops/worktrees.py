@@ -1,0 +1,141 @@
+"""Worker worktrees: where each worker writes, who owns it, and its one-time setup.
+
+Every worker gets ``<repo>/<worktree_root>/<run>/<worker>`` on branch ``refs/heads/agentops/<run>/<worker>``,
+a real linked worktree (``git worktree list`` shows it). Ownership is recorded in that worktree's own git dir
+(``$GIT_DIR/agentops/worktree.json``, 0600) -- never inside the work tree, where the agent could edit it. An
+existing checkout at the path is adopted only when its record names the same run and worker
+(``RUN_WORKTREE_OWNERSHIP`` otherwise), so a restarted supervisor reuses a worker's checkout and nobody else's.
+
+**Setup** steps from the policy run once per worktree, with markers next to the ownership record: an *attempt*
+marker before the first step, a *complete* marker after the last. A crash between the two leaves an attempt
+without completion, and such a setup is not replayed until the user resumes the run after it
+(``RUN_SETUP_RECOVERY_REQUIRED``): setup steps install things, and running them twice is the user's call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from . import __version__
+from .canonical import digest
+from .clock import Clock
+from .errors import AgentOpsError
+from .gitstore.private import read_private_json, resolve_contained, write_private_json
+from .gitstore.refs import read_ref, update_ref
+from .gitstore.repo import Store
+from .gitstore.worktree import add_worktree, admin_dir
+from .model.policy import CommandSpec
+from .process import run_command, scrub_environment
+
+RECORD: Final = "agentops/worktree.json"
+SETUP_ATTEMPT: Final = "agentops/setup-attempt.json"
+SETUP_COMPLETE: Final = "agentops/setup-complete.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    path: Path
+    branch: str
+    name: str  # the admin directory name under $GIT_COMMON_DIR/worktrees/
+
+
+def placement(repo_root: Path, worktree_root: str, run_id: str, worker_id: str, branch: str) -> Placement:
+    path = resolve_contained(repo_root, f"{worktree_root}/{run_id}/{worker_id}")
+    return Placement(path, branch, f"agentops-{run_id}-{worker_id}"[:200])
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    admin = admin_dir(path)
+    if admin is None:
+        return None
+    doc = read_private_json(admin, RECORD, schema="worktree-record")
+    return dict(doc) if doc is not None else None
+
+
+def ensure_worktree(
+    store: Store, where: Placement, *, start_commit: str, run_id: str, worker_id: str, clock: Clock
+) -> bool:
+    """Create the worker's branch and worktree, or adopt them if they are already this worker's.
+
+    Returns True when it created the worktree. Raises ``RUN_WORKTREE_OWNERSHIP``.
+    """
+    if where.path.exists():
+        record = read_record(where.path)
+        if record is None or record["runId"] != run_id or record["workerId"] != worker_id:
+            owner = f"{record['runId']}/{record['workerId']}" if record else "no git-agentops worker"
+            raise AgentOpsError(
+                "RUN_WORKTREE_OWNERSHIP",
+                f"{where.path} exists and belongs to {owner}, not {run_id}/{worker_id}; move it away to continue",
+            )
+        return False
+    if read_ref(store, where.branch) is None:
+        update_ref(store, where.branch, start_commit, None, f"agentops: branch for {run_id}/{worker_id}")
+    admin = add_worktree(store, name=where.name, path=where.path, branch=where.branch)
+    write_private_json(
+        admin,
+        RECORD,
+        {
+            "runId": run_id,
+            "workerId": worker_id,
+            "path": str(where.path),
+            "branch": where.branch,
+            "createdAt": clock.now(),
+            "toolkitVersion": __version__,
+        },
+        schema="worktree-record",
+    )
+    return True
+
+
+def setup_hash(steps: tuple[CommandSpec, ...]) -> str:
+    return digest([s.to_json() for s in steps])
+
+
+def ensure_setup(
+    path: Path,
+    steps: tuple[CommandSpec, ...],
+    *,
+    environ: Mapping[str, str],
+    clock: Clock,
+    last_user_resume: float | None,
+) -> str:
+    """Run the policy's setup steps once in this worktree. Returns "none", "done" or "ran".
+
+    Raises ``RUN_SETUP_RECOVERY_REQUIRED`` (an interrupted attempt and no user resume since) and
+    ``RUN_SETUP_FAILED`` (a step failed; the attempt marker stays, so a retry also needs a user resume).
+    """
+    if not steps:
+        return "none"
+    admin = admin_dir(path)
+    if admin is None:
+        raise AgentOpsError("RUN_WORKTREE_OWNERSHIP", f"{path} is not a linked worktree")
+    wanted = setup_hash(steps)
+    complete = read_private_json(admin, SETUP_COMPLETE, schema="setup-marker")
+    if complete is not None and complete["setupHash"] == wanted:
+        return "done"
+    attempt = read_private_json(admin, SETUP_ATTEMPT, schema="setup-marker")
+    if attempt is not None and attempt["setupHash"] == wanted and (last_user_resume or 0) <= attempt["at"]:
+        raise AgentOpsError(
+            "RUN_SETUP_RECOVERY_REQUIRED",
+            f"setup of {path} started at {attempt['at']:.0f} and never completed; inspect the worktree, then "
+            "'git agentops-run resume' to run it again",
+        )
+    write_private_json(admin, SETUP_ATTEMPT, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
+    for index, step in enumerate(steps):
+        result = run_command(
+            step.argv,
+            cwd=path,
+            env=scrub_environment(environ, step.env),
+            timeout=step.timeout,
+            shell=step.shell,
+            clock=clock,
+        )
+        if not result.ok:
+            why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
+            tail = result.tail.decode(errors="replace")[-1500:]
+            raise AgentOpsError("RUN_SETUP_FAILED", f"setup step {index} in {path} {why}\n{tail}")
+    write_private_json(admin, SETUP_COMPLETE, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
+    return "ran"

@@ -1,0 +1,178 @@
+"""Helpers for end-to-end run tests: a small trusted project, recipes, and waiting on a detached supervisor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .conftest import git, make_repo
+
+CHECK_PY = """import pathlib, sys
+files = sorted(pathlib.Path("src").rglob("*.txt"))
+bad = [str(p) for p in files if "BAD" in p.read_text()]
+print("checked", len(files), "files; bad:", bad)
+sys.exit(1 if bad else 0)
+"""
+
+POLICY = """version = 1
+[run]
+target = "main"
+max_workers = {max_workers}
+[[verify.commands]]
+id = "check"
+argv = ["python3", "check.py"]
+timeout = 60
+"""
+
+
+def project(root: Path, *, max_workers: int = 3, extra_policy: str = "") -> Path:
+    repo = make_repo(
+        root / "repo",
+        files={
+            "check.py": CHECK_PY,
+            "src/base.txt": "hello\n",
+            ".agentops/policy.toml": POLICY.format(max_workers=max_workers) + extra_policy,
+            ".gitignore": "__pycache__/\n",
+        },
+    )
+    done = cli(repo, "agentops-policy", "trust", "--yes")
+    assert done.returncode == 0, done.stderr
+    return repo
+
+
+def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def child(name: str, title: str, attempts: list[list[str]], depends_on: list[str] | None = None) -> str:
+    lines = [
+        "[[tasks]]",
+        f'name = "{name}"',
+        f'title = "{title}"',
+        f'intent = "{title}"',
+        'criteria = ["done"]',
+        f"depends_on = {json.dumps(depends_on or [])}",
+    ]
+    for steps in attempts:
+        lines += ["[[tasks.attempts]]", "steps = [", *[f"  {s}," for s in steps], "]"]
+    return "\n".join(lines) + "\n"
+
+
+def write_step(path: str, content: str) -> str:
+    return "{ write = " + json.dumps(path) + ", content = " + json.dumps(content) + " }"
+
+
+def recipe(tmp: Path, children: str, *, finalize: bool = False, name: str = "recipe.toml") -> Path:
+    text = (
+        '[plan]\ntitle = "Build it"\nintent = "Build the parts"\ncriteria = ["parts exist", "check passes"]\n'
+        f"[coordinator]\nfinalize = {'true' if finalize else 'false'}\n\n" + children
+    )
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+def start(repo: Path, recipe_path: Path, *extra: str) -> str:
+    done = cli(
+        repo,
+        "agentops-run",
+        "start",
+        "--goal",
+        "Build the parts",
+        "--recipe",
+        str(recipe_path),
+        "--detach",
+        "--json",
+        *extra,
+    )
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["runId"])
+
+
+def status(repo: Path, run_id: str) -> dict[str, Any]:
+    done = cli(repo, "agentops-run", "status", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def wait_for(
+    repo: Path, run_id: str, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 90
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    doc = status(repo, run_id)
+    while not predicate(doc):
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out; last status:\n{json.dumps(doc, indent=1)}\n{supervisor_log(repo, run_id)}"
+            )
+        time.sleep(0.2)
+        doc = status(repo, run_id)
+    return doc
+
+
+def children_settled(doc: dict[str, Any]) -> bool:
+    kids = [t for t in doc["tasks"] if t["parent"]]
+    return bool(kids) and all(t["status"] in ("delivered", "blocked") for t in kids)
+
+
+def supervisor_log(repo: Path, run_id: str) -> str:
+    path = repo / ".git" / "agentops" / "runs" / run_id / "supervisor.log"
+    out = path.read_text() if path.exists() else "(no supervisor log)"
+    extra = repo / ".git" / "agentops" / "runs" / run_id / "supervisor.out"
+    return out + ("\n--- supervisor.out ---\n" + extra.read_text() if extra.exists() else "")
+
+
+def supervisor_pid(repo: Path, run_id: str) -> int:
+    return int((repo / ".git" / "agentops" / "runs" / run_id / "supervisor.pid").read_text().strip())
+
+
+def supervisor_running(repo: Path, run_id: str) -> bool:
+    import fcntl
+
+    lock = repo / ".git" / "agentops" / "runs" / run_id / "supervisor.lock"
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def stop(repo: Path, run_id: str, *, timeout: float = 30) -> None:
+    cli(repo, "agentops-run", "stop", run_id)
+    deadline = time.monotonic() + timeout
+    while supervisor_running(repo, run_id):
+        if time.monotonic() > deadline:
+            os.kill(supervisor_pid(repo, run_id), signal.SIGKILL)
+            raise AssertionError("the supervisor did not stop")
+        time.sleep(0.1)
+
+
+def task_by_title(doc: dict[str, Any], title: str) -> dict[str, Any]:
+    return next(t for t in doc["tasks"] if t["title"] == title)
+
+
+def worker_of(doc: dict[str, Any], task_id: str) -> dict[str, Any]:
+    return next(w for w in doc["workers"] if w["taskId"] == task_id)
+
+
+def events(repo: Path, run_id: str) -> list[dict[str, Any]]:
+    done = cli(repo, "agentops-run", "log", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout)["events"])
+
+
+def refs(repo: Path, prefix: str) -> dict[str, str]:
+    out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", prefix)
+    return dict(line.split(" ", 1) for line in out.splitlines() if line)
