@@ -66,6 +66,8 @@ def accept_handoff(
     sup: Supervisor, worker: Worker, request: dict[str, Any], request_digest: str, raw_digest: str
 ) -> None:
     """Checks, stop, then hand the slow part (verification) to a job. Raises coded refusals."""
+    from .supervisor.instructions import worker_contract
+
     worktree = Path(worker.worktree)
     head, changes = head_and_changes(worktree)
     if head is None:
@@ -87,7 +89,7 @@ def accept_handoff(
         missing = _missing_files(worktree, head, source_files)
         if missing:
             raise AgentOpsError("RUN_NO_CHANGE_FILES", f"sourceFiles not in the commit: {', '.join(missing)}")
-    contract = sup.state.run().contract_hash
+    contract = worker_contract(sup.state.run(), worker, sup.state.tasks())
     sup._set_worker(
         worker.worker_id,
         status=WorkerStatus.HANDING_OFF,
@@ -171,13 +173,14 @@ def deliver(
     source_files: list[str],
 ) -> dict[str, Any]:
     """Job: verify the stopped worker's commit and freeze it. Returns what the loop must do next."""
+    from .supervisor.instructions import worker_contract
     from .verify.core import verify_checkout
     from .verify.evidence import EvidenceStore
 
     worktree = Path(worker.worktree)
     view = runstate.read(store, sup.run_id)
     now_head, changes = head_and_changes(worktree)
-    if now_head != head or changes or view.run().contract_hash != contract:
+    if now_head != head or changes or worker_contract(view.run(), worker, view.tasks()) != contract:
         why = "HEAD moved" if now_head != head else ("the checkout changed" if changes else "the contract changed")
         return _failure(
             worker,

@@ -39,11 +39,13 @@ MAX_REQUEST_BYTES: Final = 128 * 1024
 
 
 def write_instructions(worktree: Path, doc: Mapping[str, Any]) -> None:
-    write_private(worktree, INSTRUCTIONS, documents.dump(dict(doc), schema="instructions", what="instructions"))
+    write_private(
+        worktree, INSTRUCTIONS, documents.dump(dict(doc), schema="instructions", what="instructions"), durable=False
+    )
 
 
 def write_prompt(worktree: Path, text: str) -> Path:
-    return write_private(worktree, PROMPT, text.encode("utf-8"))
+    return write_private(worktree, PROMPT, text.encode("utf-8"), durable=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ def response(
 
 
 def write_response(worktree: Path, doc: Mapping[str, Any]) -> None:
-    write_private(worktree, RESPONSE, documents.dump(dict(doc), schema="response", what="response"))
+    write_private(worktree, RESPONSE, documents.dump(dict(doc), schema="response", what="response"), durable=False)
 
 
 # -- worker side (git agentops-request, the scripted agent) ----------------------------------------------------------

@@ -15,8 +15,9 @@ deliveries touching different files:
   side's object id is taken as is: unchanged subtrees are never opened, let alone rewritten;
 * only a directory changed on *both* sides is opened, recursively, and written back;
 * a file changed on both sides (same path, same regular mode, text, no ``merge`` attribute) is handed, as exactly
-  those three blobs, to libgit2's file merge (git's xdiff, as merge-ort does); when it does not merge cleanly
-  the path is a conflict, and so is binary content (a NUL in the first 8000 bytes), as in git.
+  those three blobs, to libgit2's file merge (git's xdiff) -- but only when its line diffs cannot differ from
+  merge-ort's (:func:`_unambiguous`); a file merge that conflicts is a conflict, and so is binary content (a
+  NUL in the first 8000 bytes), as in git.
 
 Everything else merge-ort resolves by rules of its own, so the fast path gives up (:class:`_Fallback`) and the
 *whole* merge is done by ``git merge-tree --write-tree`` itself (``strategy="git"``) when, on one path, both
@@ -27,7 +28,9 @@ sides changed:
   a rename source and may report rename/delete or rename/rename conflicts against files added elsewhere;
 * a file against a directory, the mode (on one or both sides), a symlink or a submodule;
 * an add/add of different content (git merges it against an empty base);
-* content pygit2 cannot hand back exactly (a NUL after the first 8000 bytes, text that is not UTF-8);
+* file content whose line diff is ambiguous (repeated lines: merge-ort diffs with the histogram algorithm,
+  libgit2 with Myers, and the two then align edits differently), a ``merge`` attribute, a NUL after the first
+  8000 bytes, text that is not UTF-8;
 and whenever the commits have more than one merge base (criss-cross: merge-ort first merges the bases).
 
 Where only one side touched a region, rename detection cannot change the result: merge-ort pairs renames only
@@ -38,12 +41,14 @@ The fallback is git, not libgit2's ``merge_trees``: run against ``git merge-tree
 libgit2 disagreed with git in about one complex merge in five (it has no directory rename detection, pairs
 renames merge-ort deliberately ignores, and resolves file/directory and rename/type-change conflicts
 differently), and on a large repository one ``git merge-tree`` process is also faster than libgit2's full-index
-merge. One difference remains by design of the libraries: merge-ort merges file content with the histogram
-diff, libgit2 with Myers; they agree on ordinary edits, but edits among repeated lines may align differently.
+merge. Conflicted paths are those ``git merge-tree --name-only`` lists, except that a file git moved aside as
+``<path>~<branch>`` for a directory is reported as ``<path>``.
 """
 
 from __future__ import annotations
 
+import heapq
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,6 +66,8 @@ _LINK: Final = int(pygit2.enums.FileMode.LINK)
 _REGULAR: Final = frozenset({int(pygit2.enums.FileMode.BLOB), int(pygit2.enums.FileMode.BLOB_EXECUTABLE)})
 _BINARY_PROBE: Final = 8000  # git's buffer_is_binary(): a NUL in the first 8000 bytes
 _MAX_EDIT: Final = 200  # changed lines per side for a file merge in process (Myers is exact below 256)
+
+_RECORD: Final = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.DOTALL)  # one entry of a raw tree object
 
 _Entry = tuple[pygit2.Oid, int]
 """A tree entry: object id and file mode."""
@@ -117,13 +124,20 @@ def _join(directory: str, name: str) -> str:
 
 
 class _TreeMerger:
-    """The fast path. One instance may serve the merges of a chain: tree listings are cached by id."""
+    """The fast path. One instance serves the merges of a chain: tree listings and commits are cached.
+
+    A directory is read as the set of its raw entry records (``<mode> <name>\\0<20-byte id>``): the records
+    the three versions share are skipped without being decoded, so a directory of hundreds of entries costs a
+    few set operations, and only the entries that differ are parsed.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.repo = store.repo
-        self._listings: dict[pygit2.Oid, dict[str, _Entry]] = {}
+        self.odb = store.repo.odb
+        self._records: dict[pygit2.Oid, frozenset[bytes]] = {}
         self._conflicts: list[str] = []
+        self.graph = _Graph(store.repo)
 
     def merge(self, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: pygit2.Oid) -> MergeResult:
         """Raises :class:`_Fallback` where git's answer could differ from what this walk would give."""
@@ -133,21 +147,36 @@ class _TreeMerger:
             return MergeResult(None, tuple(sorted(self._conflicts)), "tree")
         return MergeResult(objects.empty_tree(self.store) if merged is None else str(merged), (), "tree")
 
-    def _listing(self, oid: pygit2.Oid | None) -> dict[str, _Entry]:
+    def _tree_records(self, oid: pygit2.Oid | None, path: str) -> frozenset[bytes]:
         if oid is None:
-            return {}
-        cached = self._listings.get(oid)
+            return frozenset()
+        cached = self._records.get(oid)
         if cached is None:
-            tree = self.repo[oid]
-            cached = {str(e.name): (e.id, e.filemode) for e in tree}  # type: ignore[attr-defined]
-            if len(self._listings) > 4096:
-                self._listings.clear()
-            self._listings[oid] = cached
+            kind, raw = self.odb.read(oid)
+            records = _RECORD.findall(raw)
+            if kind != pygit2.enums.ObjectType.TREE or sum(map(len, records)) != len(raw):
+                raise _Fallback("unreadable tree", path)
+            cached = frozenset(records)
+            if len(self._records) > 4096:
+                self._records.clear()
+            self._records[oid] = cached
         return cached
+
+    def _differing(self, path: str, *trees: pygit2.Oid | None) -> tuple[dict[str, _Entry], ...]:
+        """Per tree, the entries of the names whose entries are not the same in all ``trees``."""
+        sets = [self._tree_records(oid, path) for oid in trees]
+        differing = frozenset().union(*sets) - frozenset.intersection(*sets)
+        maps: tuple[dict[str, _Entry], ...] = tuple({} for _ in sets)
+        for record in differing:
+            name, entry = _parse_record(record, path)
+            for records, entries in zip(sets, maps, strict=True):
+                if record in records:
+                    entries[name] = entry
+        return maps
 
     def _merge_dir(self, path: str, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: pygit2.Oid) -> pygit2.Oid | None:
         """The merged tree of a directory changed on both sides; None when it ends up empty."""
-        b_entries, o_entries, t_entries = self._listing(base), self._listing(ours), self._listing(theirs)
+        b_entries, o_entries, t_entries = self._differing(path, base, ours, theirs)
         gone = b_entries.keys() - o_entries.keys() - t_entries.keys()
         if gone:
             raise _Fallback("deleted on both sides", _join(path, min(gone)))
@@ -157,7 +186,7 @@ class _TreeMerger:
             t = t_entries.get(name)
             b = b_entries.get(name)
             if o == t:
-                if b is not None and b != o and self._drops_files(b, o):
+                if b is not None and self._drops_files(_join(path, name), b, o):
                     raise _Fallback("deleted on both sides", _join(path, name))
                 continue
             if b == t:
@@ -223,17 +252,27 @@ class _TreeMerger:
             return ours, mode
         return pygit2.Oid(hex=objects.write_blob(self.store, result.contents.encode("utf-8"))), mode
 
-    def _drops_files(self, base: _Entry, side: _Entry | None) -> bool:
+    def _drops_files(self, path: str, base: _Entry, side: _Entry | None) -> bool:
         """Whether a file of ``base`` is missing from ``side`` (called where both sides hold ``side``)."""
+        if base == side:
+            return False
         if base[1] != _TREE:
             return side is None or side[1] == _TREE
         if side is None or side[1] != _TREE:
             return True
-        b_entries, s_entries = self._listing(base[0]), self._listing(side[0])
+        b_entries, s_entries = self._differing(path, base[0], side[0])
         return any(
-            s_entries.get(name) != entry and self._drops_files(entry, s_entries.get(name))
-            for name, entry in b_entries.items()
+            self._drops_files(_join(path, name), entry, s_entries.get(name)) for name, entry in b_entries.items()
         )
+
+
+def _parse_record(record: bytes, path: str) -> tuple[str, _Entry]:
+    space = record.index(b" ")
+    try:
+        name = record[space + 1 : -21].decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Fallback("a file name is not UTF-8", path) from None
+    return name, (pygit2.Oid(raw=record[-20:]), int(record[:space], 8))
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -320,31 +359,66 @@ def merge_trees(store: Store, base: str | None, ours: str, theirs: str) -> Merge
     return _merge_tree_ids(store, _TreeMerger(store), base_id, _tree_id(store, ours), _tree_id(store, theirs), None)
 
 
-def _merge_bases(repo: pygit2.Repository, ours: pygit2.Oid, theirs: pygit2.Oid) -> tuple[pygit2.Oid, ...]:
-    """No, one, or (for a criss-cross history) two of the best common ancestors.
+_PARENT1, _PARENT2, _STALE, _RESULT = 1, 2, 4, 8
 
-    pygit2 has no ``git_merge_bases``. ``merge_base`` gives one best common ancestor B; there is another one
-    exactly when some common ancestor is not an ancestor of B, i.e. when a commit reachable from ``theirs`` but
-    not from B is also reachable from ``ours``. Only the commits since B are visited.
+
+class _Graph:
+    """Merge bases computed as git computes them, over a cache of commit dates and parents.
+
+    pygit2 has no ``git_merge_bases`` (all of them), and ``merge_base`` plus a criss-cross check re-reads the
+    history since the base on every call -- in a chain, a history that grows by two commits per merge. This is
+    git's ``paint_down_to_common`` (newest commit date first, ties in insertion order; results that are later
+    found to be ancestors of another result are dropped) and, when more than one base remains, its
+    ``remove_redundant``; each commit is read once per chain.
     """
-    base = cast("pygit2.Oid | None", repo.merge_base(ours, theirs))  # None for unrelated histories
-    if base is None:
-        return ()
-    walker = repo.walk(theirs, pygit2.enums.SortMode.NONE)
-    walker.hide(base)
-    since = [commit.id for commit in walker]
-    if len(since) > 16:
-        walker = repo.walk(ours, pygit2.enums.SortMode.NONE)
-        walker.hide(base)
-        ours_since = {commit.id for commit in walker}
-        others = [oid for oid in since if oid in ours_since]
-    else:
-        others = [oid for oid in since if repo.descendant_of(ours, oid)]
-    return (base, *others[:1])
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+        self._commits: dict[pygit2.Oid, tuple[int, list[pygit2.Oid]]] = {}
+
+    def _commit(self, oid: pygit2.Oid) -> tuple[int, list[pygit2.Oid]]:
+        known = self._commits.get(oid)
+        if known is None:
+            commit: object = self.repo[oid]
+            if not isinstance(commit, pygit2.Commit):
+                raise AgentOpsError("OBJECT_MISSING", f"{oid} is not a commit")
+            known = (commit.commit_time, commit.parent_ids)
+            self._commits[oid] = known
+        return known
+
+    def merge_bases(self, one: pygit2.Oid, two: pygit2.Oid) -> list[pygit2.Oid]:
+        """The best common ancestors of ``one`` and ``two`` (none for unrelated histories)."""
+        if one == two:
+            return [one]
+        flags: dict[pygit2.Oid, int] = {one: _PARENT1, two: _PARENT2}
+        queue: list[tuple[int, int, pygit2.Oid]] = []
+        counter = 0
+        for oid in (one, two):
+            heapq.heappush(queue, (-self._commit(oid)[0], counter, oid))
+            counter += 1
+        found: list[pygit2.Oid] = []
+        while any(not flags[oid] & _STALE for _, _, oid in queue):
+            _, _, oid = heapq.heappop(queue)
+            paint = flags[oid] & (_PARENT1 | _PARENT2 | _STALE)
+            if paint == _PARENT1 | _PARENT2:
+                if not flags[oid] & _RESULT:
+                    flags[oid] |= _RESULT
+                    found.append(oid)
+                paint |= _STALE
+            for parent in self._commit(oid)[1]:
+                if flags.get(parent, 0) & paint == paint:
+                    continue
+                flags[parent] = flags.get(parent, 0) | paint
+                heapq.heappush(queue, (-self._commit(parent)[0], counter, parent))
+                counter += 1
+        bases = [oid for oid in found if not flags[oid] & _STALE]
+        if len(bases) > 1:  # remove_redundant: drop a base that is an ancestor of another
+            bases = [b for b in bases if not any(o != b and self.repo.descendant_of(o, b) for o in bases)]
+        return bases
 
 
 def _merge_commit_ids(store: Store, merger: _TreeMerger, ours: pygit2.Commit, theirs: pygit2.Commit) -> MergeResult:
-    bases = _merge_bases(store.repo, ours.id, theirs.id)
+    bases = merger.graph.merge_bases(ours.id, theirs.id)
     commits = (str(ours.id), str(theirs.id))
     if len(bases) > 1:
         return _with_git(store, *commits, unrelated=False)

@@ -139,12 +139,35 @@ class Snapshot:
         obj = self._lookup(directory) if directory else self._tree
         return sorted(str(entry.name) for entry in obj) if isinstance(obj, pygit2.Tree) else []
 
+    def _blob_id(self, path: str) -> str | None:
+        """The id of the committed blob at ``path`` (None if absent, a directory, or not committed yet)."""
+        if self._tree is None:
+            return None
+        try:
+            entry = self._tree[path]
+        except KeyError:
+            return None
+        return str(entry.id) if entry.type_str == "blob" else None
+
     def json(self, path: str, *, schema: str, max_bytes: int = documents.DEFAULT_MAX_BYTES) -> Any:
-        """The JSON document at ``path`` validated against ``schema``, or None when absent."""
+        """The JSON document at ``path`` validated against ``schema``, or None when absent.
+
+        A committed blob never changes, so a blob that validated once against a schema is only re-parsed the
+        next time (the supervisor reads the same unchanged task and worker records on every state change).
+        """
         data = self.get(path)
         if data is None:
             return None
-        return documents.load(data, schema=schema, what=path, max_bytes=max_bytes)
+        blob = self._blob_id(path)
+        key = (blob, schema, max_bytes)
+        if blob is not None and key in _VALIDATED:
+            return documents.parse_json(data, what=path, max_bytes=max_bytes)
+        doc = documents.load(data, schema=schema, what=path, max_bytes=max_bytes)
+        if blob is not None:
+            if len(_VALIDATED) >= _VALIDATED_MAX:
+                _VALIDATED.clear()
+            _VALIDATED.add(key)
+        return doc
 
     def artifact(self, digest: str) -> bytes:
         """A content-addressed artifact; ``ARTIFACT_MISSING`` / ``ARTIFACT_CORRUPT``."""
@@ -155,6 +178,10 @@ class Snapshot:
         if actual != digest:
             raise AgentOpsError("ARTIFACT_CORRUPT", f"artifact {digest} hashes to {actual}")
         return data
+
+
+_VALIDATED: set[tuple[str | None, str, int]] = set()
+_VALIDATED_MAX: Final = 65536
 
 
 def artifact_path(digest: str) -> str:
@@ -197,6 +224,9 @@ class Change(Snapshot):
     def _has_pending_children(self, parts: tuple[str, ...]) -> bool:
         depth = len(parts)
         return any(len(k) > depth and k[:depth] == parts and v is not _DELETED for k, v in self._overlay.items())
+
+    def _blob_id(self, path: str) -> str | None:
+        return None if self._overlaid(check_path(path)) is not None else super()._blob_id(path)
 
     def get(self, path: str) -> bytes | None:
         verdict = self._overlaid(check_path(path))

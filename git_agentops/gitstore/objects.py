@@ -8,6 +8,9 @@ helper writes one object and returns its id as hex.
 untouched entries without looking at them and checks only the inserted ones exist (strict object creation), so
 rebuilding one directory of a 200-entry tree costs a handful of lookups instead of 200. A merge therefore pays
 for what changed, never for the size of the repository.
+
+:func:`git_merge_tree` is the engine's fallback: ``git merge-tree --write-tree`` itself, which writes the objects
+of its merge into the object database (and nothing else), for the merges whose result only git can promise.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import pygit2
 
 from ..errors import AgentOpsError
 from .repo import Store
-
-TREE_MODE = int(pygit2.enums.FileMode.TREE)
 
 TreeChange = tuple[str, int] | None
 """A tree entry to set, ``(object id, file mode)``, or None to remove the name."""
@@ -103,11 +104,17 @@ def git_merge_tree(store: Store, ours: str, theirs: str, *, unrelated: bool = Fa
     A file that git renamed to ``<path>~<commit>`` because a directory took its place is reported as ``<path>``.
     ``unrelated`` allows commits without a common ancestor (merged against the empty tree). ``GIT_FAILED``.
     """
-    argv = ["git", "--git-dir", str(store.git_dir), "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z"]
+    # the repository named explicitly, and its working tree too (git reads .gitattributes there, as git merge-tree
+    # run in that checkout would): with --git-dir alone git would take the current directory for the work tree
+    where = ["--git-dir", str(store.git_dir)]
+    if store.workdir is not None:
+        where += ["--work-tree", str(store.workdir)]
+    argv = ["git", *where, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z"]
     if unrelated:
         argv.append("--allow-unrelated-histories")
+    cwd = store.workdir or store.git_dir
     try:
-        done = subprocess.run([*argv, ours, theirs], capture_output=True, check=False, timeout=600)
+        done = subprocess.run([*argv, ours, theirs], cwd=cwd, capture_output=True, check=False, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise AgentOpsError("GIT_FAILED", f"git merge-tree could not run: {exc}") from exc
     if done.returncode not in (0, 1):

@@ -104,8 +104,14 @@ def _open_dir_chain(anchor: Path, parts: list[str], *, create: bool) -> int | No
         raise
 
 
-def write_private(anchor: str | os.PathLike[str], rel: str | os.PathLike[str], data: bytes) -> Path:
-    """Atomically write ``anchor/rel`` as a 0600 file in 0700 directories. Returns the path."""
+def write_private(
+    anchor: str | os.PathLike[str], rel: str | os.PathLike[str], data: bytes, *, durable: bool = True
+) -> Path:
+    """Atomically write ``anchor/rel`` as a 0600 file in 0700 directories. Returns the path.
+
+    ``durable=False`` skips the two fsyncs for files that are regenerated from Git state anyway (mailbox
+    instructions, responses): the rename still makes the write atomic, only power-loss durability is dropped.
+    """
     anchor_path = Path(anchor)
     parts = _check_relative(rel)
     anchor_path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -127,13 +133,15 @@ def write_private(anchor: str | os.PathLike[str], rel: str | os.PathLike[str], d
             with os.fdopen(fd, "wb", closefd=True) as handle:
                 handle.write(data)
                 handle.flush()
-                os.fsync(handle.fileno())
+                if durable:
+                    os.fsync(handle.fileno())
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
-        os.fsync(dir_fd)
+        if durable:
+            os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
     return anchor_path.joinpath(*parts)

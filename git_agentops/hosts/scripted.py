@@ -126,13 +126,15 @@ class _Agent:
 
     def call(self, action: str, fields: Mapping[str, Any]) -> Mapping[str, Any]:
         self.log(f"request {action}" + (f" {dict(fields)}" if fields else ""))
+        started = time.perf_counter()
         response = self.call_fn(action, fields)
-        self._log_response(response)
+        self._log_response(response, (time.perf_counter() - started) * 1000)
         return response
 
-    def _log_response(self, response: Mapping[str, Any]) -> None:
+    def _log_response(self, response: Mapping[str, Any], elapsed_ms: float | None = None) -> None:
         data = response.get("data") or {}
-        self.log(f"response {response['code']}: {response['message']}" + (f" {dict(data)}" if data else ""))
+        took = f" ({elapsed_ms:.1f} ms)" if elapsed_ms is not None else ""
+        self.log(f"response {response['code']}: {response['message']}" + (f" {dict(data)}" if data else "") + took)
 
     def ask(self, prompt: str) -> None:
         """Ask ``prompt`` unless it was answered already; then wait until the instructions carry the answer."""

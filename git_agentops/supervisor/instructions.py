@@ -10,7 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from ..model.run import Run, Worker
-from ..model.task import Task
+from ..model.task import Task, task_contract_hash
+
+
+def worker_contract(run: Run, worker: Worker, tasks: dict[str, Task]) -> str:
+    """The contract a worker's requests bind: the whole task tree for the coordinator, its own task for a child.
+
+    A child's work answers to its own task only; binding it to the whole tree would fence it off every time the
+    coordinator plans another task (a contract change storm while planning). Revising a child's own task
+    changes its contract and restarts it.
+    """
+    own = tasks.get(worker.task_id) if worker.task_id else None
+    if worker.role == "coordinator" or own is None:
+        return run.contract_hash
+    return task_contract_hash(own)
 
 
 def instructions(
@@ -26,7 +39,7 @@ def instructions(
         "workerId": worker.worker_id,
         "role": worker.role,
         "generation": worker.generation,
-        "contractHash": run.contract_hash,
+        "contractHash": worker_contract(run, worker, tasks),
         "goal": run.goal,
         "task": own.to_json() if own is not None else None,
         "tasks": [

@@ -100,7 +100,7 @@ class Supervisor:
         self.jobs: dict[str, Future[Any]] = {}  # worker id -> provisioning or handoff job
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentops-job")
         self._last_heartbeat = 0.0
-        self._instructions_for: dict[str, tuple[str | None, int, str]] = {}
+        self._instructions_for: dict[str, tuple[Any, ...]] = {}
         self.dir = run_dir(store, run_id)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
@@ -190,6 +190,7 @@ class Supervisor:
         self.state.refresh()
 
     def _loop(self) -> RunStatus:
+        idle_ticks = 0
         while True:
             self.state.refresh()
             run = self.state.run()
@@ -218,11 +219,13 @@ class Supervisor:
             if run.status is RunStatus.AWAITING_INPUT:
                 time.sleep(self.poll)
                 continue
+            served = self._serve_requests()  # first: a waiting agent should not wait for provisioning
             self._restart_workers()
             self._schedule()
-            self._serve_requests()
             self._refresh_instructions()
-            time.sleep(self.poll)
+            # poll fast while requests are flowing, back off to ``poll`` when idle
+            idle_ticks = 0 if served else idle_ticks + 1
+            time.sleep(self.poll if idle_ticks > 20 else min(self.poll, 0.01))
 
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
     def _heartbeat(self, now: float) -> None:
@@ -369,17 +372,28 @@ class Supervisor:
         last_run = data.rsplit("\n=== generation ", 1)[-1]
         return "\n".join(last_run.splitlines()[-lines:])
 
+    def _relevant(self, worker: Worker) -> tuple[Any, ...]:
+        """What a worker's instructions depend on: rewrite them only when this changes."""
+        run = self.state.run()
+        answers = sum(1 for q in self.state.answers() if q.get("answer") is not None)
+        tasks = self.state.tasks()
+        if worker.role == "coordinator":
+            seen: tuple[Any, ...] = (
+                run.contract_hash,
+                *sorted((t.id, str(t.status), t.revision) for t in tasks.values()),
+            )
+        else:
+            own = tasks.get(worker.task_id or "")
+            seen = (str(own.status), own.revision) if own else ()
+        return (run.root_task_id, str(run.status), worker.generation, worker.diagnostic, answers, seen)
+
     def _write_instructions(self, worker: Worker) -> dict[str, Any]:
         recipe = recipe_path(self.store, self.run_id)
         doc = instructions_mod.instructions(
             self.state.run(), worker, self.state.tasks(), self.state.answers(), recipe if recipe.exists() else None
         )
         mailbox.write_instructions(Path(worker.worktree), doc)
-        self._instructions_for[worker.worker_id] = (
-            self.state.run().contract_hash,
-            worker.generation,
-            str(self.state._tip),
-        )
+        self._instructions_for[worker.worker_id] = self._relevant(worker)
         return doc
 
     def _refresh_instructions(self) -> None:
@@ -387,7 +401,7 @@ class Supervisor:
         for worker in self.state.workers().values():
             if worker.status not in (WorkerStatus.RUNNING, WorkerStatus.IDLE) or worker.worker_id in self.jobs:
                 continue
-            if self._instructions_for.get(worker.worker_id, (None, 0, ""))[2] != str(self.state._tip):
+            if self._instructions_for.get(worker.worker_id) != self._relevant(worker):
                 try:
                     self._write_instructions(worker)
                 except AgentOpsError as exc:
@@ -599,15 +613,17 @@ class Supervisor:
 
         schedule(self)
 
-    def _serve_requests(self) -> None:
+    def _serve_requests(self) -> bool:
         from .requests import serve
 
+        served = False
         for worker in list(self.state.workers().values()):
             if worker.status in (WorkerStatus.RUNNING, WorkerStatus.IDLE) and worker.worker_id not in self.jobs:
-                serve(self, worker)
+                served = serve(self, worker) or served
                 self.state.refresh()
                 if self.state.run().status is not RunStatus.ACTIVE:
-                    return
+                    return served
+        return served
 
     def current_run(self) -> Run:
         self.state.refresh()

@@ -28,6 +28,7 @@ from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..model.run import RunStatus, Worker, WorkerStatus, has_cycle
 from ..model.task import Criterion, TaskStatus, new_task
+from .instructions import worker_contract
 from .state import mutate, recompute_contract
 
 if TYPE_CHECKING:
@@ -62,19 +63,20 @@ def _record(change: Change, request: dict[str, Any], request_digest: str, respon
     )
 
 
-def serve(sup: Supervisor, worker: Worker) -> None:
-    """Take and answer at most one request from this worker's mailbox."""
+def serve(sup: Supervisor, worker: Worker) -> bool:
+    """Take and answer at most one request from this worker's mailbox; True if there was one."""
     worktree = Path(worker.worktree)
     claimed = mailbox.claim_request(worktree)
     if claimed is None:
-        return
+        return False
     answer = _answer(sup, worker, claimed)
     if answer is None:  # handed to a job, which answers when done
-        return
+        return True
     try:
         mailbox.write_response(worktree, answer)
     except AgentOpsError as exc:
         sup.log(f"{worker.worker_id}: cannot write the response ({exc.code}): {exc.message}")
+    return True
 
 
 def _answer(sup: Supervisor, worker: Worker, claimed: mailbox.Claimed) -> dict[str, Any] | None:
@@ -117,17 +119,16 @@ def _answer(sup: Supervisor, worker: Worker, claimed: mailbox.Claimed) -> dict[s
             ),
         )
     run = sup.state.run()
-    if run.status is not RunStatus.ACTIVE or request["contractHash"] != run.contract_hash:
+    contract = worker_contract(run, worker, sup.state.tasks())
+    if run.status is not RunStatus.ACTIVE or request["contractHash"] != contract:
         why = f"the run is {run.status}" if run.status is not RunStatus.ACTIVE else "the contract changed"
         return _refuse(
             sup,
             worker,
             request["requestId"],
             claimed.digest,
-            AgentOpsError(
-                "RUN_CONTRACT_CHANGED", f"{why}: re-read instructions.json (contract {run.contract_hash[:12]})"
-            ),
-            data={"contractHash": run.contract_hash},
+            AgentOpsError("RUN_CONTRACT_CHANGED", f"{why}: re-read instructions.json (contract {contract[:12]})"),
+            data={"contractHash": contract},
         )
     handler = _ACTIONS.get(request["action"])
     if handler is None:

@@ -183,9 +183,7 @@ def create_run(
 # -- controls ---------------------------------------------------------------------------------------------------------
 
 
-def _control(
-    store: Store, run_id: str, code: str, summary: str, fn: Callable[[Change, runstate.RunView], Run]
-) -> Run:
+def _control(store: Store, run_id: str, code: str, summary: str, fn: Callable[[Change, runstate.RunView], Run]) -> Run:
     journal = runstate.journal(store, run_id)
     if not journal.exists():
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r}")

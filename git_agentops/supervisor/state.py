@@ -32,6 +32,7 @@ class StateCache:
         self._run: Run | None = None
         self._workers: dict[str, Worker] | None = None
         self._tasks: dict[str, Task] | None = None
+        self._answers: list[dict[str, Any]] | None = None
 
     def refresh(self) -> bool:
         """Re-read when the journal moved; True if it did."""
@@ -41,6 +42,7 @@ class StateCache:
         self._tip = tip
         self._view = runstate.RunView(self.journal.read())
         self._run = self._workers = self._tasks = None
+        self._answers = None
         return True
 
     @property
@@ -66,7 +68,9 @@ class StateCache:
         return self._tasks
 
     def answers(self) -> list[dict[str, Any]]:
-        return list(self.view.questions())
+        if self._answers is None:
+            self._answers = list(self.view.questions())
+        return self._answers
 
 
 def mutate(journal: Journal, fn: Callable[[Change, runstate.RunView], T], event: Event) -> T:
