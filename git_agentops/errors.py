@@ -138,6 +138,14 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_NO_PROGRESS": _c(EXIT_NEGATIVE, "the same failure repeated without progress; the task is blocked"),
     "RUN_WORKER_EXITED": _c(EXIT_NEGATIVE, "the worker process exited without delivering"),
     "RUN_REQUEST_FAILED": _c(EXIT_NEGATIVE, "the supervisor failed while handling the request"),
+    "RUN_DELIVERIES_PENDING": _c(
+        EXIT_NEGATIVE, "finalize before every child task is delivered (or not the coordinator)"
+    ),
+    "RUN_INTEGRATION_CONFLICT": _c(
+        EXIT_NEGATIVE, "two deliveries (or a delivery and the target) conflict; paths named"
+    ),
+    "RUN_REVIEW_BLOCKED": _c(EXIT_NEGATIVE, "a reviewer rejected the candidate or raised a blocking finding"),
+    "RUN_TARGET_CONTENDED": _c(EXIT_NEGATIVE, "the target kept moving while the candidate was rebuilt"),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),
     # success codes of responses (stable too; exit 0 from 'git agentops-request')

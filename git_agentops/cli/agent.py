@@ -44,6 +44,8 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..hosts.scripted import make_runner, run_agent
 
     env = ctx.env
+    if env.get("AGENTOPS_REVIEW_REPORT"):
+        return _review(ctx)
     worktree = mailbox.find_worktree(ctx.cwd, env.get("AGENTOPS_MAILBOX"))
     instructions = mailbox.read_instructions(worktree)
     generation = _generation(env.get("AGENTOPS_GENERATION"))
@@ -70,6 +72,25 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
 
     runner = make_runner(env, clock=ctx.clock)
     return run_agent(worktree, recipe, call=call, log=log, run=runner, sleep=time.sleep, generation=generation)
+
+
+def _review(ctx: Context) -> int:
+    """Review mode: play the recipe's reviewer named ``$AGENTOPS_REVIEWER`` and write its report."""
+    import json
+
+    from .. import documents
+    from ..hosts.recipe import load_recipe
+    from ..hosts.scripted import review_report
+
+    env = ctx.env
+    recipe = load_recipe(Path(env["AGENTOPS_RECIPE"])) if env.get("AGENTOPS_RECIPE") else None
+    if recipe is None:
+        raise AgentOpsError("RUN_RECIPE_INVALID", "a scripted reviewer needs $AGENTOPS_RECIPE")
+    review_input = json.loads(Path(env["AGENTOPS_REVIEW_INPUT"]).read_text("utf-8"))
+    report = review_report(recipe, env.get("AGENTOPS_REVIEWER", ""), review_input)
+    Path(env["AGENTOPS_REVIEW_REPORT"]).write_bytes(documents.dump(report, schema="review-report"))
+    print(f"scripted reviewer {report['reviewer']}: {report['verdict']}", file=ctx.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

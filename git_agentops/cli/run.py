@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AgentOpsError
-from .common import Context, Parser, build, not_implemented, run, subcommands
+from .common import Context, Parser, build, run, subcommands
 
 
 def build_parser() -> Parser:
@@ -302,6 +302,47 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace, ctx: Context) -> int:
+    import shutil
+    import tempfile
+
+    from ..demo import run_demo
+
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="agentops-demo-", dir=args.dir)).resolve()
+
+    def say(text: str) -> None:
+        if not ctx.json:
+            ctx.out(text)
+            sys.stdout.flush()
+
+    try:
+        summary = run_demo(root, environ=ctx.env, say=say)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    ok = summary["status"] == "complete" and summary["receipt"]["ok"]
+    lines = [f"run {summary['runId']}: {summary['status']} in {summary['seconds']}s"]
+    for task in summary["tasks"]:
+        lines.append(
+            f"  {task['title']:<10} {task['status']:<10} generation {task['generation']}  "
+            f"delivery {(task['delivery'] or '-')[:12]}"
+        )
+    lines.append(f"  verification failures repaired: {summary['repairs']}")
+    lines.append(f"  merge order: {' -> '.join(summary['mergeOrder'])}")
+    lines.append(f"  reviews: {', '.join(r['reviewer'] + ' ' + r['verdict'] for r in summary['reviews'])}")
+    verdicts = summary["receipt"]["verdicts"]
+    signer = ", ".join(p for v in verdicts for p in v.get("principals", []))
+    lines.append(
+        f"  receipt on {(summary['candidate'] or '-')[:12]}: "
+        + (f"valid, signed by {signer}" if summary["receipt"]["ok"] else "INVALID")
+    )
+    lines.append(f"kept in {root}" if args.keep else "scratch repository removed (--keep keeps it)")
+    ctx.emit({**summary, "kept": bool(args.keep)}, lines)
+    return 0 if ok else 1
+
+
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.command == "start":
         return _start(args, ctx)
@@ -318,7 +359,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.command in ("pause", "stop", "resume", "answer"):
         return _control(args, ctx)
     if args.command == "demo":
-        not_implemented("git agentops-run demo", 5)
+        return _demo(args, ctx)
     raise AgentOpsError("USAGE", "say what to do: start, supervise, status, list, log, pause, resume, stop, answer")
 
 

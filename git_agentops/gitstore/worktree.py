@@ -62,3 +62,35 @@ def remove_worktree(store: Store, path: Path, name: str) -> None:
 
 def worktree_names(store: Store) -> list[str]:
     return list(store.repo.list_worktrees())
+
+
+def add_detached_worktree(store: Store, path: Path, commit: str) -> None:
+    """A throwaway detached checkout of ``commit`` at ``path`` (for verifying a candidate nobody works on)."""
+    import subprocess
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["git", "worktree", "add", "--detach", "--quiet", str(path), commit],
+        cwd=store.common_dir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AgentOpsError("GIT_FAILED", f"cannot check {commit[:12]} out at {path}: {done.stderr.strip()}")
+
+
+def remove_detached_worktree(store: Store, path: Path) -> None:
+    import subprocess
+
+    subprocess.run(
+        ["git", "worktree", "remove", "--force", str(path)],
+        cwd=store.common_dir,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=store.common_dir, capture_output=True, timeout=600, check=False)

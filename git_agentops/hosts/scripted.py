@@ -415,3 +415,26 @@ def _describe(step: Step) -> str:
             return f"sleep {seconds:g}s"
         case Exit(code):
             return f"exit {code}"
+
+
+def review_report(recipe: Recipe, reviewer: str, review_input: Mapping[str, Any]) -> dict[str, Any]:
+    """The report the recipe's ``[[reviewers]]`` entry named ``reviewer`` gives on this candidate.
+
+    Every criterion of every task is judged ``pass`` when the verdict is approve and ``unknown`` otherwise; the
+    findings are the recipe's. ``RUN_RECIPE_INVALID`` when the recipe has no such reviewer.
+    """
+    entry = next((r for r in recipe.reviewers if r.name == reviewer), None)
+    if entry is None:
+        raise AgentOpsError("RUN_RECIPE_INVALID", f"the recipe has no [[reviewers]] entry named {reviewer!r}")
+    result = "pass" if entry.verdict == "approve" else "unknown"
+    return {
+        "reviewer": reviewer,
+        "verdict": entry.verdict,
+        "summary": f"scripted review by {reviewer} of {str(review_input.get('candidate', ''))[:12]}",
+        "criteria": [
+            {"taskId": t["id"], "id": c["id"], "result": result}
+            for t in review_input.get("tasks", [])
+            for c in t.get("criteria", [])
+        ],
+        "findings": [{"severity": f.severity, "message": f.message, "blocking": f.blocking} for f in entry.findings],
+    }

@@ -185,8 +185,12 @@ class Supervisor:
                     summary=f"{worker.worker_id} generation {worker.generation} stopped after a supervisor restart",
                 )
         from ..delivery import adopt_orphans
+        from ..integration import resume_pending
 
         adopt_orphans(self.store, self.run_id, self.clock)
+        self.state.refresh()
+        if resume_pending(self):
+            self.log("resuming an interrupted integration")
         self.state.refresh()
 
     def _loop(self) -> RunStatus:

@@ -383,7 +383,10 @@ def _handoff(
 def _finalize(
     sup: Supervisor, worker: Worker, request: dict[str, Any], request_digest: str, raw_digest: str
 ) -> dict[str, Any] | None:
-    raise AgentOpsError("RUN_ACTION_UNAVAILABLE", "finalize is not available in this version")
+    from ..integration import accept_finalize
+
+    accept_finalize(sup, worker, request, request_digest, raw_digest)
+    return None  # the integration job answers when it is done
 
 
 def _policy(
