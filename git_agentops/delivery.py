@@ -242,17 +242,6 @@ def deliver(
         )
     task_id = task.id
     ref = runstate.delivery_ref(sup.run_id, task_id)
-    if not create_ref(store, ref, head, f"agentops: frozen delivery of {task_id}") and read_ref(store, ref) != head:
-        return _failure(
-            worker,
-            request,
-            request_digest,
-            raw_digest,
-            "RUN_DELIVERY_CHANGED",
-            f"{ref} already points at another commit; deliveries are never moved",
-            {"why": "ref"},
-            head,
-        )
     delivered_digest = delivery_digest(sup.run_id, worker.worker_id, worker.generation, contract, head)
     evidence = [digest(r) for r in outcome.records]
     note = {
@@ -267,9 +256,24 @@ def deliver(
         "noChange": head == worker.base,
         "sourceFiles": source_files,
     }
+    sup.fault("delivery:verified")
+    # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
     Notes(store, DELIVERIES_REF).append(
         {head: canonical_bytes(note) + b"\n"}, message=f"Delivery of {task_id} by {worker.worker_id}"
     )
+    sup.fault("delivery:noted")
+    if not create_ref(store, ref, head, f"agentops: frozen delivery of {task_id}") and read_ref(store, ref) != head:
+        return _failure(
+            worker,
+            request,
+            request_digest,
+            raw_digest,
+            "RUN_DELIVERY_CHANGED",
+            f"{ref} already points at another commit; deliveries are never moved",
+            {"why": "ref"},
+            head,
+        )
+    sup.fault("delivery:frozen")
     answer = mailbox.response(
         request["requestId"],
         raw_digest,

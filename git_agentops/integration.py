@@ -107,7 +107,9 @@ def resume_pending(sup: Supervisor) -> bool:
 # -- the transaction ---------------------------------------------------------------------------------------------------
 
 
-def _set(store: Store, run_id: str, code: str, summary: str, **fields: Any) -> Run:
+def _set(sup: Supervisor, store: Store, code: str, summary: str, **fields: Any) -> Run:
+    run_id = sup.run_id
+
     def update(change: Change) -> Run:
         view = runstate.RunView(change)
         run = view.run()
@@ -116,11 +118,12 @@ def _set(store: Store, run_id: str, code: str, summary: str, **fields: Any) -> R
         runstate.put_run(change, run)
         return run
 
-    return (
-        runstate.journal(store, run_id)
-        .mutate(update, Event(code, summary, {k: v for k, v in fields.items() if k != "reviews"}))
-        .value
-    )
+    run = runstate.journal(store, run_id).mutate(
+        update, Event(code, summary, {k: v for k, v in fields.items() if k not in ("reviews", "verification")})
+    ).value
+    if "status" in fields:
+        sup.fault(f"integration:{fields['status']}")
+    return run
 
 
 def _is_ancestor(repo_dir: Path, commit: str, of: str) -> bool:
@@ -156,7 +159,7 @@ def _conflict_parties(
 def _fail(store: Store, sup: Supervisor, code: str, message: str, detail: dict[str, Any]) -> dict[str, Any]:
     run = runstate.read(store, sup.run_id).run()
     info = (run.integration or {}).get("request", {})
-    _set(store, sup.run_id, "INTEGRATION_FAILED", f"integration failed: {code}", status="failed", failure=code)
+    _set(sup, store, "INTEGRATION_FAILED", f"integration failed: {code}", status="failed", failure=code)
     request = {
         "requestId": info.get("requestId", "finalize"),
         "workerId": run.coordinator_id,
@@ -190,7 +193,7 @@ def integrate(sup: Supervisor, store: Store) -> dict[str, Any]:
         tip = read_ref(store, target_ref)
         if tip is not None and _is_ancestor(repo_dir, integration["candidate"], tip):
             run = _set(
-                store, sup.run_id, "INTEGRATION_PUBLISHED", "the target already holds the candidate", status="published"
+                sup, store, "INTEGRATION_PUBLISHED", "the target already holds the candidate", status="published"
             )
             status = "published"
     if status not in ("published", "receipted"):
@@ -236,8 +239,8 @@ def integrate(sup: Supervisor, store: Store) -> dict[str, Any]:
                 "agentops: integration candidate",
             )
             _set(
+                sup,
                 store,
-                sup.run_id,
                 "INTEGRATION_PREPARED",
                 f"candidate {candidate[:12]} on {base[:12]}",
                 status="prepared",
@@ -263,8 +266,8 @@ def integrate(sup: Supervisor, store: Store) -> dict[str, Any]:
                 sup.log(f"{run.target} moved while integrating; rebuilding the candidate (attempt {attempt})")
                 continue
             _set(
+                sup,
                 store,
-                sup.run_id,
                 "INTEGRATION_PUBLISHED",
                 f"{run.target} moved to {candidate[:12]}",
                 status="published",
@@ -283,8 +286,8 @@ def integrate(sup: Supervisor, store: Store) -> dict[str, Any]:
     if run.integration and run.integration.get("status") == "published":
         receipt_digest = _add_receipt(sup, store)
         _set(
+            sup,
             store,
-            sup.run_id,
             "INTEGRATION_RECEIPTED",
             "receipt added",
             status="receipted",
@@ -328,8 +331,8 @@ def _verify_and_review(
         )
     verification = [evidence_summary(r) for r in outcome.records]
     _set(
+        sup,
         store,
-        sup.run_id,
         "INTEGRATION_VERIFIED",
         f"candidate {candidate[:12]} verified",
         status="verified",
@@ -378,8 +381,8 @@ def _verify_and_review(
             keep, Event("REVIEWS_RECORDED", f"{len(results)} review(s)", {"reviews": reviews})
         )
     _set(
+        sup,
         store,
-        sup.run_id,
         "INTEGRATION_REVIEWED",
         f"candidate {candidate[:12]} reviewed",
         status="reviewed",

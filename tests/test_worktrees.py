@@ -72,9 +72,17 @@ def test_setup_runs_once_and_an_interrupted_setup_needs_a_user_resume(
 
 
 def _run(**kw: object) -> Run:
-    base: dict[str, object] = {"run_id": "r", "goal": "g", "target": "main", "base_commit": "0" * 40,
-                               "host": "scripted", "repository": "/x", "policy_config_hash": "0" * 64,
-                               "budget_seconds": 60, "created_at": 0.0}
+    base: dict[str, object] = {
+        "run_id": "r",
+        "goal": "g",
+        "target": "main",
+        "base_commit": "0" * 40,
+        "host": "scripted",
+        "repository": "/x",
+        "policy_config_hash": "0" * 64,
+        "budget_seconds": 60,
+        "created_at": 0.0,
+    }
     base.update(kw)
     return Run(**base)  # type: ignore[arg-type]
 
@@ -102,8 +110,14 @@ def test_budget_exhaustion_makes_the_run_budget_limited(tmp_path: Path) -> None:
     slow = child("s", "Slow", [[write_step("src/s.txt", "s\n"), "{ sleep = 30 }"]])
     path = recipe(tmp_path, slow)
     started = time.monotonic()
-    done = subprocess.run(["git", "agentops-run", "start", "--goal", "g", "--recipe", str(path), "--budget", "3s",
-                           "--json"], cwd=repo, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["git", "agentops-run", "start", "--goal", "g", "--recipe", str(path), "--budget", "3s", "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1, done.stderr  # budget-limited is not "failed", but the run did not complete
     result = json.loads(done.stdout)
     assert result["status"] == "budget-limited" and time.monotonic() - started < 20
@@ -114,8 +128,17 @@ def test_budget_exhaustion_makes_the_run_budget_limited(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_pause_stops_writers_and_resume_continues(tmp_path: Path) -> None:
     repo = project(tmp_path)
-    run_id = start(repo, recipe(tmp_path, child("a", "Part A", [[
-        "{ sleep = 2 }", write_step("src/a.txt", "a\n"), '{ commit = "a" }', '{ request = "handoff" }']])))
+    run_id = start(
+        repo,
+        recipe(
+            tmp_path,
+            child(
+                "a",
+                "Part A",
+                [["{ sleep = 2 }", write_step("src/a.txt", "a\n"), '{ commit = "a" }', '{ request = "handoff" }']],
+            ),
+        ),
+    )
     try:
         wait_for(repo, run_id, lambda d: any(t["parent"] for t in d["tasks"]))
         paused = cli(repo, "agentops-run", "pause", run_id)

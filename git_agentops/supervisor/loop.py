@@ -629,6 +629,13 @@ class Supervisor:
                     return served
         return served
 
+    def fault(self, point: str) -> None:
+        """Crash-test injection: ``AGENTOPS_FAULT=<point>`` in the supervisor's environment kills it (SIGKILL)
+        right there, so tests can prove every step is recoverable. Never set in normal use."""
+        if self.environ.get("AGENTOPS_FAULT") == point:
+            self.log(f"fault injection: SIGKILL at {point}")
+            os.kill(os.getpid(), 9)
+
     def current_run(self) -> Run:
         self.state.refresh()
         return self.state.run()
