@@ -29,8 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x",
-       "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@x"}
+ENV = {
+    **os.environ,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "b@x",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "b@x",
+}
 TIMING = re.compile(r"response (RUN_[A-Z_]+): .*?\(([0-9.]+) ms\)")
 
 
@@ -39,8 +45,10 @@ def git(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProce
 
 
 def recipe(n: int) -> str:
-    parts = ['[plan]\ntitle = "Bench"\nintent = "Plan and deliver"\ncriteria = ["all delivered", "fast"]\n',
-             "[coordinator]\nfinalize = false\n"]
+    parts = [
+        '[plan]\ntitle = "Bench"\nintent = "Plan and deliver"\ncriteria = ["all delivered", "fast"]\n',
+        "[coordinator]\nfinalize = false\n",
+    ]
     for i in range(n):
         parts.append(
             f'[[tasks]]\nname = "t{i}"\ntitle = "Task {i}"\nintent = "write file {i}"\ncriteria = ["exists"]\n'
@@ -69,8 +77,18 @@ def one_run(root: Path, n: int, env: dict[str, str]) -> tuple[float, list[float]
     assert git(repo, "agentops-policy", "trust", "--yes", env=env).returncode == 0
     (root / f"recipe{n}.toml").write_text(recipe(n))
     started = time.perf_counter()
-    done = git(repo, "agentops-run", "start", "--goal", f"bench {n}", "--recipe", str(root / f"recipe{n}.toml"),
-               "--detach", "--json", env=env)
+    done = git(
+        repo,
+        "agentops-run",
+        "start",
+        "--goal",
+        f"bench {n}",
+        "--recipe",
+        str(root / f"recipe{n}.toml"),
+        "--detach",
+        "--json",
+        env=env,
+    )
     if done.returncode != 0:
         raise SystemExit(done.stderr)
     run_id = json.loads(done.stdout)["runId"]
@@ -126,13 +144,17 @@ def main() -> int:
         print(f"{n:>6}{wall:>9.1f}{cpu:>12.0f}{cpu / n:>13.1f}{p50_n:>12.1f}{p95_n:>12.1f}")
     if len(sizes) > 1:
         (a, ca), (b, cb) = (sizes[-2], results[sizes[-2]][0]), (sizes[-1], results[sizes[-1]][0])
-        print(f"marginal supervisor CPU per extra task between {a} and {b} tasks: {(cb - ca) / (b - a):.1f} ms "
-              "(the first run also pays start-up: imports, policy binding, the coordinator's worktree)")
+        print(
+            f"marginal supervisor CPU per extra task between {a} and {b} tasks: {(cb - ca) / (b - a):.1f} ms "
+            "(the first run also pays start-up: imports, policy binding, the coordinator's worktree)"
+        )
     first, last = sizes[0], sizes[-1]
     p50 = statistics.median(all_requests) if all_requests else float("nan")
     print(f"requests answered directly by the supervisor: {len(all_requests)}; p50 {p50:.1f} ms (target < 250)")
-    print(f"run_overhead request_response_p50_ms={p50:.0f} cpu_per_task_ms_1={results[first][0] / first:.0f} "
-          f"cpu_per_task_ms_32={results[last][0] / last:.0f}")
+    print(
+        f"run_overhead request_response_p50_ms={p50:.0f} cpu_per_task_ms_1={results[first][0] / first:.0f} "
+        f"cpu_per_task_ms_32={results[last][0] / last:.0f}"
+    )
     return 0
 
 

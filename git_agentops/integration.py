@@ -118,9 +118,11 @@ def _set(sup: Supervisor, store: Store, code: str, summary: str, **fields: Any) 
         runstate.put_run(change, run)
         return run
 
-    run = runstate.journal(store, run_id).mutate(
-        update, Event(code, summary, {k: v for k, v in fields.items() if k not in ("reviews", "verification")})
-    ).value
+    run = (
+        runstate.journal(store, run_id)
+        .mutate(update, Event(code, summary, {k: v for k, v in fields.items() if k not in ("reviews", "verification")}))
+        .value
+    )
     if "status" in fields:
         sup.fault(f"integration:{fields['status']}")
     return run

@@ -68,10 +68,25 @@ def commits(cwd: Path, spec: str) -> list[CommitInfo]:
     return found
 
 
-def first_parent_chain(cwd: Path) -> Any:
+def first_parent_chain(cwd: Path, known: list[str] | None = None) -> Any:
+    """``chain(commit, base)``: the first-parent walk from ``commit`` down to (not including) ``base``.
+
+    A range check already has the walk of the whole range; a lookup into it costs nothing, where asking git for
+    each receipt would walk the history again every time (quadratic over a long range).
+    """
+    position = {commit: index for index, commit in enumerate(known or [])}
+
     def chain(commit: str, base: str) -> list[str]:
-        walk = _git(cwd, "rev-list", "--first-parent", "--max-count=100000", commit).split()
-        return walk[: walk.index(base)] if base in walk else walk
+        if known is not None and commit in position and base in position and position[base] > position[commit]:
+            return known[position[commit] : position[base]]
+        count = 64
+        while True:
+            walk = _git(cwd, "rev-list", "--first-parent", f"--max-count={count}", commit).split()
+            if base in walk:
+                return walk[: walk.index(base)]
+            if len(walk) < count:
+                return walk
+            count *= 8
 
     return chain
 
@@ -120,7 +135,7 @@ def check(
     deliveries = Notes(backend, DELIVERIES_REF)
     walk = commits(cwd, spec)
     single = ".." not in spec
-    chain = first_parent_chain(cwd)
+    chain = first_parent_chain(cwd, None if single else [info.commit for info in walk])
     when = datetime.fromtimestamp(clock.now(), tz=UTC)
     covered: set[str] = set()
     verdicts: list[Verdict] = []
