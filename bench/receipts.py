@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from git_agentops.canonical import canonical_bytes  # noqa: E402
-from git_agentops.clock import SystemClock  # noqa: E402
-from git_agentops.gitstore.identity import Identity  # noqa: E402
-from git_agentops.gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes  # noqa: E402
-from git_agentops.gitstore.repo import open_store  # noqa: E402
-from git_agentops.receipts import build_predicate, build_statement, make_receipt  # noqa: E402
+from git_agentops.canonical import canonical_bytes
+from git_agentops.clock import SystemClock
+from git_agentops.gitstore.identity import Identity
+from git_agentops.gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
+from git_agentops.gitstore.repo import open_store
+from git_agentops.receipts import build_predicate, build_statement, make_receipt
 
 ENV = {
     **os.environ,
