@@ -63,6 +63,23 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15 of the whole line)
 
 
+def _wait_delivered(
+    repo: Path, run_id: str, n: int, pid: int, started: float, env: dict[str, str]
+) -> tuple[int, float]:
+    deadline = time.monotonic() + 60 + 10 * n
+    while True:
+        doc = json.loads(git(repo, "agentops-run", "status", run_id, "--json", env=env).stdout)
+        kids = [t for t in doc["tasks"] if t["parent"]]
+        if len(kids) == n and all(t["status"] == "delivered" for t in kids):
+            break
+        if any(t["status"] == "blocked" for t in kids) or doc["status"] != "active":
+            raise SystemExit(f"run did not deliver: {json.dumps(doc, indent=1)}")
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out")
+        time.sleep(0.25)
+    return cpu_ticks(pid), time.perf_counter() - started
+
+
 def one_run(root: Path, n: int, env: dict[str, str]) -> tuple[float, list[float], list[float], float]:
     repo = root / f"repo{n}"
     git(root, "init", "-q", "-b", "main", str(repo), env=env)
@@ -93,19 +110,11 @@ def one_run(root: Path, n: int, env: dict[str, str]) -> tuple[float, list[float]
         raise SystemExit(done.stderr)
     run_id = json.loads(done.stdout)["runId"]
     pid = int((repo / ".git" / "agentops" / "runs" / run_id / "supervisor.pid").read_text())
-    deadline = time.monotonic() + 60 + 10 * n
-    while True:
-        doc = json.loads(git(repo, "agentops-run", "status", run_id, "--json", env=env).stdout)
-        kids = [t for t in doc["tasks"] if t["parent"]]
-        if len(kids) == n and all(t["status"] == "delivered" for t in kids):
-            break
-        if any(t["status"] == "blocked" for t in kids) or doc["status"] != "active":
-            raise SystemExit(f"run did not deliver: {json.dumps(doc, indent=1)}")
-        if time.monotonic() > deadline:
-            raise SystemExit("timed out")
-        time.sleep(0.25)
-    wall = time.perf_counter() - started
-    ticks = cpu_ticks(pid)
+    try:
+        ticks, wall = _wait_delivered(repo, run_id, n, pid, started, env)
+    except BaseException:
+        git(repo, "agentops-run", "stop", run_id, env=env)  # never leave a supervisor and its agents behind
+        raise
     git(repo, "agentops-run", "stop", run_id, env=env)
     for _ in range(200):  # let the supervisor stop its workers and exit before the next run starts
         try:

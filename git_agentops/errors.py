@@ -11,9 +11,10 @@ Exit statuses (DESIGN §8): 0 ok; 1 a negative but valid answer; 2 usage error; 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs hooks ~9 ms on every commit
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Final
 
 EXIT_OK: Final = 0
 EXIT_NEGATIVE: Final = 1
@@ -23,10 +24,14 @@ EXIT_INTERNAL: Final = 4
 EXIT_INTERRUPTED: Final = 130
 
 
-@dataclass(frozen=True, slots=True)
 class CodeInfo:
-    exit_status: int
-    summary: str
+    """A registered code's exit status and summary (a plain class: hooks import this module on every commit)."""
+
+    __slots__ = ("exit_status", "summary")
+
+    def __init__(self, exit_status: int, summary: str) -> None:
+        self.exit_status = exit_status
+        self.summary = summary
 
 
 def _c(exit_status: int, summary: str) -> CodeInfo:
@@ -148,6 +153,18 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_TARGET_CONTENDED": _c(EXIT_NEGATIVE, "the target kept moving while the candidate was rebuilt"),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),
+    # hooks (each refusal says what to do instead)
+    "HOOK_STALE_WORKER": _c(EXIT_NEGATIVE, "commit from a worker that is not the current generation of an active run"),
+    "HOOK_PRIVATE_PATH": _c(EXIT_NEGATIVE, "mailbox or other private files are staged"),
+    "HOOK_POLICY_CHANGE": _c(EXIT_NEGATIVE, "a worker commits a change to .agentops/policy.toml"),
+    "HOOK_SECRET": _c(EXIT_NEGATIVE, "staged content contains a secret-shaped string (path and line named)"),
+    "HOOK_MERGE_NOT_DELIVERY": _c(EXIT_NEGATIVE, "a worker merges a commit that is not a dependency's frozen delivery"),
+    "HOOK_RECEIPT_INVALID": _c(EXIT_NEGATIVE, "pushing the target to a commit without a valid receipt"),
+    "HOOK_REF_CREATE_ONLY": _c(EXIT_NEGATIVE, "a frozen delivery ref would be moved or deleted"),
+    "HOOK_REF_FAST_FORWARD_ONLY": _c(EXIT_NEGATIVE, "run state, journal or agentops notes would move backwards"),
+    "HOOK_REF_DELETE": _c(EXIT_NEGATIVE, "an agentops ref would be deleted"),
+    "HOOK_FAILED": _c(EXIT_NEGATIVE, "the hook could not check an agentops ref, so it refuses (fail closed)"),
+    "HOOKS_CONFLICT": _c(EXIT_REFUSED, "a hook file is in the way and cannot be chained (not a regular file)"),
     # success codes of responses (stable too; exit 0 from 'git agentops-request')
     "RUN_PLAN_CREATED": _c(EXIT_OK, "the root task was created"),
     "RUN_WORKER_PLANNED": _c(EXIT_OK, "a child task was planned"),
