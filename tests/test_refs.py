@@ -180,3 +180,27 @@ def test_four_processes_racing_for_500_create_only_refs_each_ref_claimed_once(st
     refs = list_refs(store, "refs/agentops/claims/")
     assert refs == owner  # and each ref points at its claimer's commit
     assert create_ref(store, "refs/agentops/claims/t0000", _commit(store, "late"), "late") is False
+
+
+def test_the_store_keeps_the_namespace_rules_the_hooks_enforce(store: Store) -> None:
+    """Hooks are advisory (--no-verify, libgit2 skip them): the store's own writes obey the same rules."""
+    sig = store.signature()
+    tree = store.repo.TreeBuilder().write()
+    first = str(store.repo.create_commit(None, sig, sig, "1", tree, []))
+    second = str(store.repo.create_commit(None, sig, sig, "2", tree, [pygit2.Oid(hex=first)]))
+    delivery, state = "refs/agentops/runs/r1/deliveries/t1", "refs/agentops/runs/r1/state"
+    update_ref(store, delivery, first, None, "deliver")
+    for new in (second, None):
+        with pytest.raises(AgentOpsError) as moved:
+            update_ref(store, delivery, new, first, "rewrite")
+        assert moved.value.code == "HOOK_REF_CREATE_ONLY"
+    update_ref(store, state, second, None, "state")
+    with pytest.raises(AgentOpsError) as back:
+        update_ref(store, state, first, second, "rewind")
+    assert back.value.code == "HOOK_REF_FAST_FORWARD_ONLY"
+    with pytest.raises(AgentOpsError) as gone:
+        update_refs(store, [RefUpdate(state, None, second)], "delete")
+    assert gone.value.code == "HOOK_REF_DELETE"
+    assert read_ref(store, delivery) == first and read_ref(store, state) == second
+    update_ref(store, "refs/agentops/runs/r1/candidate", first, None, "candidate")
+    update_ref(store, "refs/agentops/runs/r1/candidate", None, first, "candidates may go")  # not a linear ref

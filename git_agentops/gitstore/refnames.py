@@ -7,6 +7,7 @@ file path. Hooks call this on their fast path, so it imports nothing heavy.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 from ..errors import AgentOpsError
@@ -71,3 +72,43 @@ class RefConflict(AgentOpsError):
         self.name = name
         self.expected = expected
         self.actual = actual
+
+
+ZERO_OID: Final = "0" * 40
+_DELIVERY: Final = re.compile(r"^refs/agentops/runs/[^/]+/deliveries/[^/]+$")
+_LINEAR: Final = re.compile(r"^(refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)|refs/notes/agentops/.+)$")
+
+
+def namespace_rule(
+    ref: str, old: str | None, new: str | None, is_ancestor: Callable[[str, str], bool]
+) -> tuple[str, str] | None:
+    """The rule a change of an agentops ref breaks, as (code, message), or None.
+
+    Frozen deliveries are create-only; run state, policy and journal refs and the agentops notes only move
+    forward (the old tip must be an ancestor of the new one) and are never deleted. Every other ref is not ours
+    to judge. ``old``/``new`` are object ids, None or all zeros for "absent". The same rule runs in the store's
+    own ref writes, in the ``reference-transaction`` and ``pre-push`` hooks and in ``pre-receive``.
+    """
+    old = None if old in (None, ZERO_OID) else old
+    new = None if new in (None, ZERO_OID) else new
+    if old == new:
+        return None
+    if _DELIVERY.match(ref):
+        if old is not None:
+            verb = "delete" if new is None else "move"
+            return (
+                "HOOK_REF_CREATE_ONLY",
+                f"{ref} is a frozen delivery: it is never moved or deleted (refusing to "
+                f"{verb} it); start a new run to deliver something else",
+            )
+        return None
+    if _LINEAR.match(ref):
+        if new is None:
+            return ("HOOK_REF_DELETE", f"{ref} is agentops history and is never deleted; 'git agentops-run' manages it")
+        if old is not None and not is_ancestor(old, new):
+            return (
+                "HOOK_REF_FAST_FORWARD_ONLY",
+                f"{ref} only moves forward: {old[:12]} is not an ancestor of "
+                f"{new[:12]}; fetch and append instead of rewriting",
+            )
+    return None

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pygit2
 
 from ..errors import AgentOpsError
-from .refnames import RefConflict, check_ref_name
+from .refnames import RefConflict, check_ref_name, namespace_rule
 from .repo import Store
 
 OidLike = pygit2.Oid | str
@@ -92,6 +92,13 @@ class _LockBusy(Exception):
         self.name = name
 
 
+def _descends(store: Store, new: str, old: str) -> bool:
+    try:
+        return bool(store.repo.descendant_of(pygit2.Oid(hex=new), pygit2.Oid(hex=old)))
+    except (pygit2.GitError, ValueError, KeyError):
+        return False
+
+
 def try_update_refs(store: Store, updates: Sequence[RefUpdate], message: str) -> None:
     """One all-or-nothing attempt. Raises :class:`RefConflict`, or ``_LockBusy`` when a ref is locked."""
     prepared: list[tuple[str, str | None, str | None]] = []
@@ -113,10 +120,13 @@ def try_update_refs(store: Store, updates: Sequence[RefUpdate], message: str) ->
                 tx.lock_ref(name)
             except pygit2.GitError as exc:
                 raise _LockBusy(name, str(exc)) from exc
-        for name, _, expected in prepared:
+        for name, new, expected in prepared:
             actual = read_ref(store, name)
             if actual != expected:
                 raise RefConflict(name, expected, actual)
+            broken = namespace_rule(name, actual, new, lambda a, b: _descends(store, b, a))
+            if broken is not None:  # the rules hooks enforce hold for the library's own writes too
+                raise AgentOpsError(*broken)
         for name, new, expected in prepared:
             if new is None:
                 if expected is not None:
