@@ -20,8 +20,6 @@ from .conftest import git
 
 COMMANDS = docgen.COMMANDS
 NOT_YET = [
-    ("init", ["--hooks"]),
-    ("hook", ["pre-commit"]),
     ("sync", []),
 ]
 

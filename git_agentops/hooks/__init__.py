@@ -1,18 +1,21 @@
 """Repository hook logic and the facts every part of the toolkit shares about hooks.
 
 The shims that ``git agentops-init --hooks`` installs are a few lines of shell carrying :data:`MARKER`; this
-package decides what they enforce. It must stay cheap to import: hooks run on every commit.
+package decides what they enforce. It must stay cheap to import -- hooks run on every commit -- so it imports
+neither :mod:`typing` nor :mod:`pathlib` at run time.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Final, Literal
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Final, Literal
+
+    HookState = Literal["installed", "foreign", "missing"]
 
 MARKER: Final = "# git-agentops hook shim"
 HOOK_NAMES: Final = ("pre-commit", "pre-merge-commit", "post-merge", "pre-push", "reference-transaction")
-
-HookState = Literal["installed", "foreign", "missing"]
 
 
 def hook_state(hooks_dir: Path, name: str) -> HookState:
