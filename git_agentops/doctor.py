@@ -181,33 +181,45 @@ def _repository(start: Path) -> tuple[list[Check], Any]:
     return checks, store
 
 
-def _hooks(store: Any) -> Check:
-    from .hooks import HOOK_NAMES, hook_state
+def _hooks(start: Path, path: str | None) -> Check:
+    """Installed, missing and foreign hooks where git looks for them (``core.hooksPath`` included)."""
+    from .errors import AgentOpsError
+    from .hooks import HOOK_NAMES
+    from .hooks.install import SERVER_HOOKS, inspect, locate
 
-    hooks_path = None
+    git = shutil.which("git", path=path)
+    if git is None:
+        return Check("hooks", "warn", "git is not on PATH: hooks not checked")
     try:
-        hooks_path = store.repo.config["core.hooksPath"]
-    except KeyError:
-        pass
-    if hooks_path:
-        hooks_dir = Path(hooks_path)
-        if not hooks_dir.is_absolute():
-            hooks_dir = (store.workdir or store.git_dir) / hooks_dir
-    else:
-        hooks_dir = store.common_dir / "hooks"
-    states = {name: hook_state(hooks_dir, name) for name in HOOK_NAMES}
-    installed = [n for n, s in states.items() if s == "installed"]
-    foreign = [n for n, s in states.items() if s == "foreign"]
-    missing = [n for n, s in states.items() if s == "missing"]
-    parts = [f"{len(installed)}/{len(HOOK_NAMES)} installed in {hooks_dir}"]
-    if foreign:
-        parts.append(f"foreign: {', '.join(foreign)}")
-    if missing:
-        parts.append(f"missing: {', '.join(missing)}")
-    value = {"dir": str(hooks_dir), "hooks": states}
-    if len(installed) == len(HOOK_NAMES):
+        target = locate(start, git=git)
+    except AgentOpsError as exc:
+        return Check("hooks", "warn", f"hooks not checked: {exc.message}")
+    names = SERVER_HOOKS if target.bare else HOOK_NAMES
+    found = inspect(target.directory, names)
+    states = {h.name: h.state for h in found}
+    installed = [h.name for h in found if h.state == "installed"]
+    parts = [f"{len(installed)}/{len(names)} installed in {target.describe()}"]
+    groups = {
+        "foreign": [h.name for h in found if h.state == "foreign" and not h.behind],
+        "missing": [h.name for h in found if h.state == "missing"],
+        "chained (their .legacy runs first)": [h.name for h in found if h.chained],
+        "behind another tool's hook (ours runs as its .legacy)": [h.name for h in found if h.behind],
+        "outdated (reinstall)": [h.name for h in found if h.outdated],
+        "in the way": [f"{h.name}: {h.problem}" for h in found if h.problem],
+    }
+    parts += [f"{label}: {', '.join(hooks)}" for label, hooks in groups.items() if hooks]
+    value = {
+        **target.to_json(),
+        "hooks": states,
+        "chained": [h.name for h in found if h.chained],
+        "behind": [h.name for h in found if h.behind],
+        "outdated": [h.name for h in found if h.outdated],
+    }
+    working = all(h.state == "installed" or h.behind for h in found)
+    if working and not any(h.outdated for h in found):
         return Check("hooks", "ok", "; ".join(parts), value)
-    return Check("hooks", "warn", "; ".join(parts), value, "git agentops-init --hooks (hooks are advisory)")
+    remedy = "git agentops-init --server" if target.bare else "git agentops-init --hooks"
+    return Check("hooks", "warn", "; ".join(parts), value, remedy + " (hooks are advisory)")
 
 
 def diagnose(start: Path, *, path: str | None) -> Report:
@@ -223,5 +235,5 @@ def diagnose(start: Path, *, path: str | None) -> Report:
         repo_checks, store = _repository(start)
         report.checks += repo_checks
         if store is not None:
-            report.checks.append(_hooks(store))
+            report.checks.append(_hooks(start, path))
     return report

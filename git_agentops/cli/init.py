@@ -1,9 +1,16 @@
-"""``git agentops-init``: write a starter ``.agentops/policy.toml`` for this project.
+"""``git agentops-init``: write a starter ``.agentops/policy.toml`` for this project, or install its hooks.
 
 Detects the project's own test and check commands (pytest, package.json scripts with the package manager of its
 lockfile, Cargo, go.mod, Makefile test/check targets), prints the policy and every change before making it, and
 adds ``.agentops/worktrees/`` and ``.agentops/mailbox/`` to ``info/exclude``. An existing policy is never
 replaced without ``--force``. Nothing in the policy runs until you commit it and 'git agentops-policy trust' it.
+
+--hooks installs the pre-commit, pre-merge-commit, post-merge, pre-push and reference-transaction shims into
+$GIT_COMMON_DIR/hooks, or into core.hooksPath when it is set (a relative one resolves against the top of the
+worktree, as git does). A hook already there is kept as <hook>.legacy and runs first; its failure stops git.
+Reinstalling changes nothing; --uninstall-hooks removes the shims and puts the previous hooks back exactly.
+--server installs the pre-receive shim into a shared bare repository. Hooks are advisory (git commit
+--no-verify skips them); CI running 'git agentops-receipt verify' is the authority.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import argparse
 from collections.abc import Sequence
 
 from ..errors import AgentOpsError
-from .common import Context, Parser, build, not_implemented, run
+from .common import Context, Parser, build, run
 
 
 def build_parser() -> Parser:
@@ -20,7 +27,11 @@ def build_parser() -> Parser:
     parser.add_argument("--dry-run", action="store_true", help="print what would be written; write nothing")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     parser.add_argument("--force", action="store_true", help="replace an existing policy")
-    parser.add_argument("--hooks", action="store_true", help="install the repository hooks (issue #6)")
+    parser.add_argument("--hooks", action="store_true", help="install the hook shims (not the policy)")
+    parser.add_argument(
+        "--uninstall-hooks", action="store_true", help="remove the hook shims and restore the hooks they chained"
+    )
+    parser.add_argument("--server", action="store_true", help="in a bare repository: install the pre-receive shim")
     return parser
 
 
@@ -30,8 +41,8 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..policy.load import check_text
     from ..starter import add_excludes, detect, missing_excludes, render, starter_policy
 
-    if args.hooks:
-        not_implemented("git agentops-init --hooks", 6)
+    if args.hooks or args.uninstall_hooks or args.server:
+        return _hooks(args, ctx)
     root = ctx.worktree()
     store = ctx.store()
     policy_file = root / POLICY_PATH
@@ -80,6 +91,69 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             f"next: review it, 'git add {POLICY_PATH} && git commit', then 'git agentops-policy trust'",
         ],
     )
+    return 0
+
+
+def _hooks(args: argparse.Namespace, ctx: Context) -> int:
+    """--hooks, --server, --uninstall-hooks: print the plan, confirm, carry it out."""
+    import shutil
+    import sys
+
+    from ..hooks import HOOK_NAMES
+    from ..hooks.install import ALL_HOOKS, SERVER_HOOKS, apply, hook_module, locate, plan_install, plan_uninstall
+
+    if args.uninstall_hooks and (args.hooks or args.server):
+        raise AgentOpsError("USAGE", "--uninstall-hooks removes every shim; do not combine it with --hooks/--server")
+    if args.force:
+        raise AgentOpsError("USAGE", "--force replaces the policy; it does nothing for hooks (reinstalling is safe)")
+    target = locate(ctx.cwd)
+    if args.server and not target.bare:
+        raise AgentOpsError(
+            "USAGE",
+            f"--server installs the pre-receive hook of a shared bare repository; {target.common_dir} is not bare "
+            "(use --hooks here)",
+        )
+    if args.hooks and target.bare:
+        raise AgentOpsError("USAGE", "a bare repository runs no commit or push hooks: use --server there")
+    python = sys.executable or ""
+    module = str(hook_module())
+    if args.uninstall_hooks:
+        steps = plan_uninstall(target.directory, ALL_HOOKS)
+        steps = [s for s in steps if s.name in HOOK_NAMES or s.changes]  # pre-receive only when it is there
+        verb = "uninstall"
+    else:
+        names = SERVER_HOOKS if args.server else HOOK_NAMES
+        steps = plan_install(target.directory, names, python=python, module=module)
+        verb = "install"
+    on_path = shutil.which("git-agentops-hook", path=ctx.env.get("PATH"))
+    changes = [s for s in steps if s.changes]
+    doc = {
+        **target.to_json(),
+        "operation": verb,
+        "hooks": [s.to_json() for s in steps],
+        "command": on_path,
+        "fallback": [python, "-m", "git_agentops.cli.hook"],
+        "dryRun": args.dry_run,
+        "changed": False,
+    }
+    if not ctx.json:
+        ctx.out(f"Hooks directory: {target.describe()}")
+        if verb == "install":
+            runs = f"{on_path} (on PATH)" if on_path else "git-agentops-hook is not on PATH here"
+            ctx.out(f"The shims call {runs}; without it on PATH: {python} -m git_agentops.cli.hook")
+        if not target.directory.is_dir() and changes:
+            ctx.out(f"{'Would create' if args.dry_run else 'Will create'} {target.directory}")
+        ctx.out(f"{'Would' if args.dry_run else 'Will'} {verb}:" if changes else "Nothing to change:")
+        width = max(len(s.name) for s in steps) if steps else 0
+        for step in steps:
+            ctx.out(f"  {step.name:<{width}}  {step.describe()}")
+    if args.dry_run or not changes:
+        ctx.emit(doc)
+        return 0
+    ctx.confirm(f"{verb.capitalize()} {len(changes)} hook(s) in {target.directory}?", yes=args.yes)
+    apply(target.directory, steps)
+    done = "installed" if verb == "install" else "uninstalled"
+    ctx.emit({**doc, "changed": True}, f"{done}: {', '.join(s.name for s in changes)}")
     return 0
 
 
