@@ -24,42 +24,24 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import pygit2
+from benchenv import EMAIL, NAME, git
 
 from git_agentops.clock import SystemClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.repo import Store, open_store
 from git_agentops.merge import merge_chain, merge_commits
 
-IDENTITY = Identity("bench", "bench@example.invalid")
-ENV = {
-    **os.environ,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@example.invalid",
-}
+IDENTITY = Identity(NAME, EMAIL)
 DIRS, FILES = 200, 100
 SIZES = (1, 10, 50)
 Deliveries = list[tuple[str, str]]
-
-
-def git(cwd: Path, *args: str, input: bytes | None = None) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, env=ENV, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"git {' '.join(args)} failed: {done.stderr.decode(errors='replace')}")
-    return done.stdout.decode().strip()
 
 
 def content(directory: int, name: int, tag: str = "") -> bytes:

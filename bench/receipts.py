@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchenv import ENV, git
 
 from git_agentops.canonical import canonical_bytes
 from git_agentops.clock import SystemClock
@@ -33,20 +31,7 @@ from git_agentops.gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
 from git_agentops.gitstore.repo import open_store
 from git_agentops.receipts import build_predicate, build_statement, make_receipt
 
-ENV = {
-    **os.environ,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "b@x",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "b@x",
-}
 ROOT_ID = "task-00000000-0000-4000-8000-000000000000"
-
-
-def git(cwd: Path, *args: str, input: str | None = None) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, text=True, env=ENV, check=True)
-    return done.stdout.strip()
 
 
 def build(repo: Path, key: Path, count: int) -> tuple[str, str]:

@@ -29,14 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ENV = {
-    **os.environ,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "b@x",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "b@x",
-}
+from benchenv import ENV
+
 TIMING = re.compile(r"response (RUN_[A-Z_]+): .*?\(([0-9.]+) ms\)")
 
 

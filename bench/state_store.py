@@ -33,32 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import pygit2
+from benchenv import EMAIL, ENV, NAME, git
 
 from git_agentops.clock import SystemClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.journal import Change, Event, Journal
 from git_agentops.gitstore.repo import Store, open_store
 
-IDENTITY = Identity("bench", "bench@example.invalid")
-ENV = {
-    **os.environ,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "b@x",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "b@x",
-}
-
-
-def git(repo: Path, *args: str, input: str | None = None, config: tuple[str, ...] = ()) -> str:
-    cfg = [arg for pair in config for arg in ("-c", pair)]
-    done = subprocess.run(
-        ["git", *cfg, *args], cwd=repo, input=input, capture_output=True, text=True, env=ENV, check=True
-    )
-    return done.stdout.strip()
+IDENTITY = Identity(NAME, EMAIL)
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -23,6 +23,7 @@ with a new generation and the failure as its diagnostic; the same failure twice 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from .gitstore.notes import DELIVERIES_REF, Notes
 from .gitstore.refs import create_ref, read_ref
 from .gitstore.repo import Store
 from .model.run import WorkerStatus
-from .model.task import TaskStatus
+from .model.task import Task, TaskStatus
 
 if TYPE_CHECKING:
     from .model.run import Worker
@@ -283,25 +284,7 @@ def deliver(
     )
 
     def freeze(change: Change, view: runstate.RunView) -> None:
-        current = view.task(task_id)
-        taskbook.put(
-            change,
-            replace(
-                current,
-                status=TaskStatus.DELIVERED,
-                extra={
-                    **current.extra,
-                    "delivery": {
-                        "commit": head,
-                        "digest": delivered_digest,
-                        "workerId": worker.worker_id,
-                        "generation": worker.generation,
-                        "evidence": evidence,
-                        "noChange": head == worker.base,
-                    },
-                },
-            ),
-        )
+        _mark_delivered(change, view.task(task_id), note)
         runstate.put_worker(
             change, replace(view.worker(worker.worker_id), status=WorkerStatus.DELIVERED, process=None, diagnostic=None)
         )
@@ -373,25 +356,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
 
         def adopt(change: Change, task_id: str = task.id, record: dict[str, Any] = record) -> None:
             v = runstate.RunView(change)
-            current = v.task(task_id)
-            taskbook.put(
-                change,
-                replace(
-                    current,
-                    status=TaskStatus.DELIVERED,
-                    extra={
-                        **current.extra,
-                        "delivery": {
-                            "commit": record["sourceCommit"],
-                            "digest": record["deliveryDigest"],
-                            "workerId": record["workerId"],
-                            "generation": record["generation"],
-                            "evidence": record["evidence"],
-                            "noChange": record["noChange"],
-                        },
-                    },
-                ),
-            )
+            _mark_delivered(change, v.task(task_id), record)
             worker_id = record["workerId"]
             if f"{worker_id}.json" in v.view.list("workers"):
                 runstate.put_worker(change, replace(v.worker(worker_id), status=WorkerStatus.DELIVERED, process=None))
@@ -406,3 +371,16 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
         )
         adopted.append(task.id)
     return adopted
+
+
+def _mark_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> None:
+    """Record on the task the delivery its delivery note describes (the live path and adoption share it)."""
+    delivery = {
+        "commit": note["sourceCommit"],
+        "digest": note["deliveryDigest"],
+        "workerId": note["workerId"],
+        "generation": note["generation"],
+        "evidence": note["evidence"],
+        "noChange": note["noChange"],
+    }
+    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": delivery}))
