@@ -120,6 +120,15 @@ def _policy_signers(cwd: Path, commit: str, scratch: Path) -> tuple[Path | None,
     return path, required
 
 
+class _IncomingRefs(GitCliBackend):
+    def __init__(self, cwd: Path, *, incoming: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(cwd, **kwargs)
+        self.incoming = dict(incoming)
+
+    def read_ref(self, name: str) -> str | None:
+        return self.incoming.get(name) or super().read_ref(name)
+
+
 def check(
     cwd: Path,
     spec: str,
@@ -128,9 +137,14 @@ def check(
     clock: Clock,
     allowed_signers: Path | None = None,
     require_signature: bool | None = None,
+    incoming: Mapping[str, str] | None = None,
 ) -> list[Verdict]:
-    """One verdict per commit that needs (or has) a receipt; see the module docstring."""
-    backend = GitCliBackend(cwd, environ=environ, identity=DEFAULT_IDENTITY, clock=clock)
+    """One verdict per commit that needs (or has) a receipt; see the module docstring.
+
+    ``incoming`` gives notes refs their value from a push still being received (``pre-receive``: the objects
+    are here, the refs not yet), so receipts pushed together with their commits count.
+    """
+    backend = _IncomingRefs(cwd, environ=environ, identity=DEFAULT_IDENTITY, clock=clock, incoming=incoming or {})
     receipts = Notes(backend, RECEIPTS_REF)
     deliveries = Notes(backend, DELIVERIES_REF)
     walk = commits(cwd, spec)

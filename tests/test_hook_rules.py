@@ -335,6 +335,11 @@ def test_pushing_the_target_needs_a_receipt_and_a_server_refuses_rewriting_deliv
     assert refused.returncode != 0 and error_codes(refused.stderr) == ["HOOK_RECEIPT_INVALID"], refused.stderr
     assert "RECEIPT_MISSING" in refused.stderr
     assert git(remote, "rev-parse", "main") == base
+    bypass = run_git(repo, "push", "--no-verify", "origin", "main")  # skips our pre-push, not the server's
+    assert bypass.returncode != 0 and "HOOK_RECEIPT_INVALID" in bypass.stderr, bypass.stderr
+    assert git(remote, "rev-parse", "main") == base
+    other = run_git(repo, "push", "--no-verify", "origin", "main:refs/heads/topic")  # not the target: not ours
+    assert other.returncode == 0, other.stderr
     git(repo, "reset", "-q", "--hard", base)
 
     simple = child("a", "Part A", [[write_step("src/a.txt", "a\n"), '{ commit = "Add a" }', HANDOFF]])
@@ -343,7 +348,7 @@ def test_pushing_the_target_needs_a_receipt_and_a_server_refuses_rewriting_deliv
     candidate = doc["integration"]["candidate"]
     assert git(repo, "rev-parse", "main") == candidate
     pushed = run_git(repo, "push", "origin", "main", "refs/notes/agentops/receipts", "refs/notes/agentops/deliveries")
-    assert pushed.returncode == 0, pushed.stderr
+    assert pushed.returncode == 0, pushed.stderr  # the server read the receipt from the notes pushed with it
     assert git(remote, "rev-parse", "main") == candidate
 
     delivery_ref = f"refs/agentops/runs/{run_id}/deliveries/{task_by_title(doc, 'Part A')['taskId']}"

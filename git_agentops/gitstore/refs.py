@@ -94,8 +94,10 @@ class _LockBusy(Exception):
 
 def _descends(store: Store, new: str, old: str) -> bool:
     try:
+        if old in (str(p) for p in store.resolve_commit(new).parent_ids):
+            return True  # a journal append: one object read instead of a merge-base walk
         return bool(store.repo.descendant_of(pygit2.Oid(hex=new), pygit2.Oid(hex=old)))
-    except (pygit2.GitError, ValueError, KeyError):
+    except (pygit2.GitError, ValueError, KeyError, AgentOpsError):
         return False
 
 

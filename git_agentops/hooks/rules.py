@@ -9,7 +9,11 @@
 * **pre-push**: the integration target is pushed only to a commit with a valid receipt (the checks of
   ``git agentops-receipt verify``, offline); agentops refs and notes never move backwards or disappear.
 * **reference-transaction** / **pre-receive**: :func:`git_agentops.gitstore.refnames.namespace_rule` -- deliveries
-  create-only, run state/policy/journals and notes fast-forward only.
+  create-only, run state/policy/journals and notes fast-forward only; ``pre-receive`` also demands receipts on
+  the target, reading them from the notes as they will be once the push lands.
+
+The target is the ``run.target`` of the policy committed at the pushed commit (or at the tip it replaces): a
+branch of a repository without a policy is not checked.
 
 Run state is read straight from the journal refs with ``git cat-file`` (no pygit2). Hooks are advisory --
 ``--no-verify`` and libgit2 skip them -- so the same rules also hold in the toolkit's own write paths, and CI's
@@ -271,30 +275,36 @@ def check_ref_updates(where: Where, updates: Sequence[tuple[str, str | None, str
 
 
 def receive_refusals(where: Where, stdin: bytes) -> list[tuple[str, str]]:
+    """The server's checks of a push: :func:`check_ref_updates`, and receipts on the integration target (named by
+    the policy committed at the new or the old tip), read from the notes as they will be after this push."""
     updates = []
     for line in stdin.decode("utf-8", errors="replace").splitlines():
         parts = line.split()
         if len(parts) == 3:
             updates.append((parts[2], parts[0], parts[1]))
-    return check_ref_updates(where, updates)
+    refusals = check_ref_updates(where, updates)
+    incoming = {ref: new for ref, _, new in updates if ref.startswith("refs/notes/agentops/") and new != ZERO_OID}
+    for ref, old, new in updates:
+        if not ref.startswith("refs/heads/") or new == ZERO_OID:
+            continue
+        targets = {_target_at(where, new), _target_at(where, old) if old != ZERO_OID else None}
+        if ref.removeprefix("refs/heads/") in targets:
+            refusals += _receipt_refusals(where, new, old, where.env, incoming)
+    return refusals
 
 
-def _target(where: Where) -> str:
-    """The integration target named by the checkout's policy (``main`` by default)."""
-    if where.toplevel is None:
-        return "main"
-    try:
-        with open(os.path.join(where.toplevel, POLICY_FILE), "rb") as handle:
-            data = handle.read(256 * 1024)
-    except OSError:
-        return "main"
+def _target_at(where: Where, commit: str) -> str | None:
+    """The integration target named by the policy committed at ``commit`` (None without a policy there)."""
+    blob = _blobs(where, [f"{commit}:{POLICY_FILE}"])[0]
+    if blob is None:
+        return None
     import tomllib
 
     try:
-        run = tomllib.loads(data.decode("utf-8", errors="replace")).get("run", {})
+        run = tomllib.loads(blob.decode("utf-8", errors="replace")).get("run", {})
     except tomllib.TOMLDecodeError:
-        return "main"
-    target = run.get("target") if isinstance(run, dict) else None
+        return "main"  # a broken policy still protects the default target
+    target = run.get("target", "main") if isinstance(run, dict) else "main"
     return target if isinstance(target, str) else "main"
 
 
@@ -304,7 +314,6 @@ def push_refusals(where: Where, args: Sequence[str], stdin: bytes, env: Mapping[
         lines = [
             ["?", env["PRE_COMMIT_TO_REF"], env["PRE_COMMIT_REMOTE_BRANCH"], env.get("PRE_COMMIT_FROM_REF", ZERO_OID)]
         ]
-    target = f"refs/heads/{_target(where)}"
     refusals: list[tuple[str, str]] = []
     ours = []
     for parts in lines:
@@ -323,12 +332,17 @@ def push_refusals(where: Where, args: Sequence[str], stdin: bytes, env: Mapping[
                 )
                 continue
             ours.append((remote_ref, remote_sha, local_sha))
-        elif remote_ref == target and local_sha != ZERO_OID:
-            refusals += _receipt_refusals(where, local_sha, remote_sha, env)
+        elif remote_ref.startswith("refs/heads/") and local_sha != ZERO_OID:
+            known = remote_sha != ZERO_OID and git(where, ["cat-file", "-e", remote_sha])[0] == 0
+            targets = {_target_at(where, local_sha), _target_at(where, remote_sha) if known else None}
+            if remote_ref.removeprefix("refs/heads/") in targets:
+                refusals += _receipt_refusals(where, local_sha, remote_sha if known else ZERO_OID, env)
     return refusals + check_ref_updates(where, ours)
 
 
-def _receipt_refusals(where: Where, local: str, remote: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
+def _receipt_refusals(
+    where: Where, local: str, remote: str, env: Mapping[str, str], incoming: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
     from pathlib import Path
 
     from ..clock import SystemClock
@@ -337,9 +351,9 @@ def _receipt_refusals(where: Where, local: str, remote: str, env: Mapping[str, s
 
     cwd = Path(where.toplevel or where.git_dir)
     try:
-        verdicts = check(cwd, local, environ=env, clock=SystemClock())
+        verdicts = check(cwd, local, environ=env, clock=SystemClock(), incoming=incoming)
         if remote != ZERO_OID and git(where, ["cat-file", "-e", remote])[0] == 0:
-            verdicts += check(cwd, f"{remote}..{local}", environ=env, clock=SystemClock())
+            verdicts += check(cwd, f"{remote}..{local}", environ=env, clock=SystemClock(), incoming=incoming)
     except AgentOpsError as exc:
         return [("HOOK_RECEIPT_INVALID", f"cannot check the receipts of {local[:12]}: {exc.message}")]
     bad = [v for v in verdicts if not v.ok]
