@@ -279,10 +279,15 @@ def test_question_waits_for_an_answer_then_resumes(tmp_path: Path) -> None:
     )
     run_id = start(repo, recipe(tmp_path, asking))
     try:
-        doc = wait_for(repo, run_id, lambda d: d["status"] == "awaiting-input")
+        # the question is recorded first, then every writer is stopped: wait for both, not for the first alone
+        doc = wait_for(
+            repo,
+            run_id,
+            lambda d: d["status"] == "awaiting-input"
+            and all(w["status"] in ("fenced", "stopped", "assigned") for w in d["workers"]),
+        )
         question = next(q for q in doc["questions"] if q["answer"] is None)
         assert question["prompt"] == "Which name?"
-        assert all(w["status"] in ("fenced", "stopped", "assigned") for w in doc["workers"]), doc["workers"]
         bad = cli(repo, "agentops-run", "answer", run_id, "q-nope", "x")
         assert bad.returncode == 3 and "RUN_QUESTION_UNKNOWN" in bad.stderr
         answered = cli(repo, "agentops-run", "answer", run_id, question["questionId"], "Call it q")
