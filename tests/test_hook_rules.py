@@ -183,6 +183,26 @@ def test_an_unknown_hook_type_is_a_usage_error(hooked: Path) -> None:
     assert done.returncode == 2 and "error[USAGE]" in done.stderr
 
 
+FAST_PATH_PROBE = """
+import os, sys
+from git_agentops.hooks.fast import dispatch
+print(dispatch("pre-commit", [], cwd=os.getcwd(), env=os.environ, stdin=b""))
+line = ("0" * 40 + " " + "1" * 40 + " refs/heads/topic\\n").encode()
+print(dispatch("reference-transaction", ["prepared"], cwd=os.getcwd(), env=os.environ, stdin=line))
+print(sorted(m for m in ("pygit2", "jsonschema", "dulwich") if m in sys.modules))
+"""
+
+
+def test_the_fast_path_imports_neither_pygit2_nor_jsonschema(hooked: Path) -> None:
+    (hooked / ".agentops").mkdir()
+    (hooked / ".agentops" / "policy.toml").write_text("version = 1\n")  # a policy to read (its cache is cold)
+    (hooked / "b.txt").write_text("plain text\n")
+    git(hooked, "add", "b.txt")
+    done = subprocess.run([sys.executable, "-c", FAST_PATH_PROBE], cwd=hooked, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["(0, [])", "(0, [])", "[]"]
+
+
 # -- pre-commit outside run worktrees: only secrets --------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from git_agentops import documents
 
 from .conftest import git
 
+# the project a verification command runs: its skipped test is data, counted as skipped in the evidence
 PYTEST_FILE = """
 import pytest
 

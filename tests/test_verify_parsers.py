@@ -22,6 +22,7 @@ from git_agentops.verify.parsers import (
     parse_tap,
 )
 
+# a test file with every outcome (its skip and xfail markers are data): the parsers must count each one
 MIX = textwrap.dedent(
     """
     import warnings

@@ -9,20 +9,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Final, Literal
-
-    HookState = Literal["installed", "foreign", "missing"]
+    from typing import Final
 
 MARKER: Final = "# git-agentops hook shim"
 HOOK_NAMES: Final = ("pre-commit", "pre-merge-commit", "post-merge", "pre-push", "reference-transaction")
-
-
-def hook_state(hooks_dir: Path, name: str) -> HookState:
-    """Whether ``hooks_dir/name`` is our shim, someone else's hook, or absent."""
-    path = hooks_dir / name
-    try:
-        head = path.read_bytes()[:4096]
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return "missing"
-    return "installed" if MARKER.encode() in head else "foreign"

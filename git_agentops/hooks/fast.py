@@ -21,7 +21,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-ZERO = "0" * 40
 NAMESPACES = (b"refs/agentops/", b"refs/notes/agentops/")
 STDIN_HOOKS = frozenset({"pre-push", "reference-transaction", "pre-receive"})
 # Literals one of which is in every match of the built-in secret rules (:mod:`git_agentops.verify.redact`); a
@@ -128,13 +127,11 @@ def guardrails(where: Where) -> tuple[bool, tuple[str, ...]]:
             data = handle.read(256 * 1024 + 1)
     except OSError:
         return True, ()
-    import hashlib
     import json
 
-    from .. import __version__
+    from ..policy.cache import CACHE_DIR, cache_key
 
-    key = hashlib.sha256(data + b"\0" + __version__.encode()).hexdigest()
-    cached = os.path.join(where.common_dir, "agentops", "cache", "policy", f"{key}.json")
+    cached = os.path.join(where.common_dir, *CACHE_DIR, f"{cache_key(data)}.json")
     try:
         with open(cached, "rb") as handle:
             doc = json.loads(handle.read())

@@ -40,7 +40,7 @@ SERVER_HOOKS: Final = ("pre-receive",)
 ALL_HOOKS: Final = HOOK_NAMES + SERVER_HOOKS
 LEGACY: Final = ".legacy"
 SHIM_MODE: Final = 0o755
-_HEAD = 4096  # the marker sits on line 2; hook_state() reads this much too
+_HEAD = 4096  # the marker sits on line 2
 
 Kind = Literal["missing", "ours", "foreign"]
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..gitstore.refnames import ZERO_OID, namespace_rule
-from .fast import Where, git
+from .fast import NAMESPACES, Where, git
 
 ACTIVE_WORKER = frozenset({"assigned", "starting", "running", "idle"})
 PRIVATE_PREFIXES = (".agentops/mailbox/", ".agentops/worktrees/")
@@ -199,11 +199,9 @@ def _merging(where: Where, hook: str) -> list[str] | None:
 def merge_refusals(where: Where, hook: str) -> tuple[list[tuple[str, str]], list[str]]:
     """Refusals for a merge in a worker worktree (``pre-merge-commit``, or ``pre-commit`` concluding a merge
     that stopped), or for ``post-merge`` the diagnostic it recorded."""
-    record = _record(where)
-    if record is None:
-        return [], []
     merging = _merging(where, hook)
-    if merging == []:
+    record = _record(where) if merging != [] else None
+    if record is None:
         return [], []
     run_id, worker_id = str(record.get("runId")), str(record.get("workerId"))
     worker = _json(_blobs(where, [f"refs/agentops/runs/{run_id}/state:workers/{worker_id}.json"])[0]) or {}
@@ -320,7 +318,7 @@ def push_refusals(where: Where, args: Sequence[str], stdin: bytes, env: Mapping[
         if len(parts) != 4:
             continue
         _, local_sha, remote_ref, remote_sha = parts
-        if remote_ref.startswith(("refs/agentops/", "refs/notes/agentops/")):
+        if remote_ref.encode().startswith(NAMESPACES):
             known = remote_sha == ZERO_OID or git(where, ["cat-file", "-e", remote_sha])[0] == 0
             if not known:
                 refusals.append(

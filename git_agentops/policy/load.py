@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .. import __version__, documents
-from ..canonical import canonical_bytes, sha256_hex
+from .. import documents
+from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained, write_private
 from ..gitstore.refnames import ref_name_problem
 from ..model.policy import POLICY_PATH, Policy, effective
+from .cache import CACHE_DIR, cache_key
 
 MAX_POLICY_BYTES: Final = 256 * 1024
 _KEYWORD_CODES: Final = {
@@ -240,7 +241,7 @@ def read_policy_bytes(worktree: Path, rel: str = POLICY_PATH) -> bytes:
 
 def policy_from_bytes(data: bytes, *, source: str = POLICY_PATH, cache_dir: Path | None = None) -> Policy:
     """Validate policy bytes (or find them in the cache) and return the policy; raises the first problem."""
-    key = sha256_hex(data + b"\0" + __version__.encode())
+    key = cache_key(data)
     if cache_dir is not None:
         try:
             cached = read_private(cache_dir, f"{key}.json", max_bytes=4 * MAX_POLICY_BYTES)
@@ -279,7 +280,7 @@ def load_policy(worktree: Path, *, cache_dir: Path | None = None, rel: str = POL
 
 
 def cache_dir_for(common_dir: Path) -> Path:
-    return common_dir / "agentops" / "cache" / "policy"
+    return common_dir.joinpath(*CACHE_DIR)
 
 
 def render_toml(doc: Mapping[str, Any]) -> str:
