@@ -7,7 +7,7 @@ objects). The target moved one commit past the base; each of the N delivery bran
 directory of its own and adds ``deliveries/NNN.txt``. For N = 1, 10 and 50 the deliveries are integrated one after
 another as two-parent merge commits (first parent = the previous step):
 
-1. ours: :func:`git_agentops.merge.merge_chain` (in-memory tree merge, pygit2 writes);
+1. ours: :func:`git_agentops.integrate.merge.merge_chain` (in-memory tree merge, pygit2 writes);
 2. git plumbing: ``git merge-tree --write-tree <prev> <delivery>`` + ``git commit-tree -p <prev> -p <delivery>``
    per delivery (two processes per merge);
 3. ``git merge --no-ff`` in a worktree (created once, outside the timed region; only the merges are timed).
@@ -36,7 +36,7 @@ from benchenv import EMAIL, NAME, git
 from git_agentops.clock import SystemClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.repo import Store, open_store
-from git_agentops.merge import merge_chain, merge_commits
+from git_agentops.integrate.merge import merge_chain, merge_commits
 
 IDENTITY = Identity(NAME, EMAIL)
 DIRS, FILES = 200, 100

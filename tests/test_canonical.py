@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from git_agentops import documents
 from git_agentops.canonical import canonical_json, check_seal, digest, seal, sha256_hex
 from git_agentops.errors import AgentOpsError
+from git_agentops.schema import documents
 
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | finite_floats | st.text(max_size=20)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from git_agentops import documents
 from git_agentops.cli import common, docgen
 from git_agentops.errors import AgentOpsError
+from git_agentops.schema import documents
 
 from .conftest import git
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from git_agentops import documents
 from git_agentops.errors import AgentOpsError
 from git_agentops.resources import data_dir
+from git_agentops.schema import documents
 
 GOOD = {"code": "RUN_CREATED", "summary": "x", "data": {}, "time": 1.5}
 
@@ -66,7 +66,7 @@ def test_every_shipped_schema_is_valid_and_identified() -> None:
 
 def test_schemas_load_once_per_process() -> None:
     code = (
-        "from git_agentops import documents\n"
+        "from git_agentops.schema import documents\n"
         "import sys\n"
         "for _ in range(50): documents.validate({'code':'A_B','summary':'s','data':{},'time':0}, 'event')\n"
         "assert 'jsonschema' not in sys.modules  # validation does not pay for jsonschema's import\n"

@@ -26,7 +26,7 @@ import pytest
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.repo import Store, open_store
-from git_agentops.merge import ChainResult, MergeResult, _Graph, merge_chain, merge_commits, merge_trees
+from git_agentops.integrate.merge import ChainResult, MergeResult, _Graph, merge_chain, merge_commits, merge_trees
 
 from .conftest import IDENTITY, git, make_repo
 

@@ -16,19 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from git_agentops import process
 from git_agentops.clock import FixedClock
-from git_agentops.process import (
-    ENV_ALLOWLIST,
-    CommandResult,
-    ProcessIdentity,
-    boot_id,
-    is_alive,
-    process_identity,
-    run_command,
-    scrub_environment,
-    terminate_group,
-)
+from git_agentops.process import command as process
+from git_agentops.process.command import ENV_ALLOWLIST, CommandResult, run_command, scrub_environment
+from git_agentops.process.groups import ProcessIdentity, boot_id, is_alive, process_identity, terminate_group
 
 MARGIN = 1.5  # seconds a timed-out command may take beyond timeout + grace
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from git_agentops import documents
 from git_agentops.canonical import seal
 from git_agentops.errors import CODES, EXIT_NEGATIVE, EXIT_REFUSED, AgentOpsError
 from git_agentops.model.task import Criterion, Task, TaskStatus
@@ -39,6 +38,7 @@ from git_agentops.receipts import (
 )
 from git_agentops.receipts.sshsig import sign, verify
 from git_agentops.receipts.statement import SEALED, completeness_problem
+from git_agentops.schema import documents
 
 from .conftest import git, make_repo
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from git_agentops import client, documents, mailbox
 from git_agentops.cli import request as request_cli
 from git_agentops.errors import AgentOpsError
+from git_agentops.protocol import client, mailbox
+from git_agentops.schema import documents
 
 from .conftest import make_repo
 

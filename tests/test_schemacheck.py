@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from git_agentops import documents
-from git_agentops.schemacheck import UnsupportedSchema, Validator
+from git_agentops.schema import documents
+from git_agentops.schema.validator import UnsupportedSchema, Validator
 
 RAW, OURS = documents.SCHEMAS.get()
 REGISTRY: Registry[Any] = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in RAW.values())

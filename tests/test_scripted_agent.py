@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from git_agentops import mailbox
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
 from git_agentops.hosts.recipe import Commit, Criterion, Recipe, Request, Run, Write, load_recipe
 from git_agentops.hosts.scripted import Ran, make_runner, run_agent
+from git_agentops.protocol import mailbox
 
 from .conftest import git, make_repo
 

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from git_agentops import taskbook
 from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.journal import Event, Journal
 from git_agentops.gitstore.repo import Store
@@ -24,6 +23,7 @@ from git_agentops.model.task import (
     revise,
     task_contract_hash,
 )
+from git_agentops.runs import tasks as taskbook
 
 ROOT = "task-00000000-0000-4000-8000-000000000001"
 CHILD = "task-00000000-0000-4000-8000-000000000002"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from git_agentops import documents
+from git_agentops.schema import documents
 
 from .conftest import git
 
@@ -202,9 +202,9 @@ def test_cache_misses_when_the_environment_differs(run_cli: Any, repo_path: Path
 
 
 def test_task_runners_run_for_criteria_and_unknown_runner_is_refused(run_cli: Any, repo_path: Path, store: Any) -> None:
-    from git_agentops import taskbook
     from git_agentops.gitstore.journal import Event, Journal
     from git_agentops.model.task import Criterion, new_task
+    from git_agentops.runs import tasks as taskbook
 
     _project(
         repo_path,

@@ -15,7 +15,7 @@ from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.repo import Store
 from git_agentops.model.policy import CommandSpec
 from git_agentops.model.run import Interval, Run, close_intervals, is_restart_storm, open_interval, used_seconds
-from git_agentops.worktrees import ensure_setup, ensure_worktree, placement, read_record
+from git_agentops.runs.workspaces import ensure_setup, ensure_worktree, placement, read_record
 
 from .conftest import git
 from .runkit import child, cli, project, recipe, start, status, stop, supervisor_running, wait_for, write_step

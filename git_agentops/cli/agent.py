@@ -39,9 +39,9 @@ def _generation(text: str | None) -> int | None:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from .. import client, mailbox
     from ..hosts.recipe import load_recipe
     from ..hosts.scripted import make_runner, run_agent
+    from ..protocol import client, mailbox
 
     env = ctx.env
     if env.get("AGENTOPS_REVIEW_REPORT"):
@@ -78,9 +78,9 @@ def _review(ctx: Context) -> int:
     """Review mode: play the recipe's reviewer named ``$AGENTOPS_REVIEWER`` and write its report."""
     import json
 
-    from .. import documents
     from ..hosts.recipe import load_recipe
     from ..hosts.scripted import review_report
+    from ..schema import documents
 
     env = ctx.env
     recipe = load_recipe(Path(env["AGENTOPS_RECIPE"])) if env.get("AGENTOPS_RECIPE") else None

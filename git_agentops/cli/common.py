@@ -112,7 +112,7 @@ class Context:
 
     def worktree(self) -> Path:
         """The top of the working tree around the current directory (``REPO_BARE`` in a bare repository)."""
-        from ..checkout import toplevel
+        from ..gitstore.checkout import toplevel
 
         return toplevel(self.cwd)
 

@@ -19,7 +19,7 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from ..doctor import diagnose
+    from .diagnose import diagnose
 
     report = diagnose(ctx.cwd, path=ctx.env.get("PATH"))
     lines = []

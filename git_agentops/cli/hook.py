@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0].startswith("-"):
         return _help(args)
     hook, rest = args[0], args[1:]
-    from ..hooks.fast import NAMESPACES, STDIN_HOOKS, dispatch
+    from ..hooks.fast import STDIN_HOOKS, dispatch
+    from ..hooks.where import NAMESPACES
 
     stdin = sys.stdin.buffer.read() if hook in STDIN_HOOKS and not sys.stdin.isatty() else b""
     try:

@@ -36,10 +36,10 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from ..checkout import head
+    from ..gitstore.checkout import head
     from ..model.policy import POLICY_PATH
     from ..policy.load import check_text
-    from ..starter import add_excludes, detect, missing_excludes, render, starter_policy
+    from ..policy.starter import add_excludes, detect, missing_excludes, render, starter_policy
 
     if args.hooks or args.uninstall_hooks or args.server:
         return _hooks(args, ctx)

@@ -32,8 +32,8 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from .. import receipt_check
     from ..errors import AgentOpsError
+    from ..receipts import check as receipt_check
 
     where = ctx.worktree() if args.command else ctx.cwd
     if args.command == "show":

@@ -68,7 +68,7 @@ def _approval(text: str) -> tuple[str, str]:
 
 def build_parser() -> Parser:
     parser = build("git-agentops-request", __doc__ or "")
-    from ..client import ACTIONS
+    from ..protocol.client import ACTIONS
 
     parser.add_argument("action", metavar="ACTION", choices=ACTIONS, help=f"one of: {', '.join(ACTIONS)}")
     parser.add_argument("--title", help="task title (plan, worker)")
@@ -101,7 +101,7 @@ def build_parser() -> Parser:
 
 def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The request fields the options name; ``USAGE`` when the action lacks one or does not take one."""
-    from ..client import OPTIONAL_FIELDS, REQUIRED_FIELDS, approvals
+    from ..protocol.client import OPTIONAL_FIELDS, REQUIRED_FIELDS, approvals
 
     action: str = args.action
     fields: dict[str, Any] = {}
@@ -123,7 +123,7 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from .. import client, mailbox
+    from ..protocol import client, mailbox
 
     fields = fields_from_args(args)  # before anything is looked up or written
     worktree = mailbox.find_worktree(ctx.cwd, ctx.env.get("AGENTOPS_MAILBOX"))

@@ -68,7 +68,7 @@ def build_parser() -> Parser:
 
 
 def _latest(ctx: Context) -> str:
-    from ..runstate import list_runs
+    from ..runs.state import list_runs
 
     runs = list_runs(ctx.store())
     if not runs:
@@ -77,7 +77,7 @@ def _latest(ctx: Context) -> str:
 
 
 def _created(ctx: Context, run_id: str) -> float:
-    from .. import runstate
+    from ..runs import state as runstate
 
     try:
         return runstate.read(ctx.store(), run_id).run().created_at
@@ -104,8 +104,8 @@ def _logger(ctx: Context, run_dir: Path) -> Any:
 
 def _supervise(ctx: Context, run_id: str) -> str:
     from ..policy.trust import TrustStore, require_trusted
+    from ..runs.create import bound_policy
     from ..supervisor.loop import Supervisor, run_dir
-    from ..supervisor.runs import bound_policy
 
     store = ctx.store()
     policy = bound_policy(store, run_id)
@@ -178,7 +178,7 @@ def _spawn_supervisor(ctx: Context, run_id: str) -> int:
 def _start(args: argparse.Namespace, ctx: Context) -> int:
     from ..policy.load import cache_dir_for, load_policy
     from ..policy.trust import TrustStore
-    from ..supervisor.runs import create_run
+    from ..runs.create import create_run
 
     store = ctx.store()
     policy = load_policy(ctx.worktree(), cache_dir=cache_dir_for(store.common_dir))
@@ -212,7 +212,7 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _status(args: argparse.Namespace, ctx: Context) -> int:
-    from ..supervisor.runs import summary
+    from ..runs.create import summary
 
     run_id = args.run_id or _latest(ctx)
     doc = summary(ctx.store(), run_id, ctx.clock)
@@ -242,7 +242,7 @@ def _status(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _list(args: argparse.Namespace, ctx: Context) -> int:
-    from .. import runstate
+    from ..runs import state as runstate
 
     docs: list[dict[str, Any]] = []
     for run_id in runstate.list_runs(ctx.store()):
@@ -257,8 +257,8 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _log(args: argparse.Namespace, ctx: Context) -> int:
-    from .. import runstate
     from ..clock import iso8601
+    from ..runs import state as runstate
 
     journal = runstate.journal(ctx.store(), args.run_id)
     if not journal.exists():
@@ -276,7 +276,7 @@ def _log(args: argparse.Namespace, ctx: Context) -> int:
 
 def _control(args: argparse.Namespace, ctx: Context) -> int:
     from ..model.policy import duration_seconds
-    from ..supervisor import runs
+    from ..runs import create as runs
 
     store = ctx.store()
     if args.command == "pause":
@@ -306,7 +306,7 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
     import shutil
     import tempfile
 
-    from ..demo import run_demo
+    from .demo import run_demo
 
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)

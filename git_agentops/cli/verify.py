@@ -25,8 +25,8 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from ..checkout import probe
     from ..gitstore.backend import GitCliBackend, git_config
+    from ..gitstore.checkout import probe
     from ..gitstore.identity import DEFAULT_IDENTITY, Identity
     from ..policy.load import cache_dir_for, load_policy
     from ..policy.trust import TrustStore, repo_identity
@@ -46,7 +46,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     )
     task = None
     if args.task:
-        from ..taskbook import find
+        from ..runs.tasks import find
 
         task = find(ctx.store(), args.task)[1]
     backend = GitCliBackend(

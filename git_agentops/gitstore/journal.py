@@ -22,9 +22,9 @@ from typing import Any, Final, Generic, TypeVar
 
 import pygit2
 
-from .. import documents
 from ..canonical import canonical_json, sha256_hex
 from ..errors import AgentOpsError
+from ..schema import documents
 from .refnames import RefConflict, check_ref_name
 from .refs import RefUpdate, _LockBusy, read_commit_ref, read_ref, try_update_refs
 from .repo import Store

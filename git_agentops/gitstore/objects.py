@@ -1,6 +1,6 @@
 """Writing the objects an in-memory merge produces: merged blobs, rebuilt trees, merge commits.
 
-The merge engine (:mod:`git_agentops.merge`) computes *what* to write; this module is where it is written, so
+The merge engine (:mod:`git_agentops.integrate.merge`) computes *what* to write; this module is where it is written, so
 that object creation stays in the store layer like every other write (``tests/test_architecture.py``). Each
 helper writes one object and returns its id as hex.
 

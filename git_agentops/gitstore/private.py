@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from .. import documents
 from ..errors import AgentOpsError
+from ..schema import documents
 
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_MAX_BYTES: Final = 1024 * 1024

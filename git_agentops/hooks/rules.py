@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..gitstore.refnames import ZERO_OID, namespace_rule
-from .fast import NAMESPACES, Where, git
+from .where import NAMESPACES, Where, git
 
 ACTIVE_WORKER = frozenset({"assigned", "starting", "running", "idle"})
 PRIVATE_PREFIXES = (".agentops/mailbox/", ".agentops/worktrees/")
@@ -345,7 +345,7 @@ def _receipt_refusals(
 
     from ..clock import SystemClock
     from ..errors import AgentOpsError
-    from ..receipt_check import check
+    from ..receipts.check import check
 
     cwd = Path(where.toplevel or where.git_dir)
     try:

@@ -31,7 +31,7 @@ from typing import Final
 
 from ..errors import AgentOpsError
 from ..model.policy import Policy
-from ..process import ProcessIdentity, process_identity
+from ..process.groups import ProcessIdentity, process_identity
 
 DEFAULT_ARGV: Final = {
     "claude": ("claude", "-p", "{prompt}", "--permission-mode", "acceptEdits"),

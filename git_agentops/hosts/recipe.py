@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .. import documents
 from ..errors import AgentOpsError
-from ..schemacheck import json_path
+from ..schema import documents
+from ..schema.validator import json_path
 
 MAX_RECIPE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_RUN_TIMEOUT: Final = 600.0

@@ -1,7 +1,7 @@
 """The scripted agent: a deterministic worker that follows a recipe instead of a model.
 
 It plays either role of a run, exactly as a model-driven agent would, through the same mailbox protocol
-(:mod:`git_agentops.client`), so the demo and the tests exercise the real supervisor:
+(:mod:`git_agentops.protocol.client`), so the demo and the tests exercise the real supervisor:
 
 * **coordinator** -- runs the recipe's coordinator steps (idempotent: a commit with nothing to commit is skipped,
   so a restarted generation replays them harmlessly), asks the recipe's question once, plans the root task if
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .. import mailbox
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import resolve_contained
+from ..protocol import mailbox
 from .recipe import Commit, Delete, Exit, Question, RawRequest, Recipe, Request, Run, Sleep, Step, Task, Write
 
 RAW_REQUEST_TIMEOUT: Final = 30.0
@@ -61,7 +61,7 @@ RawFn = Callable[[bytes], Mapping[str, Any] | None]  # send bytes as request.jso
 
 def make_runner(env: Mapping[str, str], *, clock: Clock) -> RunFn:
     """A :data:`RunFn` over :func:`git_agentops.process.run_command` with the agent's own environment."""
-    from ..process import run_command
+    from ..process.command import run_command
 
     def run(argv: Sequence[str], cwd: Path, timeout: float) -> Ran:
         result = run_command(list(argv), cwd=cwd, env=env, timeout=timeout, clock=clock, tail_bytes=OUTPUT_TAIL * 4)

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .. import documents
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained, write_private
 from ..gitstore.refnames import ref_name_problem
 from ..model.policy import POLICY_PATH, Policy, effective
+from ..schema import documents
 from .cache import CACHE_DIR, cache_key
 
 MAX_POLICY_BYTES: Final = 256 * 1024
@@ -123,7 +123,7 @@ def locate(text: str, parts: tuple[str | int, ...]) -> int | None:
 
 
 def _json_path(parts: tuple[str | int, ...]) -> str:
-    from ..schemacheck import json_path
+    from ..schema.validator import json_path
 
     return json_path(parts)
 

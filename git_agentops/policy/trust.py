@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from .. import __version__, documents
+from .. import __version__
 from ..clock import Clock, iso8601
 from ..errors import AgentOpsError
 from ..gitstore.private import file_lock, read_private, write_private
 from ..model.policy import Policy, diff_paths
+from ..schema import documents
 
 STORE_NAME: Final = "trust.json"
 _DEFAULT_PORTS: Final = {"ssh": "22", "https": "443", "http": "80", "git": "9418"}

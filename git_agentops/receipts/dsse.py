@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .. import documents
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
+from ..schema import documents
 from .statement import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 
 MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024

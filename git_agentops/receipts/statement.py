@@ -43,10 +43,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .. import documents
 from ..canonical import digest, seal
 from ..clock import iso8601
 from ..model.task import Task
+from ..schema import documents
 
 PREDICATE_TYPE: Final = "urn:git-agentops:receipt:v1"
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"

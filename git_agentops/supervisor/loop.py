@@ -28,7 +28,6 @@ from typing import Any, Final
 
 import pygit2
 
-from .. import mailbox, runstate, taskbook
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
@@ -54,9 +53,12 @@ from ..model.run import (
 )
 from ..model.task import TaskStatus
 from ..policy.trust import Verdict
-from ..process import ProcessIdentity, is_alive, terminate_group
+from ..process.groups import ProcessIdentity, is_alive, terminate_group
+from ..protocol import mailbox
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
 from . import instructions as instructions_mod
-from .state import StateCache, mutate
+from .cache import StateCache, mutate
 
 HEARTBEAT_EVERY: Final = 2.0
 STOP_GRACE: Final = 3.0
@@ -184,8 +186,8 @@ class Supervisor:
                     event="WORKER_RECONCILED",
                     summary=f"{worker.worker_id} generation {worker.generation} stopped after a supervisor restart",
                 )
-        from ..delivery import adopt_orphans
-        from ..integration import resume_pending
+        from ..integrate.delivery import adopt_orphans
+        from ..integrate.pipeline import resume_pending
 
         adopt_orphans(self.store, self.run_id, self.clock)
         self.state.refresh()
@@ -465,7 +467,7 @@ class Supervisor:
         self, worker_id: str, code: str, message: str, detail: Mapping[str, Any], head: str | None = None
     ) -> bool:
         """Record a failure; restart (True) or block on no progress (False)."""
-        from ..checkout import head as checkout_head
+        from ..gitstore.checkout import head as checkout_head
 
         worker = self.state.workers().get(worker_id, None)
         if worker is None:

@@ -22,14 +22,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import documents, mailbox, runstate, taskbook
 from ..canonical import digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..model.run import RunStatus, Worker, WorkerStatus, has_cycle
 from ..model.task import Criterion, TaskStatus, new_task
+from ..protocol import mailbox
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
+from ..schema import documents
+from .cache import mutate, recompute_contract
 from .instructions import worker_contract
-from .state import mutate, recompute_contract
 
 if TYPE_CHECKING:
     from .loop import Supervisor
@@ -374,7 +377,7 @@ def _handoff(
 ) -> dict[str, Any] | None:
     if worker.role == "coordinator":
         raise AgentOpsError("RUN_COORDINATOR_FINALIZE_REQUIRED", "the coordinator finalizes; it does not hand off")
-    from ..delivery import accept_handoff
+    from ..integrate.delivery import accept_handoff
 
     accept_handoff(sup, worker, request, request_digest, raw_digest)
     return None  # the delivery job answers when verification is done
@@ -383,7 +386,7 @@ def _handoff(
 def _finalize(
     sup: Supervisor, worker: Worker, request: dict[str, Any], request_digest: str, raw_digest: str
 ) -> dict[str, Any] | None:
-    from ..integration import accept_finalize
+    from ..integrate.pipeline import accept_finalize
 
     accept_finalize(sup, worker, request, request_digest, raw_digest)
     return None  # the integration job answers when it is done

@@ -16,15 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import runstate, taskbook
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..model.run import Worker, WorkerStatus
 from ..model.task import TaskStatus
-from ..worktrees import ensure_setup, ensure_worktree, placement
-from .state import mutate
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
+from ..runs.workspaces import ensure_setup, ensure_worktree, placement
+from .cache import mutate
 
 if TYPE_CHECKING:
     from .loop import Supervisor
@@ -139,7 +140,7 @@ def provision(
     task_id: str,
 ) -> dict[str, str]:
     """Job: branch, merge dependencies, create the worktree, run setup; {"action": "ok"|"block", ...}."""
-    from ..merge import merge_chain
+    from ..integrate.merge import merge_chain
 
     start = read_ref(store, coordinator_branch)
     if start is None:

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkout import Head, dirty_paths, head, head_and_changes
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.checkout import Head, dirty_paths, head, head_and_changes
 from ..model.policy import CommandSpec, Policy
 from ..policy.trust import Verdict, require_trusted
-from ..process import run_command, scrub_environment
+from ..process.command import run_command, scrub_environment
 from .evidence import EvidenceStore, cached_copy, environment_digest, make_record, stored_tail
 from .parsers import parse_counts
 

@@ -24,13 +24,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import __version__, documents
+from .. import __version__
 from ..canonical import canonical_bytes, digest
 from ..clock import iso8601
 from ..errors import AgentOpsError
 from ..gitstore.backend import ObjectBackend
 from ..gitstore.notes import EVIDENCE_REF, Notes
 from ..model.policy import CommandSpec
+from ..schema import documents
 
 if TYPE_CHECKING:
     from ..gitstore.repo import Store

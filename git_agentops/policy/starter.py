@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import __version__
+from .. import __version__
 
 EXCLUDES: Final = (".agentops/worktrees/", ".agentops/mailbox/")
 HEADER: Final = (

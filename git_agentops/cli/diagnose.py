@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import __version__
+from .. import __version__
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -96,8 +96,8 @@ def _module(name: str, dist: str) -> Check:
 
 
 def _schemas() -> Check:
-    from . import documents
-    from .errors import AgentOpsError
+    from ..errors import AgentOpsError
+    from ..schema import documents
 
     try:
         count = documents.check_schemas()
@@ -140,9 +140,9 @@ def _ssh_keygen(path: str | None) -> Check:
 def _repository(start: Path) -> tuple[list[Check], Any]:
     import pygit2
 
-    from .clock import SystemClock
-    from .errors import AgentOpsError
-    from .gitstore.repo import open_store
+    from ..clock import SystemClock
+    from ..errors import AgentOpsError
+    from ..gitstore.repo import open_store
 
     try:
         store = open_store(start, clock=SystemClock())
@@ -183,9 +183,9 @@ def _repository(start: Path) -> tuple[list[Check], Any]:
 
 def _hooks(start: Path, path: str | None) -> Check:
     """Installed, missing and foreign hooks where git looks for them (``core.hooksPath`` included)."""
-    from .errors import AgentOpsError
-    from .hooks import HOOK_NAMES
-    from .hooks.install import SERVER_HOOKS, inspect, locate
+    from ..errors import AgentOpsError
+    from ..hooks import HOOK_NAMES
+    from ..hooks.install import SERVER_HOOKS, inspect, locate
 
     git = shutil.which("git", path=path)
     if git is None:

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from .. import runstate
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..model.run import Run, Worker
 from ..model.task import Task, contract_hash
+from ..runs import state as runstate
 
 T = TypeVar("T")
 

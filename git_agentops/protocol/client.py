@@ -25,8 +25,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from . import documents, mailbox
-from .errors import AgentOpsError
+from ..errors import AgentOpsError
+from ..schema import documents
+from . import mailbox
 
 ACTIONS: Final = ("plan", "worker", "handoff", "question", "finalize", "policy")
 REQUIRED_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {

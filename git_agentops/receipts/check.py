@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .clock import Clock
-from .errors import AgentOpsError
-from .gitstore.backend import GitCliBackend
-from .gitstore.identity import DEFAULT_IDENTITY
-from .gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
-from .receipts.dsse import parse_envelope
-from .receipts.verify import Verdict, verify_receipt
+from ..clock import Clock
+from ..errors import AgentOpsError
+from ..gitstore.backend import GitCliBackend
+from ..gitstore.identity import DEFAULT_IDENTITY
+from ..gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
+from .dsse import parse_envelope
+from .verify import Verdict, verify_receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +93,8 @@ def first_parent_chain(cwd: Path, known: list[str] | None = None) -> Any:
 
 def _policy_signers(cwd: Path, commit: str, scratch: Path) -> tuple[Path | None, bool]:
     """The allowed-signers file and require_signature of the policy committed at ``commit``."""
-    from .model.policy import POLICY_PATH
-    from .policy.load import policy_from_bytes
+    from ..model.policy import POLICY_PATH
+    from ..policy.load import policy_from_bytes
 
     done = subprocess.run(
         ["git", "cat-file", "blob", f"{commit}:{POLICY_PATH}"], cwd=cwd, capture_output=True, timeout=60, check=False

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, runstate, taskbook
+from .. import __version__
 from ..canonical import canonical_bytes
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -33,9 +33,11 @@ from ..model.policy import Policy, duration_seconds
 from ..model.run import Run, RunStatus, Worker, WorkerStatus
 from ..model.task import TaskStatus, contract_hash
 from ..policy.trust import Verdict, require_trusted
-from ..worktrees import ensure_setup, ensure_worktree, placement
-from .loop import run_dir
-from .state import mutate
+from ..supervisor.cache import mutate
+from ..supervisor.loop import run_dir
+from . import state as runstate
+from . import tasks as taskbook
+from .workspaces import ensure_setup, ensure_worktree, placement
 
 
 def repo_root(store: Store) -> Path:
@@ -83,7 +85,7 @@ def bind_policy(store: Store, run_id: str, policy: Policy, trust: Verdict, clock
 
 def bound_policy(store: Store, run_id: str) -> Policy:
     """The policy a run was started with (not whatever the worktree holds now)."""
-    from .. import documents
+    from ..schema import documents
 
     snapshot = Journal(store, runstate.policy_ref(run_id)).read()
     data = snapshot.get("config.json")
@@ -168,7 +170,7 @@ def create_run(
     bind_policy(store, run_id, policy, trust, clock)
     if recipe_bytes is not None:
         write_private(run_dir(store, run_id), "recipe.toml", recipe_bytes)
-    from ..starter import add_excludes, missing_excludes
+    from ..policy.starter import add_excludes, missing_excludes
 
     exclude = store.common_dir / "info" / "exclude"
     add_excludes(exclude, [line for line in missing_excludes(exclude)])

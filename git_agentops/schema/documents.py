@@ -16,10 +16,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .canonical import canonical_bytes
-from .errors import AgentOpsError
-from .resources import data_dir
-from .schemacheck import SchemaError, Validator
+from ..canonical import canonical_bytes
+from ..errors import AgentOpsError
+from ..resources import data_dir
+from .validator import SchemaError, Validator
 
 DEFAULT_MAX_BYTES: Final = 1024 * 1024
 SCHEMA_ID_PREFIX: Final = "urn:git-agentops:schema:"

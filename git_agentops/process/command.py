@@ -17,14 +17,9 @@
   exactly what it wrote. stdout and stderr share one pipe so their interleaving is kept.
 * **The group id stays ours.** The main process is reaped only at the very end: until then its zombie keeps its
   pid -- which is the group id -- from being reused, so a late ``killpg`` cannot hit an unrelated group.
-* **Pid reuse.** A pid alone does not identify a process across time: pids wrap and are reused. A
-  :class:`ProcessIdentity` adds the start time (``/proc/<pid>/stat`` field 22, clock ticks since boot), so a
-  recorded agent is never mistaken for a newer process that got the same pid. Start times count from boot;
-  compare :func:`boot_id` before trusting an identity recorded by an earlier boot.
-
 The environment is an argument: core code never reads ``os.environ``. :func:`scrub_environment` keeps the few
 variables a build needs and drops the rest (tokens, cloud keys, ``PYTHONPATH``...), then overlays what the policy
-asks for. Linux only: process discovery and identity read ``/proc``.
+asks for. Groups are stopped and found by :mod:`.groups` (Linux: ``/proc``).
 """
 
 from __future__ import annotations
@@ -42,7 +37,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Final
 
-from .clock import Clock
+from ..clock import Clock
+from .groups import KILL_SETTLE, TICK, group_members, signal_group
 
 ENV_ALLOWLIST: Final[tuple[str, ...]] = (
     "PATH",
@@ -65,14 +61,9 @@ ENV_ALLOWED_PREFIXES: Final[tuple[str, ...]] = ("LC_",)
 ORPHAN_DRAIN: Final = 0.5
 """Seconds the pipe is still drained after the whole group is gone, for output a group-escaped process holds."""
 
-KILL_SETTLE: Final = 1.0
-"""Seconds to wait for the group to vanish after SIGKILL before giving up on it (a process stuck in the kernel)."""
-
 _READ_SIZE: Final = 65536
-_TICK: Final = 0.02  # how often the group is looked at while it is being stopped
 _TICK_NO_PIDFD: Final = 0.05  # how often the main process is polled when pidfds are unavailable
 _EMPTY_ENV: Final[Mapping[str, str]] = MappingProxyType({})
-_DEAD_STATES: Final = frozenset("ZXx")  # zombie, dead: exited, only waiting to be reaped
 
 
 def _allowed(name: str) -> bool:
@@ -225,7 +216,7 @@ def run_command(
     try:
         watch = _Watch(proc, capture, on_output, stdin)
     except BaseException:
-        _signal_group(proc.pid, signals.SIGKILL)
+        signal_group(proc.pid, signals.SIGKILL)
         proc.wait()
         raise
     try:
@@ -325,15 +316,15 @@ class _Watch:
             if not self.exited and not self.stopping and now >= deadline:
                 self.timed_out = True
                 self.stopping = True
-                _signal_group(self.pgid, signals.SIGTERM)
+                signal_group(self.pgid, signals.SIGTERM)
                 self.kill_due = now + grace
             if self.exited and not self.stopping:
                 self.stopping = True
-                if _group_members(self.pgid):
-                    _signal_group(self.pgid, signals.SIGTERM)
+                if group_members(self.pgid):
+                    signal_group(self.pgid, signals.SIGTERM)
                     self.kill_due = now + grace
             if self.kill_due is not None and self.killed_at is None and now >= self.kill_due:
-                _signal_group(self.pgid, signals.SIGKILL)
+                signal_group(self.pgid, signals.SIGKILL)
                 self.killed_at = now
             if self.exited and self._done(now):
                 break
@@ -343,7 +334,7 @@ class _Watch:
     def _done(self, now: float) -> bool:
         """Called once the main process has exited: whether the group is gone and the pipe drained."""
         settled = self.killed_at is not None and now >= self.killed_at + KILL_SETTLE
-        if not settled and _group_members(self.pgid):
+        if not settled and group_members(self.pgid):
             return False
         if self.out_fd < 0:
             return True
@@ -358,7 +349,7 @@ class _Watch:
         if self.kill_due is not None and self.killed_at is None:
             wakes.append(self.kill_due - now)
         if self.stopping or self.exited:
-            wakes.append(_TICK)
+            wakes.append(TICK)
         if self.pidfd is None and not self.exited:
             wakes.append(_TICK_NO_PIDFD)
         if self.empty_since is not None:
@@ -433,117 +424,13 @@ class _Watch:
     def close(self) -> int:
         """Release the pipes and the pidfd and reap the main process; kill the group first if run() did not end."""
         if not self.finished:  # run() raised (on_output, KeyboardInterrupt): nothing of the command may survive
-            _signal_group(self.pgid, signals.SIGKILL)
+            signal_group(self.pgid, signals.SIGKILL)
             settle = time.monotonic() + KILL_SETTLE
-            while _group_members(self.pgid) and time.monotonic() < settle:
-                time.sleep(_TICK / 4)
+            while group_members(self.pgid) and time.monotonic() < settle:
+                time.sleep(TICK / 4)
         self._close_stdin()
         self._close_output()
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
         return self.proc.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """``killpg``, tolerating a group that is already gone (ESRCH) or that we may not signal (EPERM)."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _read_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name: [state, ppid, pgrp, session, ...]."""
-    if pid <= 0:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read()
-    except OSError:  # no such process (ENOENT), or it vanished while we read (ESRCH)
-        return None
-    # the command name is in parentheses and may itself contain spaces and parentheses: split at the last ')'
-    _, _, rest = raw.rpartition(b")")
-    fields = rest.decode("ascii", "replace").split()
-    return fields if len(fields) >= 20 else None
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Pids of the live (not zombie) processes of a process group, found by scanning ``/proc``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return []
-    except PermissionError:
-        pass
-    members = []
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            fields = _read_stat(int(entry.name))
-            if fields is not None and fields[2] == str(pgid) and fields[0] not in _DEAD_STATES:
-                members.append(int(entry.name))
-    return members
-
-
-def terminate_group(pgid: int, *, grace: float) -> None:
-    """SIGTERM a process group, wait up to ``grace`` seconds for its live members to exit, then SIGKILL it.
-
-    Tolerates a group that does not exist (ESRCH) or cannot be signalled (EPERM). Zombie members count as gone:
-    a caller whose own child leads the group must still reap it. After SIGKILL it waits up to
-    :data:`KILL_SETTLE` seconds for the group to vanish, so on return the group is normally gone.
-    """
-    if not _signal_group(pgid, signals.SIGTERM):
-        return
-    due = time.monotonic() + grace
-    while _group_members(pgid):
-        if time.monotonic() >= due:
-            break
-        time.sleep(_TICK)
-    else:
-        return
-    _signal_group(pgid, signals.SIGKILL)
-    settle = time.monotonic() + KILL_SETTLE
-    while _group_members(pgid) and time.monotonic() < settle:
-        time.sleep(_TICK)
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessIdentity:
-    """A process over time: its pid plus its start time (``/proc/<pid>/stat`` field 22, clock ticks since boot)."""
-
-    pid: int
-    start_time: int
-
-
-def process_identity(pid: int) -> ProcessIdentity | None:
-    """The identity of a running process; None when there is no such process or it has already exited.
-
-    A zombie (exited, not yet reaped by its parent) has no identity: it will never run again, and once reaped its
-    pid can be given to another process. For any pid ``/proc`` shows, including a thread id.
-    """
-    fields = _read_stat(pid)
-    if fields is None or fields[0] in _DEAD_STATES:
-        return None
-    try:
-        return ProcessIdentity(pid, int(fields[19]))  # field 22 overall; fields[0] is field 3
-    except ValueError:
-        return None
-
-
-def is_alive(identity: ProcessIdentity) -> bool:
-    """Whether the process is still running: same pid *and* same start time, so a reused pid never counts."""
-    current = process_identity(identity.pid)
-    return current is not None and current.start_time == identity.start_time
-
-
-def boot_id() -> str | None:
-    """This boot's random id (``/proc/sys/kernel/random/boot_id``); start times are only comparable within one."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
-            value = handle.read().strip()
-    except OSError:
-        return None
-    return value or None

@@ -57,9 +57,9 @@ from typing import Final, cast
 import pygit2
 from pygit2.index import MergeFileResult
 
-from .errors import AgentOpsError
-from .gitstore import objects
-from .gitstore.repo import Store
+from ..errors import AgentOpsError
+from ..gitstore import objects
+from ..gitstore.repo import Store
 
 _TREE: Final = int(pygit2.enums.FileMode.TREE)
 _LINK: Final = int(pygit2.enums.FileMode.LINK)

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import AgentOpsError
+from ..errors import AgentOpsError
 
 
 @dataclass(frozen=True, slots=True)

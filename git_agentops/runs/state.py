@@ -20,15 +20,15 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final
 
-from . import taskbook
-from .canonical import sha256_hex
-from .errors import AgentOpsError
-from .gitstore.journal import Change, Journal, Snapshot
-from .gitstore.refnames import check_component
-from .gitstore.refs import list_refs
-from .gitstore.repo import Store
-from .model.run import Run, Worker
-from .model.task import Task
+from ..canonical import sha256_hex
+from ..errors import AgentOpsError
+from ..gitstore.journal import Change, Journal, Snapshot
+from ..gitstore.refnames import check_component
+from ..gitstore.refs import list_refs
+from ..gitstore.repo import Store
+from ..model.run import Run, Worker
+from ..model.task import Task
+from . import tasks as taskbook
 
 RUNS_PREFIX: Final = "refs/agentops/runs/"
 RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

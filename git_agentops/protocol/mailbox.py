@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import documents
-from .canonical import canonical_bytes, sha256_hex
-from .errors import AgentOpsError
-from .gitstore.private import read_private, remove_private, write_private
+from ..canonical import canonical_bytes, sha256_hex
+from ..errors import AgentOpsError
+from ..gitstore.private import read_private, remove_private, write_private
+from ..schema import documents
 
 MAILBOX: Final = ".agentops/mailbox"
 INSTRUCTIONS: Final = f"{MAILBOX}/instructions.json"
@@ -109,7 +109,7 @@ def _digest_regular_file(path: Path, limit: int = 64 * 1024 * 1024) -> str | Non
 def response(
     request_id: str | None, request_digest: str, code: str, message: str, data: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    from .errors import CODES
+    from ..errors import CODES
 
     return {
         "requestId": request_id,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import AgentOpsError
+from ..errors import AgentOpsError
 
 RUN_TESTS = '''"""Run the unit tests and report them as TAP (so the demo needs no test framework)."""
 import sys

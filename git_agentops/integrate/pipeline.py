@@ -29,22 +29,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from . import __version__, mailbox, runstate, taskbook
-from .canonical import sha256_hex
-from .checkout import Head
-from .errors import AgentOpsError
-from .gitstore.journal import Change, Event
-from .gitstore.notes import RECEIPTS_REF, Notes
-from .gitstore.refnames import RefConflict
-from .gitstore.refs import read_ref, update_ref
-from .gitstore.repo import Store
-from .gitstore.worktree import add_detached_worktree, remove_detached_worktree, remove_worktree
-from .model.run import RunStatus, WorkerStatus, topological
-from .model.task import TaskStatus
+from .. import __version__
+from ..canonical import sha256_hex
+from ..errors import AgentOpsError
+from ..gitstore.checkout import Head
+from ..gitstore.journal import Change, Event
+from ..gitstore.notes import RECEIPTS_REF, Notes
+from ..gitstore.refnames import RefConflict
+from ..gitstore.refs import read_ref, update_ref
+from ..gitstore.repo import Store
+from ..gitstore.worktree import add_detached_worktree, remove_detached_worktree, remove_worktree
+from ..model.run import RunStatus, WorkerStatus, topological
+from ..model.task import TaskStatus
+from ..protocol import mailbox
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
 
 if TYPE_CHECKING:
-    from .model.run import Run, Worker
-    from .supervisor.loop import Supervisor
+    from ..model.run import Run, Worker
+    from ..supervisor.loop import Supervisor
 
 MAX_PUBLISH_ATTEMPTS: Final = 3
 
@@ -182,8 +185,8 @@ def _fail(store: Store, sup: Supervisor, code: str, message: str, detail: dict[s
 
 def integrate(sup: Supervisor, store: Store) -> dict[str, Any]:
     """The integration job (see the module docstring). Returns what the supervisor loop must do next."""
+    from ..supervisor.loop import run_dir
     from .merge import merge_chain
-    from .supervisor.loop import run_dir
 
     view = runstate.read(store, sup.run_id)
     run = view.run()
@@ -302,11 +305,11 @@ def integrate(sup: Supervisor, store: Store) -> dict[str, Any]:
 def _verify_and_review(
     sup: Supervisor, store: Store, checkout: Path, run: Run, root: Any, candidate: str, base: str, tree: str
 ) -> dict[str, Any] | None:
-    from .receipts.statement import evidence_summary
+    from ..receipts.statement import evidence_summary
+    from ..supervisor.loop import recipe_path, run_dir
+    from ..verify.core import verify_checkout
+    from ..verify.evidence import EvidenceStore
     from .reviews import diff_text, review_input, run_reviews
-    from .supervisor.loop import recipe_path, run_dir
-    from .verify.core import verify_checkout
-    from .verify.evidence import EvidenceStore
 
     outcome = verify_checkout(
         EvidenceStore(store),
@@ -394,7 +397,7 @@ def _verify_and_review(
 
 
 def documents_bytes(doc: Any) -> bytes:
-    from .canonical import canonical_bytes
+    from ..canonical import canonical_bytes
 
     return canonical_bytes(doc) + b"\n"
 
@@ -415,7 +418,7 @@ def signing_keys(store: Store) -> list[Path]:
 
 
 def _add_receipt(sup: Supervisor, store: Store) -> str:
-    from .receipts import build_predicate, build_statement, make_receipt
+    from ..receipts import build_predicate, build_statement, make_receipt
 
     view = runstate.read(store, sup.run_id)
     run = view.run()

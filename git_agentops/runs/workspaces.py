@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import __version__
-from .canonical import digest
-from .clock import Clock
-from .errors import AgentOpsError
-from .gitstore.private import read_private_json, resolve_contained, write_private_json
-from .gitstore.refs import read_ref, update_ref
-from .gitstore.repo import Store
-from .gitstore.worktree import add_worktree, admin_dir
-from .model.policy import CommandSpec
-from .process import run_command, scrub_environment
+from .. import __version__
+from ..canonical import digest
+from ..clock import Clock
+from ..errors import AgentOpsError
+from ..gitstore.private import read_private_json, resolve_contained, write_private_json
+from ..gitstore.refs import read_ref, update_ref
+from ..gitstore.repo import Store
+from ..gitstore.worktree import add_worktree, admin_dir
+from ..model.policy import CommandSpec
+from ..process.command import run_command, scrub_environment
 
 RECORD: Final = "agentops/worktree.json"
 SETUP_ATTEMPT: Final = "agentops/setup-attempt.json"

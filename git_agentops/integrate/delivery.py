@@ -28,21 +28,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import documents, mailbox, runstate, taskbook
-from .canonical import canonical_bytes, digest
-from .checkout import Head, head_and_changes
-from .clock import Clock
-from .errors import AgentOpsError
-from .gitstore.journal import Change, Event
-from .gitstore.notes import DELIVERIES_REF, Notes
-from .gitstore.refs import create_ref, read_ref
-from .gitstore.repo import Store
-from .model.run import WorkerStatus
-from .model.task import Task, TaskStatus
+from ..canonical import canonical_bytes, digest
+from ..clock import Clock
+from ..errors import AgentOpsError
+from ..gitstore.checkout import Head, head_and_changes
+from ..gitstore.journal import Change, Event
+from ..gitstore.notes import DELIVERIES_REF, Notes
+from ..gitstore.refs import create_ref, read_ref
+from ..gitstore.repo import Store
+from ..model.run import WorkerStatus
+from ..model.task import Task, TaskStatus
+from ..protocol import mailbox
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
+from ..schema import documents
 
 if TYPE_CHECKING:
-    from .model.run import Worker
-    from .supervisor.loop import Supervisor
+    from ..model.run import Worker
+    from ..supervisor.loop import Supervisor
 
 
 def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str, head: str) -> str:
@@ -67,7 +70,7 @@ def accept_handoff(
     sup: Supervisor, worker: Worker, request: dict[str, Any], request_digest: str, raw_digest: str
 ) -> None:
     """Checks, stop, then hand the slow part (verification) to a job. Raises coded refusals."""
-    from .supervisor.instructions import worker_contract
+    from ..supervisor.instructions import worker_contract
 
     worktree = Path(worker.worktree)
     head, changes = head_and_changes(worktree)
@@ -174,9 +177,9 @@ def deliver(
     source_files: list[str],
 ) -> dict[str, Any]:
     """Job: verify the stopped worker's commit and freeze it. Returns what the loop must do next."""
-    from .supervisor.instructions import worker_contract
-    from .verify.core import verify_checkout
-    from .verify.evidence import EvidenceStore
+    from ..supervisor.instructions import worker_contract
+    from ..verify.core import verify_checkout
+    from ..verify.evidence import EvidenceStore
 
     worktree = Path(worker.worktree)
     view = runstate.read(store, sup.run_id)

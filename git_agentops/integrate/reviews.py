@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import documents
-from .canonical import canonical_bytes, sha256_hex
-from .clock import Clock
-from .errors import AgentOpsError
-from .hosts.launch import host_spec
-from .model.policy import Policy
-from .process import run_command
+from ..canonical import canonical_bytes, sha256_hex
+from ..clock import Clock
+from ..errors import AgentOpsError
+from ..hosts.launch import host_spec
+from ..model.policy import Policy
+from ..process.command import run_command
+from ..schema import documents
 
 MAX_DIFF: Final = 512 * 1024
 REVIEW_TIMEOUT: Final = 1800.0

@@ -1,0 +1,1 @@
+"""Processes the toolkit starts and stops: commands that cannot hang it, and identities that survive pid reuse."""

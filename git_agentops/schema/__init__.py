@@ -1,0 +1,1 @@
+"""Strict JSON documents and the JSON Schema subset that validates them (the schemas ship in ``schemas/``)."""
