@@ -48,7 +48,6 @@ OBJECT_WRITES = {
 # ``write``/``rename``/``delete`` are also ordinary file methods; they count only on pygit2-looking receivers.
 AMBIGUOUS = {"write", "rename", "delete"}
 IO_MODULES = {"os", "subprocess", "pygit2", "dulwich", "shutil", "socket", "pathlib", "io", "tempfile", "fcntl"}
-UPPER_LAYERS = {"cli", "supervisor", "integration", "delivery", "hosts", "hooks", "receipts", "sync", "verify"}
 
 
 def _rel(path: Path) -> str:
@@ -140,46 +139,47 @@ def test_model_does_no_io() -> None:
                 root = (node.module or "").split(".")[0]
                 if node.level == 0 and root in IO_MODULES:
                     offences.append(f"{_rel(path)} imports from {node.module}")
-                if node.level > 0 and root in {"gitstore", *UPPER_LAYERS}:
-                    offences.append(f"{_rel(path)} imports from .{node.module}")
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
                 offences.append(f"{_rel(path)}:{node.lineno} calls open()")
+    pure = {"git_agentops.errors", "git_agentops.canonical", "git_agentops.clock"}
+    for module, targets in _import_graph().items():
+        if module.startswith("git_agentops.model"):
+            offences += [
+                f"{module} imports {t}" for t in targets if not t.startswith("git_agentops.model") and t not in pure
+            ]
     assert offences == []
 
 
-def _imported_layers(path: Path, tree: ast.AST) -> Iterator[tuple[int, str]]:
-    package_parts = path.relative_to(PACKAGE).parts[:-1]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                if node.module and node.module.startswith("git_agentops."):
-                    yield node.lineno, node.module.split(".")[1]
-                continue
-            base = list(package_parts[: len(package_parts) - (node.level - 1)])
-            target = base + (node.module.split(".") if node.module else [])
-            if target:
-                yield node.lineno, target[0]
-            else:
-                for alias in node.names:
-                    yield node.lineno, alias.name
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("git_agentops."):
-                    yield node.lineno, alias.name.split(".")[1]
+LAYERS: dict[str, int] = {
+    **dict.fromkeys(("__init__", "errors", "clock", "resources"), 0),  # foundations
+    "canonical": 1,  # canonical JSON, digests, seals
+    "schema": 2,  # strict JSON documents and their validator
+    **dict.fromkeys(("gitstore", "model", "process"), 3),  # the store, values and rules, processes
+    "policy": 4,
+    **dict.fromkeys(("verify", "protocol", "receipts"), 5),
+    **dict.fromkeys(("hosts", "hooks"), 6),
+    "runs": 7,
+    "integrate": 8,
+    "supervisor": 9,
+    "cli": 10,
+}
+"""Each top-level package's layer: a module imports only its own package or packages of lower layers."""
 
 
 def test_layers_import_downward_only() -> None:
+    """Invariant: every import (module level, in a function or under TYPE_CHECKING) goes to the importer's own
+    package or to a package of a lower layer; in particular ``gitstore`` and ``model`` import no upper layer,
+    ``model`` no ``gitstore``, and nothing below ``cli`` imports ``cli``."""
+    graph = _import_graph()
     offences = []
-    for path, tree in _trees():
-        layer = _layer(path)
-        for lineno, target in _imported_layers(path, tree):
-            if target == "cli" and layer != "cli":
-                offences.append(f"{_rel(path)}:{lineno} imports the cli layer")
-            if layer in ("gitstore", "model") and target in UPPER_LAYERS:
-                offences.append(f"{_rel(path)}:{lineno} ({layer}) imports upper layer {target}")
-            if layer == "model" and target == "gitstore":
-                offences.append(f"{_rel(path)}:{lineno} model imports gitstore")
-    assert offences == []
+    assert {_layer(path) for path in MODULES} == set(LAYERS), "every top-level package needs a layer"
+    for module, targets in graph.items():
+        mine = module.split(".")[1] if "." in module else "__init__"
+        for target in targets:
+            theirs = target.split(".")[1] if "." in target else "__init__"
+            if theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
+                offences.append(f"{module} ({mine}, layer {LAYERS[mine]}) imports {target} (layer {LAYERS[theirs]})")
+    assert sorted(offences) == []
 
 
 def test_every_raised_code_is_registered() -> None:
@@ -229,5 +229,81 @@ def test_light_imports_do_not_pull_pygit2_or_jsonschema(statement: str) -> None:
 
 
 def test_modules_stay_small() -> None:
-    too_big = {_rel(p): n for p in MODULES if (n := len(p.read_text("utf-8").splitlines())) > 650}
+    too_big = {_rel(p): n for p in MODULES if (n := len(p.read_text("utf-8").splitlines())) > 500}
     assert too_big == {}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of this package it imports, counting every import statement: at module level, inside
+    functions and under ``if TYPE_CHECKING`` alike (a cycle hidden in a function is still a cycle of design)."""
+    names = {_module_name(path): path for path in MODULES}
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for path, tree in _trees():
+        name = _module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base_parts = package.split(".")
+                    base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                    base = ".".join(base_parts + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in names else base for alias in node.names]
+            for target in targets:
+                while target and target not in names:  # "import a.b.c" of an attribute: its module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_cycles_anywhere() -> None:
+    """Invariant: the package's import graph is acyclic, counting imports in functions and under TYPE_CHECKING."""
+    cycles = _cycles(_import_graph())
+    assert cycles == [], "\n".join(" <-> ".join(c) for c in cycles)

@@ -105,7 +105,8 @@ def _logger(ctx: Context, run_dir: Path) -> Any:
 def _supervise(ctx: Context, run_id: str) -> str:
     from ..policy.trust import TrustStore, require_trusted
     from ..runs.create import bound_policy
-    from ..supervisor.loop import Supervisor, run_dir
+    from ..runs.state import run_dir
+    from ..supervisor.loop import Supervisor
 
     store = ctx.store()
     policy = bound_policy(store, run_id)
@@ -135,7 +136,7 @@ def _exit_for(status: str) -> int:
 def _spawn_supervisor(ctx: Context, run_id: str) -> int:
     """Start a detached supervisor and wait until it holds the run's lock."""
     from ..gitstore.private import file_lock
-    from ..supervisor.loop import run_dir
+    from ..runs.state import run_dir
 
     directory = run_dir(ctx.store(), run_id)
     directory.mkdir(parents=True, exist_ok=True)
@@ -162,6 +163,8 @@ def _spawn_supervisor(ctx: Context, run_id: str) -> int:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if child.poll() is not None:
+            if child.returncode in (0, 1):  # it served the run and the run ended (complete, or blocked...) already
+                return child.pid
             tail = (directory / "supervisor.out").read_text("utf-8", errors="replace")[-2000:]
             raise AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor exited at once ({child.returncode}):\n{tail}")
         try:
@@ -212,7 +215,7 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _status(args: argparse.Namespace, ctx: Context) -> int:
-    from ..runs.create import summary
+    from ..runs.controls import summary
 
     run_id = args.run_id or _latest(ctx)
     doc = summary(ctx.store(), run_id, ctx.clock)
@@ -276,7 +279,7 @@ def _log(args: argparse.Namespace, ctx: Context) -> int:
 
 def _control(args: argparse.Namespace, ctx: Context) -> int:
     from ..model.policy import duration_seconds
-    from ..runs import create as runs
+    from ..runs import controls as runs
 
     store = ctx.store()
     if args.command == "pause":

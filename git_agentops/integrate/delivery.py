@@ -1,32 +1,35 @@
 """Handoff -> frozen delivery: a worker's work counts only as the exact commit that passed verification.
 
-When a child worker hands off, the supervisor
+A handoff is a pipeline that only goes downward:
 
-1. checks the checkout is clean and committed (``RUN_DELIVERY_DIRTY``); a worker that committed nothing may
-   deliver "no change" only by naming existing ``sourceFiles`` (``RUN_NO_CHANGE_FILES``);
-2. marks the worker ``handing-off`` and stops its process group, confirming it is dead -- from here on nothing
-   can change the checkout behind the supervisor's back;
-3. re-checks HEAD, cleanliness and the contract (``RUN_DELIVERY_CHANGED``);
-4. runs verification on that commit with the run's *bound* policy (not whatever policy file the worker's branch
-   holds), recording evidence notes (the evidence cache by tree applies);
-5. re-checks HEAD and cleanliness once more;
-6. creates ``refs/agentops/runs/<run>/deliveries/<task>`` -> that commit, **create-only**: a delivery is never
-   moved; appends a delivery record (run, task, worker, generation, delivery digest, contract, evidence digests)
-   to the commit's note under ``refs/notes/agentops/deliveries``; and marks the task delivered in the same state
-   commit as the request's idempotency record.
+1. **check** (loop thread, :func:`check_handoff`) -- the checkout is clean and committed (``RUN_DELIVERY_DIRTY``);
+   a worker that committed nothing may deliver "no change" only by naming existing ``sourceFiles``
+   (``RUN_NO_CHANGE_FILES``);
+2. **stop** (the supervisor) -- the worker is marked ``handing-off`` and its process group stopped and confirmed
+   dead: from here on nothing can change the checkout behind the supervisor's back;
+3. **re-check** (:func:`deliver`, in a job, like everything below) -- HEAD, cleanliness and the contract are as
+   they were (``RUN_DELIVERY_CHANGED``);
+4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit,
+   recording evidence notes; then HEAD and cleanliness once more;
+5. **record** -- the delivery record on the commit's note under ``refs/notes/agentops/deliveries``, then
+   ``refs/agentops/runs/<run>/deliveries/<task>`` -> the commit, **create-only** (a delivery is never moved), then
+   the task delivered in the same state commit as the request's idempotency record;
+6. **answer** -- ``RUN_WORKER_DELIVERED`` in the worker's mailbox.
 
-A crash between the ref (6) and the state commit leaves an orphan delivery ref; the next supervisor adopts it when
-the delivery note names this run and task (:func:`adopt_orphans`). A failed verification restarts the worker
-with a new generation and the failure as its diagnostic; the same failure twice without progress blocks it.
+A crash between the note and the state commit leaves an orphan delivery ref; the next supervisor adopts it when
+the delivery note names this run and task (:func:`adopt_orphans`). A failed step returns a
+:class:`~git_agentops.runs.jobs.Refusal`: the supervisor records it as the request's answer and restarts the
+worker with a new generation and the failure as its diagnostic.
 """
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pygit2
 
 from ..canonical import canonical_bytes, digest
 from ..clock import Clock
@@ -36,43 +39,40 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.notes import DELIVERIES_REF, Notes
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
-from ..model.run import WorkerStatus
+from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
+from ..runs.jobs import Delivered, JobContext, Refusal, Request
 from ..schema import documents
+from ..verify.core import Outcome, verify_checkout
+from ..verify.evidence import EvidenceStore
 
-if TYPE_CHECKING:
-    from ..model.run import Worker
-    from ..supervisor.loop import Supervisor
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """An accepted handoff: who, which request, the commit it names and the contract it was made under."""
+
+    worker: Worker
+    request: Request
+    head: str
+    contract: str
+    source_files: tuple[str, ...]
 
 
 def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str, head: str) -> str:
+    """What a delivery is: this run, this worker generation, this contract, this commit."""
     return digest(
         {"runId": run_id, "workerId": worker_id, "generation": generation, "contract": contract, "head": head}
     )
 
 
-def _missing_files(worktree: Path, commit: str, paths: list[str]) -> list[str]:
-    done = subprocess.run(
-        ["git", "ls-tree", "-r", "--name-only", "-z", commit, "--", *paths],
-        cwd=worktree,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    present = {p.decode(errors="replace") for p in done.stdout.split(b"\0") if p}
-    return [p for p in paths if p not in present and not any(x.startswith(p.rstrip("/") + "/") for x in present)]
+# -- 1. check ----------------------------------------------------------------------------------------------------------
 
 
-def accept_handoff(
-    sup: Supervisor, worker: Worker, request: dict[str, Any], request_digest: str, raw_digest: str
-) -> None:
-    """Checks, stop, then hand the slow part (verification) to a job. Raises coded refusals."""
-    from ..supervisor.instructions import worker_contract
-
-    worktree = Path(worker.worktree)
+def check_handoff(worktree: Path, *, base: str | None, source_files: Sequence[str]) -> str:
+    """The clean, committed HEAD of ``worktree``; ``RUN_DELIVERY_DIRTY``, ``RUN_NO_CHANGE_FILES``."""
     head, changes = head_and_changes(worktree)
     if head is None:
         raise AgentOpsError("RUN_DELIVERY_DIRTY", "the worktree has no commit")
@@ -82,8 +82,7 @@ def accept_handoff(
             f"commit or clean first; uncommitted: {', '.join(changes[:10])}",
             details={"paths": changes},
         )
-    source_files = list(request.get("sourceFiles") or [])
-    if head == worker.base:
+    if head == base:
         if not source_files:
             raise AgentOpsError(
                 "RUN_NO_CHANGE_FILES",
@@ -93,59 +92,120 @@ def accept_handoff(
         missing = _missing_files(worktree, head, source_files)
         if missing:
             raise AgentOpsError("RUN_NO_CHANGE_FILES", f"sourceFiles not in the commit: {', '.join(missing)}")
-    contract = worker_contract(sup.state.run(), worker, sup.state.tasks())
-    sup._set_worker(
-        worker.worker_id,
-        status=WorkerStatus.HANDING_OFF,
-        event="WORKER_HANDING_OFF",
-        summary=f"{worker.worker_id} hands off {head[:12]}",
+    return head
+
+
+def _missing_files(worktree: Path, commit: str, paths: Sequence[str]) -> list[str]:
+    """The paths (files, or directories holding files) that ``commit``'s tree does not have."""
+    repo = pygit2.Repository(str(worktree))
+    tree = repo.revparse_single(commit).peel(pygit2.Tree)
+    missing = []
+    for path in paths:
+        try:
+            tree[path.rstrip("/")]
+        except KeyError:
+            missing.append(path)
+    return missing
+
+
+# -- 3.-6. the job ---------------------------------------------------------------------------------------------------
+
+
+def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refusal:
+    """Job: verify the stopped worker's commit and freeze it (see the module docstring)."""
+    worktree = Path(handoff.worker.worktree)
+    view = runstate.read(store, ctx.run_id)
+    refused = _unchanged(handoff, worktree, contract=worker_contract(view.run(), handoff.worker, view.tasks()))
+    if refused is not None:
+        return refused
+    task = view.task(handoff.worker.task_id or "")
+    outcome = _verify(ctx, store, handoff, worktree, task)
+    refused = _unchanged(handoff, worktree, during="verification") or _verification_refusal(handoff, outcome)
+    if refused is not None:
+        return refused
+    note = _delivery_record(ctx, handoff, task.id, outcome)
+    ctx.fault("delivery:verified")
+    # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
+    Notes(store, DELIVERIES_REF).append(
+        {handoff.head: canonical_bytes(note) + b"\n"}, message=f"Delivery of {task.id} by {handoff.worker.worker_id}"
     )
-    sup._kill(worker)
-    sup._set_worker(
-        worker.worker_id,
-        process=None,
-        event="WORKER_STOPPED_FOR_HANDOFF",
-        summary=f"{worker.worker_id} generation {worker.generation} stopped for its handoff",
-    )
-    sup.submit(
-        worker.worker_id,
-        lambda store: deliver(
-            sup,
-            store,
-            worker=worker,
-            request=request,
-            request_digest=request_digest,
-            raw_digest=raw_digest,
-            head=head,
-            contract=contract,
-            source_files=source_files,
-        ),
+    ctx.fault("delivery:noted")
+    refused = _freeze(store, ctx.run_id, task.id, handoff)
+    if refused is not None:
+        return refused
+    ctx.fault("delivery:frozen")
+    response = _mark_delivered(ctx, store, handoff, note)
+    try:
+        mailbox.write_response(worktree, response)
+    except AgentOpsError:
+        pass
+    return Delivered(task.id, handoff.head)
+
+
+def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, Any], head: str | None) -> Refusal:
+    return Refusal(code, message, handoff.request, dict(detail), head)
+
+
+def _unchanged(
+    handoff: Handoff, worktree: Path, *, contract: str | None = None, during: str = "the handoff"
+) -> Refusal | None:
+    """``RUN_DELIVERY_CHANGED`` when HEAD, the checkout or the contract is not what the handoff named."""
+    now_head, changes = head_and_changes(worktree)
+    if now_head == handoff.head and not changes and (contract is None or contract == handoff.contract):
+        return None
+    if during != "the handoff":
+        return _refusal(
+            handoff,
+            "RUN_DELIVERY_CHANGED",
+            "the checkout changed during verification",
+            {"why": "changed during verification"},
+            now_head,
+        )
+    why = "HEAD moved" if now_head != handoff.head else ("the checkout changed" if changes else "the contract changed")
+    return _refusal(
+        handoff, "RUN_DELIVERY_CHANGED", f"{why} during the handoff; take a new handoff", {"why": why}, now_head
     )
 
 
-def _failure(
-    worker: Worker,
-    request: dict[str, Any],
-    request_digest: str,
-    raw_digest: str,
-    code: str,
-    message: str,
-    detail: dict[str, Any],
-    head: str | None,
-) -> dict[str, Any]:
-    return {
-        "action": "fail",
-        "code": code,
-        "message": message,
-        "detail": detail,
-        "head": head,
-        "request": request,
-        "requestDigest": request_digest,
-        "rawDigest": raw_digest,
-    }
+def _verify(ctx: JobContext, store: Store, handoff: Handoff, worktree: Path, task: Task) -> Outcome:
+    tree = str(store.resolve_commit(handoff.head).tree_id)
+    return verify_checkout(
+        EvidenceStore(store),
+        worktree=worktree,
+        policy=ctx.policy,
+        trust=ctx.trust,
+        environ=ctx.environ,
+        clock=ctx.clock,
+        task=task,
+        known_head=Head(handoff.head, tree, None),
+    )
+
+
+def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
+    """``RUN_VERIFICATION_FAILED`` naming each failed command and the end of its output."""
+    if outcome.passed:
+        return None
+    lines = []
+    for record in outcome.failures():
+        lines.append(
+            f"- {record['commandId']}: exit {record['exitCode']}, "
+            f"{'timed out, ' if record['timedOut'] else ''}{record['parseError'] or ''}"
+        )
+        if record["tail"]:
+            lines.append(
+                "  last output:\n" + "\n".join("    " + x for x in record["tail"].rstrip()[-1500:].splitlines())
+            )
+    return _refusal(
+        handoff,
+        "RUN_VERIFICATION_FAILED",
+        "verification failed on " + handoff.head[:12] + ":\n" + "\n".join(lines),
+        {"failed": _failed_commands(outcome.records)},
+        handoff.head,
+    )
 
 
 def _failed_commands(records: list[dict[str, Any]]) -> list[list[str]]:
+    """``[command id, why]`` of each failed required command: the failure's fingerprint (never its timing)."""
     out = []
     for r in records:
         if r["required"] and not r["passed"]:
@@ -164,166 +224,103 @@ def _failed_commands(records: list[dict[str, Any]]) -> list[list[str]]:
     return sorted(out)
 
 
-def deliver(
-    sup: Supervisor,
-    store: Store,
-    *,
-    worker: Worker,
-    request: dict[str, Any],
-    request_digest: str,
-    raw_digest: str,
-    head: str,
-    contract: str,
-    source_files: list[str],
-) -> dict[str, Any]:
-    """Job: verify the stopped worker's commit and freeze it. Returns what the loop must do next."""
-    from ..supervisor.instructions import worker_contract
-    from ..verify.core import verify_checkout
-    from ..verify.evidence import EvidenceStore
-
-    worktree = Path(worker.worktree)
-    view = runstate.read(store, sup.run_id)
-    now_head, changes = head_and_changes(worktree)
-    if now_head != head or changes or worker_contract(view.run(), worker, view.tasks()) != contract:
-        why = "HEAD moved" if now_head != head else ("the checkout changed" if changes else "the contract changed")
-        return _failure(
-            worker,
-            request,
-            request_digest,
-            raw_digest,
-            "RUN_DELIVERY_CHANGED",
-            f"{why} during the handoff; take a new handoff",
-            {"why": why},
-            now_head,
-        )
-    task = view.task(worker.task_id or "")
-    tree = subprocess.run(
-        ["git", "rev-parse", f"{head}^{{tree}}"], cwd=worktree, capture_output=True, text=True, timeout=60, check=False
-    ).stdout.strip()
-    outcome = verify_checkout(
-        EvidenceStore(store),
-        worktree=worktree,
-        policy=sup.policy,
-        trust=sup.trust,
-        environ=sup.environ,
-        clock=sup.clock,
-        task=task,
-        known_head=Head(head, tree, None),
-    )
-    after, changes = head_and_changes(worktree)
-    if after != head or changes:
-        return _failure(
-            worker,
-            request,
-            request_digest,
-            raw_digest,
-            "RUN_DELIVERY_CHANGED",
-            "the checkout changed during verification",
-            {"why": "changed during verification"},
-            after,
-        )
-    if not outcome.passed:
-        failed = outcome.failures()
-        lines = []
-        for record in failed:
-            lines.append(
-                f"- {record['commandId']}: exit {record['exitCode']}, "
-                f"{'timed out, ' if record['timedOut'] else ''}{record['parseError'] or ''}"
-            )
-            if record["tail"]:
-                lines.append(
-                    "  last output:\n" + "\n".join("    " + x for x in record["tail"].rstrip()[-1500:].splitlines())
-                )
-        return _failure(
-            worker,
-            request,
-            request_digest,
-            raw_digest,
-            "RUN_VERIFICATION_FAILED",
-            "verification failed on " + head[:12] + ":\n" + "\n".join(lines),
-            {"failed": _failed_commands(outcome.records)},
-            head,
-        )
-    task_id = task.id
-    ref = runstate.delivery_ref(sup.run_id, task_id)
-    delivered_digest = delivery_digest(sup.run_id, worker.worker_id, worker.generation, contract, head)
-    evidence = [digest(r) for r in outcome.records]
-    note = {
-        "runId": sup.run_id,
+def _delivery_record(ctx: JobContext, handoff: Handoff, task_id: str, outcome: Outcome) -> dict[str, Any]:
+    worker = handoff.worker
+    return {
+        "runId": ctx.run_id,
         "taskId": task_id,
         "workerId": worker.worker_id,
         "generation": worker.generation,
-        "sourceCommit": head,
-        "deliveryDigest": delivered_digest,
-        "contractHash": contract,
-        "evidence": evidence,
-        "noChange": head == worker.base,
-        "sourceFiles": source_files,
+        "sourceCommit": handoff.head,
+        "deliveryDigest": delivery_digest(
+            ctx.run_id, worker.worker_id, worker.generation, handoff.contract, handoff.head
+        ),
+        "contractHash": handoff.contract,
+        "evidence": [digest(r) for r in outcome.records],
+        "noChange": handoff.head == worker.base,
+        "sourceFiles": list(handoff.source_files),
     }
-    sup.fault("delivery:verified")
-    # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
-    Notes(store, DELIVERIES_REF).append(
-        {head: canonical_bytes(note) + b"\n"}, message=f"Delivery of {task_id} by {worker.worker_id}"
+
+
+def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff) -> Refusal | None:
+    """Create the frozen delivery ref, create-only; ``RUN_DELIVERY_CHANGED`` when it names another commit."""
+    ref = runstate.delivery_ref(run_id, task_id)
+    if (
+        create_ref(store, ref, handoff.head, f"agentops: frozen delivery of {task_id}")
+        or read_ref(store, ref) == handoff.head
+    ):
+        return None
+    return _refusal(
+        handoff,
+        "RUN_DELIVERY_CHANGED",
+        f"{ref} already points at another commit; deliveries are never moved",
+        {"why": "ref"},
+        handoff.head,
     )
-    sup.fault("delivery:noted")
-    if not create_ref(store, ref, head, f"agentops: frozen delivery of {task_id}") and read_ref(store, ref) != head:
-        return _failure(
-            worker,
-            request,
-            request_digest,
-            raw_digest,
-            "RUN_DELIVERY_CHANGED",
-            f"{ref} already points at another commit; deliveries are never moved",
-            {"why": "ref"},
-            head,
-        )
-    sup.fault("delivery:frozen")
-    answer = mailbox.response(
-        request["requestId"],
-        raw_digest,
+
+
+def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mapping[str, Any]) -> dict[str, Any]:
+    """The state commit: task delivered, worker delivered, the request's record; returns the response."""
+    worker_id, task_id = handoff.worker.worker_id, str(note["taskId"])
+    response = mailbox.response(
+        handoff.request.request_id,
+        handoff.request.raw_digest,
         "RUN_WORKER_DELIVERED",
-        f"{task_id} delivered as {head[:12]}",
-        {"taskId": task_id, "sourceCommit": head, "deliveryDigest": delivered_digest},
+        f"{task_id} delivered as {handoff.head[:12]}",
+        {"taskId": task_id, "sourceCommit": handoff.head, "deliveryDigest": note["deliveryDigest"]},
     )
 
     def freeze(change: Change, view: runstate.RunView) -> None:
-        _mark_delivered(change, view.task(task_id), note)
+        mark_task_delivered(change, view.task(task_id), note)
         runstate.put_worker(
-            change, replace(view.worker(worker.worker_id), status=WorkerStatus.DELIVERED, process=None, diagnostic=None)
+            change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None, diagnostic=None)
         )
         change.put_json(
-            runstate.request_path(request["requestId"]),
+            runstate.request_path(handoff.request.request_id),
             {
-                "requestId": request["requestId"],
-                "requestDigest": request_digest,
-                "workerId": worker.worker_id,
-                "generation": worker.generation,
+                "requestId": handoff.request.request_id,
+                "requestDigest": handoff.request.digest,
+                "workerId": worker_id,
+                "generation": handoff.worker.generation,
                 "action": "handoff",
-                "response": answer,
-                "at": sup.clock.now(),
+                "response": response,
+                "at": ctx.clock.now(),
             },
             schema="request-record",
         )
 
-    runstate.journal(store, sup.run_id).mutate(
-        lambda change: freeze(change, runstate.RunView(change)),
+    runstate.mutate(
+        runstate.journal(store, ctx.run_id),
+        freeze,
         Event(
             "TASK_DELIVERED",
-            f"{task_id} delivered by {worker.worker_id} as {head[:12]}",
+            f"{task_id} delivered by {worker_id} as {handoff.head[:12]}",
             {
                 "taskId": task_id,
-                "workerId": worker.worker_id,
-                "generation": worker.generation,
-                "commit": head,
-                "deliveryDigest": delivered_digest,
+                "workerId": worker_id,
+                "generation": handoff.worker.generation,
+                "commit": handoff.head,
+                "deliveryDigest": note["deliveryDigest"],
             },
         ),
     )
-    try:
-        mailbox.write_response(worktree, answer)
-    except AgentOpsError:
-        pass
-    return {"action": "ok"}
+    return response
+
+
+def mark_task_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> None:
+    """Record on the task the delivery its delivery note describes (the live path and adoption share it)."""
+    delivery = {
+        "commit": note["sourceCommit"],
+        "digest": note["deliveryDigest"],
+        "workerId": note["workerId"],
+        "generation": note["generation"],
+        "evidence": note["evidence"],
+        "noChange": note["noChange"],
+    }
+    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": delivery}))
+
+
+# -- after a crash ---------------------------------------------------------------------------------------------------
 
 
 def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
@@ -337,34 +334,22 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
         commit = read_ref(store, runstate.delivery_ref(run_id, task.id))
         if commit is None:
             continue
-        records = []
-        for line in (notes.read(commit) or b"").splitlines():
-            try:
-                records.append(documents.parse_json(line))
-            except AgentOpsError:
-                continue
-        record = next(
-            (
-                r
-                for r in reversed(records)
-                if isinstance(r, dict)
-                and r.get("runId") == run_id
-                and r.get("taskId") == task.id
-                and r.get("sourceCommit") == commit
-            ),
-            None,
-        )
+        record = _delivery_note(notes, commit, run_id, task.id)
         if record is None:
             continue
 
-        def adopt(change: Change, task_id: str = task.id, record: dict[str, Any] = record) -> None:
-            v = runstate.RunView(change)
-            _mark_delivered(change, v.task(task_id), record)
+        def adopt(
+            change: Change, view: runstate.RunView, task_id: str = task.id, record: dict[str, Any] = record
+        ) -> None:
+            mark_task_delivered(change, view.task(task_id), record)
             worker_id = record["workerId"]
-            if f"{worker_id}.json" in v.view.list("workers"):
-                runstate.put_worker(change, replace(v.worker(worker_id), status=WorkerStatus.DELIVERED, process=None))
+            if f"{worker_id}.json" in view.view.list("workers"):
+                runstate.put_worker(
+                    change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None)
+                )
 
-        runstate.journal(store, run_id).mutate(
+        runstate.mutate(
+            runstate.journal(store, run_id),
             adopt,
             Event(
                 "TASK_DELIVERY_ADOPTED",
@@ -376,14 +361,18 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
     return adopted
 
 
-def _mark_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> None:
-    """Record on the task the delivery its delivery note describes (the live path and adoption share it)."""
-    delivery = {
-        "commit": note["sourceCommit"],
-        "digest": note["deliveryDigest"],
-        "workerId": note["workerId"],
-        "generation": note["generation"],
-        "evidence": note["evidence"],
-        "noChange": note["noChange"],
-    }
-    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": delivery}))
+def _delivery_note(notes: Notes, commit: str, run_id: str, task_id: str) -> dict[str, Any] | None:
+    """The newest delivery record on ``commit`` for this run and task."""
+    for line in reversed((notes.read(commit) or b"").splitlines()):
+        try:
+            record = documents.parse_json(line)
+        except AgentOpsError:
+            continue
+        if (
+            isinstance(record, dict)
+            and record.get("runId") == run_id
+            and record.get("taskId") == task_id
+            and record.get("sourceCommit") == commit
+        ):
+            return record
+    return None

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ..canonical import digest
+from .integration import Integration
+from .task import Task, task_contract_hash
 
 STORM_STARTS: Final = 3
 STORM_WINDOW: Final = 300.0
@@ -47,6 +49,13 @@ class RunStatus(enum.StrEnum):
 ENDED: Final = frozenset(
     {RunStatus.BLOCKED, RunStatus.BUDGET_LIMITED, RunStatus.STOPPING, RunStatus.COMPLETE, RunStatus.PAUSED}
 )
+
+
+class Role(enum.StrEnum):
+    """A worker is the run's coordinator (plans, asks, finalizes) or a child (implements one task, hands off)."""
+
+    COORDINATOR = "coordinator"
+    CHILD = "child"
 
 
 class WorkerStatus(enum.StrEnum):
@@ -98,7 +107,7 @@ class Run:
     supervisor_starts: tuple[float, ...] = ()
     last_user_resume: float | None = None
     plan_order: tuple[str, ...] = ()
-    integration: Mapping[str, Any] | None = None
+    integration: Integration | None = None
 
     @property
     def goal_hash(self) -> str:
@@ -127,7 +136,7 @@ class Run:
             "supervisorStarts": list(self.supervisor_starts),
             "lastUserResume": self.last_user_resume,
             "planOrder": list(self.plan_order),
-            "integration": dict(self.integration) if self.integration is not None else None,
+            "integration": self.integration.to_json() if self.integration is not None else None,
         }
 
     @classmethod
@@ -154,7 +163,7 @@ class Run:
             supervisor_starts=tuple(doc.get("supervisorStarts", ())),
             last_user_resume=doc.get("lastUserResume"),
             plan_order=tuple(doc.get("planOrder", ())),
-            integration=doc.get("integration"),
+            integration=Integration.from_json(doc["integration"]) if doc.get("integration") else None,
         )
 
 
@@ -190,7 +199,7 @@ class Failure:
 @dataclass(frozen=True, slots=True)
 class Worker:
     worker_id: str
-    role: str  # "coordinator" | "child"
+    role: Role
     host: str
     worktree: str
     branch: str
@@ -212,7 +221,7 @@ class Worker:
     def to_json(self) -> dict[str, Any]:
         return {
             "workerId": self.worker_id,
-            "role": self.role,
+            "role": str(self.role),
             "host": self.host,
             "worktree": self.worktree,
             "branch": self.branch,
@@ -233,7 +242,7 @@ class Worker:
         process = doc.get("process")
         return cls(
             worker_id=doc["workerId"],
-            role=doc["role"],
+            role=Role(doc["role"]),
             host=doc["host"],
             worktree=doc["worktree"],
             branch=doc["branch"],
@@ -353,3 +362,16 @@ def topological(order: Sequence[str], edges: Mapping[str, Sequence[str]]) -> lis
         else:
             raise ValueError("dependency cycle")
     return placed
+
+
+def worker_contract(run: Run, worker: Worker, tasks: Mapping[str, Task]) -> str:
+    """The contract a worker's requests bind: the whole task tree for the coordinator, its own task for a child.
+
+    A child's work answers to its own task only; binding it to the whole tree would fence it off every time the
+    coordinator plans another task (a contract change storm while planning). Revising a child's own task
+    changes its contract and restarts it.
+    """
+    own = tasks.get(worker.task_id) if worker.task_id else None
+    if worker.role is Role.COORDINATOR or own is None:
+        return run.contract_hash
+    return task_contract_hash(own)

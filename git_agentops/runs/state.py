@@ -17,18 +17,22 @@ is the run's audit trail. This module only maps names to paths and JSON to value
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any, Final
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
 from ..canonical import sha256_hex
 from ..errors import AgentOpsError
-from ..gitstore.journal import Change, Journal, Snapshot
+from ..gitstore.journal import Change, Event, Journal, Snapshot
 from ..gitstore.refnames import check_component
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
 from ..model.run import Run, Worker
-from ..model.task import Task
+from ..model.task import Task, contract_hash
 from . import tasks as taskbook
+
+T = TypeVar("T")
 
 RUNS_PREFIX: Final = "refs/agentops/runs/"
 RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -58,6 +62,16 @@ def delivery_ref(run_id: str, task_id: str) -> str:
 
 def branch_ref(run_id: str, worker_id: str) -> str:
     return f"refs/heads/agentops/{check_run_id(run_id)}/{check_component(worker_id, 'worker id')}"
+
+
+def run_dir(store: Store, run_id: str) -> Path:
+    """The run's private directory, ``$GIT_COMMON_DIR/agentops/runs/<run>/``: lock, heartbeat, logs, recipe."""
+    return store.private_dir() / "runs" / check_run_id(run_id)
+
+
+def recipe_path(store: Store, run_id: str) -> Path:
+    """Where the scripted agent's recipe of this run is kept (it exists only for scripted runs)."""
+    return run_dir(store, run_id) / "recipe.toml"
 
 
 def request_path(request_id: str) -> str:
@@ -137,3 +151,18 @@ def read(store: Store, run_id: str) -> RunView:
     if not view.exists:
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r} ('git agentops-run list' shows the runs)")
     return view
+
+
+def mutate(journal: Journal, fn: Callable[[Change, RunView], T], event: Event) -> T:
+    """Apply ``fn(change, view)`` to the run state by CAS (the view reads the change's copy-on-write tree)."""
+    return journal.mutate(lambda change: fn(change, RunView(change)), event).value
+
+
+def recompute_contract(change: Change, view: RunView) -> Run:
+    """Store the contract hash of the current task tree in run.json (revision +1 when it changed)."""
+    run = view.run()
+    current = contract_hash(view.tasks().values())
+    if current != run.contract_hash:
+        run = replace(run, contract_hash=current, contract_revision=run.contract_revision + 1)
+        put_run(change, run)
+    return run

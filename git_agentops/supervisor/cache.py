@@ -2,27 +2,25 @@
 
 Reading and validating ``run.json``, every worker and every task on each loop tick would cost the supervisor CPU
 in proportion to the size of the run; so a :class:`StateCache` parses a snapshot once and serves it until the
-journal's tip moves. Mutations go through :meth:`Journal.mutate` (compare-and-swap with whole-operation retry),
-from the loop thread or from a job thread alike.
+journal's tip moves. It belongs to the loop thread (it is not thread-safe); job threads read state through their
+own repository handle. Mutations go through :func:`git_agentops.runs.state.mutate` (compare-and-swap with
+whole-operation retry).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
-from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..model.run import Run, Worker
-from ..model.task import Task, contract_hash
+from ..model.task import Task
 from ..runs import state as runstate
-
-T = TypeVar("T")
 
 
 class StateCache:
+    """One run's parsed state, refreshed when its journal's tip moves."""
+
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
@@ -71,18 +69,3 @@ class StateCache:
         if self._answers is None:
             self._answers = list(self.view.questions())
         return self._answers
-
-
-def mutate(journal: Journal, fn: Callable[[Change, runstate.RunView], T], event: Event) -> T:
-    """Apply ``fn(change, view)`` to the run state by CAS (the view reads the change's copy-on-write tree)."""
-    return journal.mutate(lambda change: fn(change, runstate.RunView(change)), event).value
-
-
-def recompute_contract(change: Change, view: runstate.RunView) -> Run:
-    """Store the contract hash of the current task tree in run.json (revision +1 when it changed)."""
-    run = view.run()
-    current = contract_hash(view.tasks().values())
-    if current != run.contract_hash:
-        run = replace(run, contract_hash=current, contract_revision=run.contract_revision + 1)
-        runstate.put_run(change, run)
-    return run

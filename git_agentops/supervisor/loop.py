@@ -8,68 +8,58 @@ whose ref was created just before a crash, closes the budget interval the crash 
 heartbeat, and restarts workers with a **new generation**, so nothing an old generation does can be published.
 
 Each tick (every ``poll`` seconds) it: obeys the run status (paused/stopping/blocked/budget-limited end it,
-awaiting-input idles it), charges the budget, reaps exited workers (a worker that exits without delivering is a
-failure: restart with a diagnostic, or block on no progress), provisions ready tasks up to ``max_workers``,
-starts workers that need a (new) generation, and answers at most one request per worker. Slow work --
-provisioning a worktree, verifying a handoff -- runs in job threads so other workers keep being served.
+awaiting-input idles it), charges the budget, reaps exited workers (:mod:`.workers`), acts on finished jobs,
+answers at most one request per worker (:mod:`.requests`, :mod:`.actions`), starts workers that need a (new)
+generation, provisions ready tasks up to ``max_workers`` (:mod:`.scheduler`) and keeps instructions current
+(:mod:`.briefing`). Slow work -- provisioning a worktree, verifying a handoff, integrating -- runs in job threads
+that get a frozen :class:`~git_agentops.runs.jobs.JobContext`, never the supervisor itself.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 import pygit2
 
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..gitstore.journal import Change, Event
+from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
-from ..hosts.launch import Launch, host_spec, start
+from ..integrate.delivery import adopt_orphans
+from ..integrate.pipeline import integrate
 from ..model.policy import Policy
 from ..model.run import (
-    MAX_GENERATIONS,
-    Failure,
-    ProcessRef,
     Run,
     RunStatus,
     Worker,
     WorkerStatus,
     close_intervals,
-    dependents,
-    fingerprint,
     is_restart_storm,
-    no_progress,
     open_interval,
     used_seconds,
 )
-from ..model.task import TaskStatus
 from ..policy.trust import Verdict
-from ..process.groups import ProcessIdentity, is_alive, terminate_group
 from ..protocol import mailbox
 from ..runs import state as runstate
-from ..runs import tasks as taskbook
-from . import instructions as instructions_mod
-from .cache import StateCache, mutate
+from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal
+from . import requests, scheduler
+from .actions import ACTIONS
+from .briefing import Briefing
+from .cache import StateCache
+from .workers import Workers
 
 HEARTBEAT_EVERY: Final = 2.0
 STOP_GRACE: Final = 3.0
-
-
-def run_dir(store: Store, run_id: str) -> Path:
-    return store.private_dir() / "runs" / runstate.check_run_id(run_id)
-
-
-def recipe_path(store: Store, run_id: str) -> Path:
-    return run_dir(store, run_id) / "recipe.toml"
+STOPPED_RUN: Final = frozenset({RunStatus.PAUSED, RunStatus.STOPPING, RunStatus.BLOCKED, RunStatus.BUDGET_LIMITED})
 
 
 class Supervisor:
@@ -91,19 +81,88 @@ class Supervisor:
         self.store = store
         self.run_id = run_id
         self.policy = policy
-        self.trust = trust
-        self.environ = dict(environ)
+        self.environ = MappingProxyType(dict(environ))
         self.clock = clock
         self.poll = poll
-        self.grace = grace
-        self.log = log or (lambda message: None)
+        self._log = log or (lambda message: None)
+        self.dir = runstate.run_dir(store, run_id)
         self.state = StateCache(store, run_id)
-        self.procs: dict[str, Any] = {}  # worker id -> Popen of the generation this supervisor started
-        self.jobs: dict[str, Future[Any]] = {}  # worker id -> provisioning or handoff job
+        self.jobs: dict[str, Future[JobResult]] = {}  # worker id -> its provisioning, handoff or integration job
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentops-job")
+        self.ctx = JobContext(
+            run_id=run_id,
+            policy=policy,
+            trust=trust,
+            environ=self.environ,
+            clock=clock,
+            run_dir=self.dir,
+            log=self.log,
+            fault=self.fault,
+        )
+        self.briefing = Briefing(self.state, runstate.recipe_path(store, run_id), self.log)
+        self.workers = Workers(
+            store,
+            run_id,
+            state=self.state,
+            policy=policy,
+            environ=self.environ,
+            clock=clock,
+            log=self.log,
+            grace=grace,
+            run_dir=self.dir,
+            briefing=self.briefing,
+            jobs=self.jobs,
+        )
         self._last_heartbeat = 0.0
-        self._instructions_for: dict[str, tuple[Any, ...]] = {}
-        self.dir = run_dir(store, run_id)
+
+    # -- what handlers see (supervisor.ports.Loop) ------------------------------------------------------------------
+    @property
+    def journal(self) -> Journal:
+        return self.state.journal
+
+    def log(self, message: str) -> None:
+        self._log(message)
+
+    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+        return self.workers.set(worker_id, event=event, summary=summary, **changes)
+
+    def kill(self, worker: Worker) -> None:
+        self.workers.kill(worker)
+
+    def stop_all(self, status: WorkerStatus, reason: str) -> None:
+        self.workers.stop_all(status, reason)
+
+    def busy(self, worker_id: str) -> bool:
+        return worker_id in self.jobs
+
+    def jobs_running(self) -> int:
+        return sum(1 for future in self.jobs.values() if not future.done())
+
+    def submit(self, worker_id: str, job: Callable[[Store], JobResult]) -> None:
+        """Run ``job`` in a thread with its own repository handle (pygit2 objects are not shared across threads)."""
+
+        def run_job() -> JobResult:
+            store = Store(
+                pygit2.Repository(str(self.store.git_dir)),
+                clock=self.clock,
+                identity=self.store.identity,
+                fsync=self.store.fsync,
+            )
+            return job(store)
+
+        self.jobs[worker_id] = self.executor.submit(run_job)
+
+    def fault(self, point: str) -> None:
+        """Crash-test injection: ``AGENTOPS_FAULT=<point>`` in the supervisor's environment kills it (SIGKILL)
+        right there, so tests can prove every step is recoverable. Never set in normal use."""
+        if self.environ.get("AGENTOPS_FAULT") == point:
+            self.log(f"fault injection: SIGKILL at {point}")
+            os.kill(os.getpid(), 9)
+
+    def current_run(self) -> Run:
+        """The run as the journal says now."""
+        self.state.refresh()
+        return self.state.run()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def serve(self) -> RunStatus:
@@ -125,12 +184,7 @@ class Supervisor:
         run = self.state.run()
         if run.status is RunStatus.COMPLETE:
             return run.status
-        if run.disable_restart or run.status in (
-            RunStatus.BLOCKED,
-            RunStatus.BUDGET_LIMITED,
-            RunStatus.STOPPING,
-            RunStatus.PAUSED,
-        ):
+        if run.disable_restart or run.status in STOPPED_RUN:
             raise AgentOpsError(
                 "RUN_NOT_ACTIVE",
                 f"run {self.run_id} is {run.status}{' (' + run.status_reason + ')' if run.status_reason else ''}; "
@@ -164,36 +218,34 @@ class Supervisor:
             run = open_interval(replace(run, supervisor_starts=(*run.supervisor_starts, now)[-20:]), now)
             runstate.put_run(change, run)
 
-        mutate(
-            self.state.journal,
+        runstate.mutate(
+            self.journal,
             start,
             Event("RUN_SUPERVISOR_START", f"supervisor {os.getpid()} started", {"pid": os.getpid()}),
         )
         self.state.refresh()
-        for worker in self.state.workers().values():
-            if worker.process is not None or worker.status in (
-                WorkerStatus.STARTING,
-                WorkerStatus.RUNNING,
-                WorkerStatus.IDLE,
-                WorkerStatus.HANDING_OFF,
-            ):
-                self._kill(worker)
-                self._set_worker(
-                    worker.worker_id,
-                    status=WorkerStatus.STOPPED,
-                    process=None,
-                    diagnostic=worker.diagnostic,
-                    event="WORKER_RECONCILED",
-                    summary=f"{worker.worker_id} generation {worker.generation} stopped after a supervisor restart",
-                )
-        from ..integrate.delivery import adopt_orphans
-        from ..integrate.pipeline import resume_pending
-
+        self.workers.reconcile()
         adopt_orphans(self.store, self.run_id, self.clock)
         self.state.refresh()
-        if resume_pending(self):
+        if self._resume_integration():
             self.log("resuming an interrupted integration")
         self.state.refresh()
+
+    def _resume_integration(self) -> bool:
+        """After a supervisor restart: roll an interrupted integration forward. True if one was pending."""
+        run = self.state.run()
+        if run.integration is None or not run.integration.pending:
+            return False
+        self.set_worker(
+            run.coordinator_id,
+            status=WorkerStatus.HANDING_OFF,
+            process=None,
+            event="INTEGRATION_RESUMED",
+            summary=f"resuming the integration at step {run.integration.status}",
+        )
+        ctx = self.ctx
+        self.submit(run.coordinator_id, lambda store: integrate(ctx, store))
+        return True
 
     def _loop(self) -> RunStatus:
         idle_ticks = 0
@@ -203,12 +255,7 @@ class Supervisor:
             if run.status is RunStatus.COMPLETE:
                 self.stop_all(WorkerStatus.STOPPED, "run complete")
                 return run.status
-            if run.disable_restart or run.status in (
-                RunStatus.PAUSED,
-                RunStatus.STOPPING,
-                RunStatus.BLOCKED,
-                RunStatus.BUDGET_LIMITED,
-            ):
+            if run.disable_restart or run.status in STOPPED_RUN:
                 self._wait_jobs()
                 self.stop_all(WorkerStatus.STOPPED, f"run {run.status}")
                 self.state.refresh()
@@ -220,18 +267,28 @@ class Supervisor:
                 )
                 continue
             self._heartbeat(now)
-            self._reap()
+            self.workers.reap()
             self._collect_jobs()
             if run.status is RunStatus.AWAITING_INPUT:
                 time.sleep(self.poll)
                 continue
             served = self._serve_requests()  # first: a waiting agent should not wait for provisioning
-            self._restart_workers()
-            self._schedule()
-            self._refresh_instructions()
+            self.workers.restart()
+            scheduler.schedule(self)
+            self.briefing.refresh(self.busy)
             # poll fast while requests are flowing, back off to ``poll`` when idle
             idle_ticks = 0 if served else idle_ticks + 1
             time.sleep(self.poll if idle_ticks > 20 else min(self.poll, 0.01))
+
+    def _serve_requests(self) -> bool:
+        served = False
+        for worker in list(self.state.workers().values()):
+            if worker.status in (WorkerStatus.RUNNING, WorkerStatus.IDLE) and not self.busy(worker.worker_id):
+                served = requests.serve(self, worker, ACTIONS) or served
+                self.state.refresh()
+                if self.state.run().status is not RunStatus.ACTIVE:
+                    return served
+        return served
 
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
     def _heartbeat(self, now: float) -> None:
@@ -249,15 +306,14 @@ class Supervisor:
     def _close_budget(self) -> None:
         now = self.clock.now()
         try:
-            mutate(
-                self.state.journal,
+            runstate.mutate(
+                self.journal,
                 lambda change, view: runstate.put_run(change, close_intervals(view.run(), now)),
                 Event("RUN_SUPERVISOR_STOP", f"supervisor {os.getpid()} stopped", {"pid": os.getpid()}),
             )
         except AgentOpsError as exc:
             self.log(f"could not close the budget interval: {exc}")
 
-    # -- status ------------------------------------------------------------------------------------------------------
     def _set_status(self, status: RunStatus, reason: str | None, *, disable: bool = False) -> None:
         def change_status(change: Change, view: runstate.RunView) -> None:
             run = view.run()
@@ -268,305 +324,16 @@ class Supervisor:
                 replace(run, status=status, status_reason=reason, disable_restart=run.disable_restart or disable),
             )
 
-        mutate(
-            self.state.journal,
+        runstate.mutate(
+            self.journal,
             change_status,
             Event("RUN_STATUS", f"run {status}" + (f": {reason}" if reason else ""), {"status": str(status)}),
         )
         self.log(f"run {self.run_id}: {status}{': ' + reason if reason else ''}")
 
-    # -- workers -----------------------------------------------------------------------------------------------------
-    def _set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
-        def update(change: Change, view: runstate.RunView) -> Worker:
-            worker = replace(view.worker(worker_id), **changes)
-            runstate.put_worker(change, worker)
-            return worker
-
-        return mutate(self.state.journal, update, Event(event, summary, {"workerId": worker_id}))
-
-    def _kill(self, worker: Worker) -> None:
-        """Stop a worker's process group (SIGTERM, then SIGKILL after the grace) and reap it."""
-        proc = self.procs.pop(worker.worker_id, None)
-        if worker.process is not None and is_alive(ProcessIdentity(worker.process.pid, worker.process.start_time)):
-            terminate_group(worker.process.pid, grace=self.grace)
-        if proc is not None:
-            try:
-                proc.wait(timeout=self.grace + 2)
-            except subprocess.TimeoutExpired:
-                self.log(f"{worker.worker_id}: pid {proc.pid} survived SIGKILL; it will be reaped later")
-
-    def stop_all(self, status: WorkerStatus, reason: str) -> None:
-        self.state.refresh()
-        for worker in self.state.workers().values():
-            if worker.worker_id in self.jobs and not self.jobs[worker.worker_id].done():
-                continue
-            if worker.process is not None or worker.status in (
-                WorkerStatus.STARTING,
-                WorkerStatus.RUNNING,
-                WorkerStatus.IDLE,
-            ):
-                self._kill(worker)
-                self._set_worker(
-                    worker.worker_id,
-                    status=status,
-                    process=None,
-                    event="WORKER_STOPPED",
-                    summary=f"{worker.worker_id} stopped: {reason}",
-                )
-
-    def start_worker(self, worker_id: str) -> None:
-        """Issue a new generation and launch the worker's host (the run must be active and unfenced)."""
-
-        def next_generation(change: Change, view: runstate.RunView) -> Worker:
-            run = view.run()
-            if run.status is not RunStatus.ACTIVE or run.disable_restart:
-                raise AgentOpsError("RUN_NOT_ACTIVE", f"run is {run.status}; no new generation starts")
-            worker = view.worker(worker_id)
-            worker = replace(
-                worker,
-                generation=worker.generation + 1,
-                status=WorkerStatus.STARTING,
-                process=None,
-                started_at=self.clock.now(),
-            )
-            runstate.put_worker(change, worker)
-            return worker
-
-        worker = mutate(
-            self.state.journal,
-            next_generation,
-            Event("WORKER_STARTING", f"{worker_id} starting a new generation", {"workerId": worker_id}),
-        )
-        self.state.refresh()
-        worktree = Path(worker.worktree)
-        doc = self._write_instructions(worker)
-        spec = host_spec(self.policy, worker.host)
-        recipe = recipe_path(self.store, self.run_id)
-        launch = Launch(
-            worktree=worktree,
-            mailbox=worktree / mailbox.MAILBOX,
-            prompt_file=worktree / mailbox.PROMPT,
-            log_file=self._log_file(worker),
-            run_id=self.run_id,
-            worker_id=worker_id,
-            generation=worker.generation,
-            recipe=recipe if recipe.exists() else None,
-        )
-        mailbox.write_prompt(worktree, instructions_mod.prompt(doc))
-        proc, identity = start(spec, launch, environ=self.environ)
-        self.procs[worker_id] = proc
-        self._set_worker(
-            worker_id,
-            status=WorkerStatus.RUNNING,
-            process=ProcessRef(identity.pid, identity.start_time),
-            event="WORKER_STARTED",
-            summary=f"{worker_id} generation {worker.generation} started (pid {identity.pid})",
-        )
-        self.log(f"{worker_id}: generation {worker.generation} started ({spec.kind}, pid {identity.pid})")
-
-    def _log_file(self, worker: Worker) -> Path:
-        from ..gitstore.worktree import admin_dir
-
-        admin = admin_dir(Path(worker.worktree))
-        return (admin or self.dir) / "agentops" / f"host-{worker.worker_id}.log"
-
-    def _log_tail(self, worker: Worker, lines: int = 15) -> str:
-        try:
-            data = self._log_file(worker).read_bytes()[-8000:].decode("utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        last_run = data.rsplit("\n=== generation ", 1)[-1]
-        return "\n".join(last_run.splitlines()[-lines:])
-
-    def _relevant(self, worker: Worker) -> tuple[Any, ...]:
-        """What a worker's instructions depend on: rewrite them only when this changes."""
-        run = self.state.run()
-        answers = sum(1 for q in self.state.answers() if q.get("answer") is not None)
-        tasks = self.state.tasks()
-        if worker.role == "coordinator":
-            seen: tuple[Any, ...] = (
-                run.contract_hash,
-                *sorted((t.id, str(t.status), t.revision) for t in tasks.values()),
-            )
-        else:
-            own = tasks.get(worker.task_id or "")
-            seen = (str(own.status), own.revision) if own else ()
-        return (run.root_task_id, str(run.status), worker.generation, worker.diagnostic, answers, seen)
-
-    def _write_instructions(self, worker: Worker) -> dict[str, Any]:
-        recipe = recipe_path(self.store, self.run_id)
-        doc = instructions_mod.instructions(
-            self.state.run(), worker, self.state.tasks(), self.state.answers(), recipe if recipe.exists() else None
-        )
-        mailbox.write_instructions(Path(worker.worktree), doc)
-        self._instructions_for[worker.worker_id] = self._relevant(worker)
-        return doc
-
-    def _refresh_instructions(self) -> None:
-        """Rewrite a running worker's instructions when the state they describe changed."""
-        for worker in self.state.workers().values():
-            if worker.status not in (WorkerStatus.RUNNING, WorkerStatus.IDLE) or worker.worker_id in self.jobs:
-                continue
-            if self._instructions_for.get(worker.worker_id) != self._relevant(worker):
-                try:
-                    self._write_instructions(worker)
-                except AgentOpsError as exc:
-                    self.log(f"{worker.worker_id}: cannot write instructions: {exc}")
-
-    def _restart_workers(self) -> None:
-        """Start every worker that needs a generation: new ones, and stopped ones of an active run."""
-        for worker in list(self.state.workers().values()):
-            if worker.worker_id in self.jobs:
-                continue
-            if worker.status in (WorkerStatus.ASSIGNED, WorkerStatus.STOPPED, WorkerStatus.FENCED):
-                if worker.generation >= MAX_GENERATIONS:
-                    self.block_worker(
-                        worker.worker_id,
-                        "RUN_NO_PROGRESS",
-                        f"{worker.worker_id} reached {MAX_GENERATIONS} generations without delivering",
-                    )
-                    continue
-                try:
-                    self.start_worker(worker.worker_id)
-                except AgentOpsError as exc:
-                    if exc.code == "RUN_NOT_ACTIVE":
-                        return
-                    self.block_worker(worker.worker_id, exc.code, exc.message)
-                self.state.refresh()
-
-    def _reap(self) -> None:
-        """Find workers whose process ended without a delivery: a failure each."""
-        for worker in list(self.state.workers().values()):
-            if worker.status not in (WorkerStatus.RUNNING, WorkerStatus.IDLE, WorkerStatus.STARTING):
-                continue
-            if worker.worker_id in self.jobs:
-                continue
-            proc = self.procs.get(worker.worker_id)
-            exit_code: int | None
-            if proc is not None:
-                exit_code = proc.poll()
-                if exit_code is None:
-                    continue
-                self.procs.pop(worker.worker_id, None)
-            else:
-                if worker.process is not None and is_alive(
-                    ProcessIdentity(worker.process.pid, worker.process.start_time)
-                ):
-                    continue
-                exit_code = None
-            status = f"status {exit_code}" if exit_code is not None else "not our child"
-            self.fail_worker(
-                worker.worker_id,
-                "RUN_WORKER_EXITED",
-                f"the agent exited ({status}) without delivering; the end of its log:\n{self._log_tail(worker)}",
-                {"exitCode": exit_code},
-            )
-        self.state.refresh()
-
-    def fail_worker(
-        self, worker_id: str, code: str, message: str, detail: Mapping[str, Any], head: str | None = None
-    ) -> bool:
-        """Record a failure; restart (True) or block on no progress (False)."""
-        from ..gitstore.checkout import head as checkout_head
-
-        worker = self.state.workers().get(worker_id, None)
-        if worker is None:
-            return False
-        if head is None:
-            try:
-                head = checkout_head(Path(worker.worktree)).commit
-            except AgentOpsError:
-                head = None
-        failure = Failure(fingerprint(code, detail), code, message[:8000], worker.generation, head, self.clock.now())
-        failures = (*worker.failures, failure)[-10:]
-        if no_progress(failures):
-            self._set_worker(
-                worker_id, failures=failures, process=None, event="WORKER_FAILED", summary=f"{worker_id}: {code}"
-            )
-            self.block_worker(
-                worker_id, "RUN_NO_PROGRESS", f"the same failure twice without progress ({code}): {message[:2000]}"
-            )
-            return False
-        diagnostic = (
-            f"Generation {worker.generation} failed ({code}): {message[:6000]}\n"
-            "Fix the cause and try again; the same failure twice without new commits blocks the task."
-        )
-        self._set_worker(
-            worker_id,
-            status=WorkerStatus.STOPPED,
-            failures=failures,
-            process=None,
-            diagnostic=diagnostic,
-            event="WORKER_FAILED",
-            summary=f"{worker_id}: {code}",
-        )
-        self.log(f"{worker_id}: {code}: {message.splitlines()[0] if message else ''}")
-        return True
-
-    def block_worker(self, worker_id: str, code: str, reason: str) -> None:
-        """Block a worker, its task and every task depending on it (and the run, if it is the coordinator)."""
-
-        def block(change: Change, view: runstate.RunView) -> Worker:
-            worker = replace(
-                view.worker(worker_id),
-                status=WorkerStatus.BLOCKED,
-                process=None,
-                blocked_reason=f"{code}: {reason}"[:8000],
-            )
-            runstate.put_worker(change, worker)
-            tasks = view.tasks()
-            if worker.task_id and worker.task_id in tasks:
-                for task_id in [worker.task_id, *dependents(tasks, worker.task_id)]:
-                    task = tasks[task_id]
-                    if task.status is not TaskStatus.DELIVERED:
-                        why = (
-                            f"{code}: {reason}"
-                            if task_id == worker.task_id
-                            else f"{code}: dependency {worker.task_id} blocked"
-                        )
-                        taskbook.put(change, replace(task, status=TaskStatus.BLOCKED, blocked_reason=why[:4000]))
-            if worker.role == "coordinator":
-                run = view.run()
-                runstate.put_run(
-                    change,
-                    replace(
-                        run, status=RunStatus.BLOCKED, status_reason=f"{code}: {reason}"[:8000], disable_restart=True
-                    ),
-                )
-            return worker
-
-        worker = self.state.workers().get(worker_id)
-        if worker is not None:
-            self._kill(worker)
-        mutate(
-            self.state.journal,
-            block,
-            Event(
-                "WORKER_BLOCKED",
-                f"{worker_id} blocked: {code}",
-                {"workerId": worker_id, "code": code, "reason": reason[:2000]},
-            ),
-        )
-        self.log(f"{worker_id}: BLOCKED ({code}) {reason.splitlines()[0] if reason else ''}")
-        self.state.refresh()
-
     # -- jobs --------------------------------------------------------------------------------------------------------
-    def submit(self, worker_id: str, job: Callable[[Store], Any]) -> None:
-        """Run ``job`` in a thread with its own repository handle (pygit2 objects are not shared across threads)."""
-
-        def run_job() -> Any:
-            store = Store(
-                pygit2.Repository(str(self.store.git_dir)),
-                clock=self.clock,
-                identity=self.store.identity,
-                fsync=self.store.fsync,
-            )
-            return job(store)
-
-        self.jobs[worker_id] = self.executor.submit(run_job)
-
     def _collect_jobs(self) -> None:
-        """Act on finished jobs: {"action": "ok"}, {"action": "block", code, reason} or {"action": "fail", ...}."""
+        """Act on every finished job's result (see :mod:`git_agentops.runs.jobs`)."""
         for worker_id, future in list(self.jobs.items()):
             if not future.done():
                 continue
@@ -577,33 +344,28 @@ class Supervisor:
                 detail = "".join(traceback.format_exception(error))[-4000:]
                 code = error.code if isinstance(error, AgentOpsError) else "RUN_REQUEST_FAILED"
                 self.log(f"{worker_id}: job failed: {error}")
-                self.fail_worker(worker_id, code, f"{error}\n{detail}", {"job": type(error).__name__})
+                self.workers.fail(worker_id, code, f"{error}\n{detail}", {"job": type(error).__name__})
             else:
-                result = future.result() or {"action": "ok"}
-                if result["action"] == "block":
-                    self.block_worker(worker_id, result["code"], result["reason"])
-                elif result["action"] == "fail":
-                    self._answer_failed_handoff(worker_id, result)
+                self._act(worker_id, future.result())
             self.state.refresh()
 
-    def _answer_failed_handoff(self, worker_id: str, result: dict[str, Any]) -> None:
-        from .requests import record_refusal
-
-        worker = self.state.workers().get(worker_id)
-        answer = record_refusal(
-            self,
-            worker_id,
-            result["request"],
-            result["requestDigest"],
-            result["rawDigest"],
-            AgentOpsError(result["code"], result["message"][:8000]),
-        )
-        if worker is not None:
-            try:
-                mailbox.write_response(Path(worker.worktree), answer)
-            except AgentOpsError:
+    def _act(self, worker_id: str, result: JobResult) -> None:
+        match result:
+            case Block(code, reason):
+                self.workers.block(worker_id, code, reason)
+            case Refusal(code, message, request, detail, head):
+                response = requests.refuse_accepted(self, worker_id, request, AgentOpsError(code, message[:8000]))
+                worker = self.state.workers().get(worker_id)
+                if worker is not None:
+                    try:
+                        mailbox.write_response(Path(worker.worktree), response)
+                    except AgentOpsError:
+                        pass
+                self.workers.fail(worker_id, code, message, detail, head=head)
+            case Delivered(task_id, commit):
+                self.log(f"{worker_id}: {task_id} delivered as {commit[:12]}")
+            case _:
                 pass
-        self.fail_worker(worker_id, result["code"], result["message"], result["detail"], head=result["head"])
 
     def _wait_jobs(self) -> None:
         for future in list(self.jobs.values()):
@@ -612,32 +374,3 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 -- _collect_jobs records it as the worker's failure
                 self.log(f"a job ended with {type(exc).__name__}")
         self._collect_jobs()
-
-    # -- scheduling and requests (see scheduler.py and requests.py) --------------------------------------------------
-    def _schedule(self) -> None:
-        from .scheduler import schedule
-
-        schedule(self)
-
-    def _serve_requests(self) -> bool:
-        from .requests import serve
-
-        served = False
-        for worker in list(self.state.workers().values()):
-            if worker.status in (WorkerStatus.RUNNING, WorkerStatus.IDLE) and worker.worker_id not in self.jobs:
-                served = serve(self, worker) or served
-                self.state.refresh()
-                if self.state.run().status is not RunStatus.ACTIVE:
-                    return served
-        return served
-
-    def fault(self, point: str) -> None:
-        """Crash-test injection: ``AGENTOPS_FAULT=<point>`` in the supervisor's environment kills it (SIGKILL)
-        right there, so tests can prove every step is recoverable. Never set in normal use."""
-        if self.environ.get("AGENTOPS_FAULT") == point:
-            self.log(f"fault injection: SIGKILL at {point}")
-            os.kill(os.getpid(), 9)
-
-    def current_run(self) -> Run:
-        self.state.refresh()
-        return self.state.run()

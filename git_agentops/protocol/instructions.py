@@ -1,7 +1,8 @@
-"""What a worker is told: its instructions document and, for model-backed hosts, a prompt.
+"""What a worker is told: its instructions document (``instructions.json``) and, for hosts that read prose, a prompt.
 
-The instructions are regenerated from run state whenever something a worker acts on changes (its generation,
-the contract hash, the task list, answers), so a worker can always re-read them instead of remembering.
+Both are pure functions of run state. The supervisor regenerates them whenever something a worker acts on changes
+(its generation, the contract hash, the task list, answers: :mod:`git_agentops.supervisor.briefing`), so a worker
+can always re-read them instead of remembering.
 """
 
 from __future__ import annotations
@@ -9,21 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..model.run import Run, Worker
-from ..model.task import Task, task_contract_hash
-
-
-def worker_contract(run: Run, worker: Worker, tasks: dict[str, Task]) -> str:
-    """The contract a worker's requests bind: the whole task tree for the coordinator, its own task for a child.
-
-    A child's work answers to its own task only; binding it to the whole tree would fence it off every time the
-    coordinator plans another task (a contract change storm while planning). Revising a child's own task
-    changes its contract and restarts it.
-    """
-    own = tasks.get(worker.task_id) if worker.task_id else None
-    if worker.role == "coordinator" or own is None:
-        return run.contract_hash
-    return task_contract_hash(own)
+from ..model.run import Role, Run, Worker, worker_contract
+from ..model.task import Task
 
 
 def instructions(
@@ -37,7 +25,7 @@ def instructions(
         "version": 1,
         "runId": run.run_id,
         "workerId": worker.worker_id,
-        "role": worker.role,
+        "role": str(worker.role),
         "generation": worker.generation,
         "contractHash": worker_contract(run, worker, tasks),
         "goal": run.goal,
@@ -79,7 +67,7 @@ def prompt(doc: dict[str, Any]) -> str:
         f"Run goal: {doc['goal']}",
         "",
     ]
-    if doc["role"] == "coordinator":
+    if doc["role"] == Role.COORDINATOR:
         lines += [
             "You are the **coordinator**. Plan the work, do not implement it yourself:",
             "1. `git agentops-request plan --title T --intent I --criterion C1 --criterion C2` (2-5 criteria) creates",

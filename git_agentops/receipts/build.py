@@ -1,0 +1,93 @@
+"""The receipt of one integration: its statement built from the run's record, signed with the configured keys.
+
+The integration pipeline calls :func:`integration_receipt` once the target has moved; storing the bytes as a
+note on the integrated commit is the store's job. :func:`signing_keys` reads the key configuration the way git
+reads its own commit-signing configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..errors import AgentOpsError
+from . import make_receipt
+from .statement import build_predicate, build_statement
+
+if TYPE_CHECKING:  # pygit2 (through the store) stays out of the receipts package's imports
+    from ..gitstore.repo import Store
+    from ..model.integration import Integration
+    from ..model.run import Run
+    from ..model.task import Task
+
+
+def signing_keys(store: Store) -> list[Path]:
+    """``agentops.signingKey``, else ``user.signingKey`` when ``gpg.format`` is ssh (as git signs commits).
+
+    A ``key::<public key>`` literal (git's form) is written to the private dir so ``ssh-keygen`` can name it.
+    """
+    key = store.config_value("agentops.signingKey")
+    if key is None and (store.config_value("gpg.format") or "").lower() == "ssh":
+        key = store.config_value("user.signingKey")
+    if not key:
+        return []
+    if key.startswith("key::"):
+        literal = store.private_dir() / "signing-key.pub"
+        literal.parent.mkdir(parents=True, exist_ok=True)
+        literal.write_text(key[len("key::") :] + "\n")
+        return [literal]
+    return [Path(key).expanduser()]
+
+
+def deliveries_of(integration: Integration, tasks: Mapping[str, Task]) -> list[dict[str, Any]]:
+    """The receipt's delivery entries, in merge order, from each task's recorded delivery."""
+    entries = []
+    for task_id in integration.order or ():
+        delivery = tasks[task_id].extra["delivery"]
+        entries.append(
+            {
+                "taskId": task_id,
+                "workerId": delivery["workerId"],
+                "generation": delivery["generation"],
+                "sourceCommit": delivery["commit"],
+                "deliveryDigest": delivery["digest"],
+            }
+        )
+    return entries
+
+
+def integration_receipt(
+    run: Run,
+    tasks: Mapping[str, Task],
+    *,
+    policy_config_hash: str,
+    created_at: float,
+    keys: Sequence[Path],
+) -> bytes:
+    """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``)."""
+    integration = run.integration
+    if integration is None or integration.candidate is None or not integration.steps or integration.base is None:
+        raise AgentOpsError("RECEIPT_MALFORMED", f"run {run.run_id} has no built integration to receipt")
+    predicate = build_predicate(
+        run_id=run.run_id,
+        goal=run.goal,
+        policy_config_hash=policy_config_hash,
+        toolkit_version=__version__,
+        tasks=list(tasks.values()),
+        contract_hash=run.contract_hash,
+        deliveries=deliveries_of(integration, tasks),
+        integration={
+            "target": run.target,
+            "base": integration.base,
+            "order": list(integration.order or ()),
+            "steps": [dict(step) for step in integration.steps],
+        },
+        verification=[dict(v) for v in integration.verification or ()],
+        reviews=[dict(r) for r in integration.reviews or ()],
+        created_at=created_at,
+    )
+    tree = str(integration.steps[-1]["tree"])
+    statement = build_statement(commit=integration.candidate, tree=tree, subject_name=run.target, predicate=predicate)
+    return make_receipt(statement, keys=keys)

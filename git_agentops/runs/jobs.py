@@ -1,0 +1,100 @@
+"""What a job of the supervisor is given, and what it gives back.
+
+Slow work -- provisioning a worktree, verifying a handoff, integrating -- runs in job threads so that the
+supervisor keeps answering the other workers meanwhile. A job gets a frozen :class:`JobContext` (the few values it
+needs, and its two side effects: the log and the crash-test fault injector) and its own repository handle; it never
+sees the supervisor itself, whose state cache belongs to the loop thread. It returns one typed :data:`JobResult`,
+which the loop acts on:
+
+* :class:`Provisioned`, :class:`Delivered`, :class:`Integrated` -- the job did what it was for (it already wrote
+  every state change and answered the worker);
+* :class:`Block` -- a rule stopped the worker's task (a dependency conflict, a setup failure): block it;
+* :class:`Refusal` -- the job refused a request it had accepted (a handoff that failed verification, a finalize
+  whose integration failed): record the refusal as that request's answer, and fail the worker, which restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock
+from ..model.policy import Policy
+from ..policy.trust import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """Everything a job may use besides its repository handle; the same for every job of one supervisor."""
+
+    run_id: str
+    policy: Policy
+    trust: Verdict
+    environ: Mapping[str, str]
+    clock: Clock
+    run_dir: Path
+    log: Callable[[str], None]
+    fault: Callable[[str], None]
+    """``fault(point)``: the crash-test hook (``AGENTOPS_FAULT``), a no-op in normal use."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request the supervisor accepted: the document, its canonical digest, and the digest of the bytes the
+    worker wrote (every response carries the latter, so the worker can tell its answer from a stale one)."""
+
+    doc: Mapping[str, Any]
+    digest: str
+    raw_digest: str
+
+    @property
+    def request_id(self) -> str:
+        """The worker's ``requestId``: the key of the idempotency record."""
+        return str(self.doc["requestId"])
+
+
+@dataclass(frozen=True, slots=True)
+class Provisioned:
+    """A child's worktree exists at ``base`` with its dependencies merged in and its setup done."""
+
+    worker_id: str
+    base: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A handoff passed verification and is frozen as ``commit``."""
+
+    task_id: str
+    commit: str
+
+
+@dataclass(frozen=True, slots=True)
+class Integrated:
+    """The target moved to ``candidate``, which carries a receipt; the run is complete."""
+
+    candidate: str
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A rule stopped the job's worker: block it, its task and the tasks depending on it."""
+
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The job refused ``request`` after accepting it; ``head`` is what the worker had (for no-progress)."""
+
+    code: str
+    message: str
+    request: Request
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    head: str | None = None
+
+
+JobResult = Provisioned | Delivered | Integrated | Block | Refusal

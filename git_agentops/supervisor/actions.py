@@ -1,0 +1,242 @@
+"""What each request action does, once :mod:`.requests` has validated, fenced and de-duplicated it.
+
+| action     | who                       | effect                                                                    |
+|------------|---------------------------|---------------------------------------------------------------------------|
+| ``plan``     | the coordinator, once     | creates the root task bound to the goal                                   |
+| ``worker``   | the coordinator           | plans (or re-plans) a child task with its dependencies                    |
+| ``question`` | anyone                    | records the question, stops every writer, the run awaits input            |
+| ``handoff``  | a child                   | checks the checkout, stops the worker, verifies and freezes in a job      |
+| ``finalize`` | the coordinator           | every child delivered: stops the writers and integrates in a job          |
+| ``policy``   | the coordinator           | not available in this version (``RUN_ACTION_UNAVAILABLE``)                |
+
+An action refuses by raising :class:`~git_agentops.errors.AgentOpsError`; the refusal is recorded as the
+request's answer. ``handoff`` and ``finalize`` answer from their job.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import AgentOpsError
+from ..gitstore.journal import Change, Event
+from ..integrate.delivery import Handoff, check_handoff, deliver
+from ..integrate.pipeline import check_finalize, integrate
+from ..model.integration import Integration, IntegrationStatus
+from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
+from ..model.task import Criterion, TaskStatus, check_runners, new_task
+from ..protocol import mailbox
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
+from ..runs.jobs import Request
+from .ports import Loop
+from .requests import Action, answer
+
+
+def _criteria(items: list[Any]) -> list[Criterion]:
+    out = []
+    for index, item in enumerate(items, start=1):
+        if isinstance(item, str):
+            out.append(Criterion(f"c{index}", item))
+        else:
+            out.append(
+                Criterion(item.get("id", f"c{index}"), item["description"], item.get("runner"), item.get("reviewOnly"))
+            )
+    return out
+
+
+def plan(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+    """``plan``: the root task (``RUN_COORDINATOR_REQUIRED``, ``RUN_PLAN_INVALID``)."""
+    if worker.role is not Role.COORDINATOR:
+        raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator plans the root task")
+    doc = request.doc
+
+    def effect(change: Change, view: runstate.RunView) -> dict[str, Any]:
+        run = view.run()
+        if run.root_task_id is not None:
+            raise AgentOpsError("RUN_PLAN_INVALID", f"the root task {run.root_task_id} already exists")
+        try:
+            task = new_task(
+                taskbook.new_task_id(),
+                title=doc["title"],
+                intent=doc["intent"],
+                goal=run.goal,
+                criteria=_criteria(doc["criteria"]),
+                policy_config_hash=loop.policy.config_hash,
+            )
+        except AgentOpsError as exc:
+            raise AgentOpsError("RUN_PLAN_INVALID", exc.message) from exc
+        taskbook.create(change, replace(task, status=TaskStatus.RUNNING, extra={"workerId": worker.worker_id}))
+        runstate.put_run(change, replace(run, root_task_id=task.id))
+        runstate.put_worker(change, replace(view.worker(worker.worker_id), task_id=task.id))
+        run = runstate.recompute_contract(change, view)
+        return {"taskId": task.id, "contractHash": run.contract_hash}
+
+    return answer(loop, worker, request, "RUN_PLAN_CREATED", "root task created", effect)
+
+
+def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+    """``worker``: a child task (``RUN_DEPENDENCY_UNKNOWN``, ``RUN_DEPENDENCY_CYCLE``, ``RUN_PLAN_INVALID``)."""
+    if worker.role is not Role.COORDINATOR or loop.state.run().root_task_id is None:
+        raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator plans children, after 'plan'")
+    doc = request.doc
+
+    def effect(change: Change, view: runstate.RunView) -> dict[str, Any]:
+        run = view.run()
+        tasks = view.tasks()
+        dependencies = list(doc["dependencies"])
+        unknown = [d for d in dependencies if d not in tasks or tasks[d].parent is None]
+        if unknown:
+            raise AgentOpsError("RUN_DEPENDENCY_UNKNOWN", f"unknown dependencies: {', '.join(unknown)}")
+        replanning = doc.get("taskId")
+        if replanning is not None and (replanning not in tasks or tasks[replanning].status is not TaskStatus.PLANNED):
+            raise AgentOpsError("RUN_PLAN_INVALID", f"{replanning} is not a planned task that can be re-planned")
+        task_id = replanning or taskbook.new_task_id()
+        edges = {t.id: list(t.dependencies) for t in tasks.values()}
+        edges[task_id] = dependencies
+        cycle = has_cycle(edges)
+        if cycle:
+            raise AgentOpsError("RUN_DEPENDENCY_CYCLE", f"dependency cycle: {' -> '.join(cycle)}")
+        try:
+            task = new_task(
+                task_id,
+                title=doc["title"],
+                intent=doc["intent"],
+                goal=run.goal,
+                criteria=_criteria(doc["criteria"]),
+                parent=run.root_task_id,
+                dependencies=dependencies,
+                policy_config_hash=loop.policy.config_hash,
+            )
+            check_runners(task, (r.id for r in loop.policy.runners))
+        except AgentOpsError as exc:
+            raise AgentOpsError("RUN_PLAN_INVALID", exc.message) from exc
+        if replanning:
+            old = tasks[replanning]
+            taskbook.put(change, replace(old, superseded_by=old.revision + 1))
+            taskbook.put(change, replace(task, revision=old.revision + 1))
+        else:
+            taskbook.create(change, task)
+            runstate.put_run(change, replace(run, plan_order=(*run.plan_order, task.id)))
+        runstate.recompute_contract(change, view)
+        return {"taskId": task.id}
+
+    return answer(loop, worker, request, "RUN_WORKER_PLANNED", "child task planned", effect)
+
+
+def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+    """``question``: record it, answer, then stop every writer until a person answers (``RUN_QUESTION_INVALID``)."""
+    prompt = request.doc["prompt"]
+    if not prompt.strip():
+        raise AgentOpsError("RUN_QUESTION_INVALID", "the prompt is blank")
+    question_id = f"q-{uuid.uuid4().hex[:12]}"
+
+    def effect(change: Change, view: runstate.RunView) -> dict[str, Any]:
+        runstate.put_question(
+            change,
+            {
+                "questionId": question_id,
+                "workerId": worker.worker_id,
+                "generation": worker.generation,
+                "prompt": prompt,
+                "askedAt": loop.ctx.clock.now(),
+                "answer": None,
+                "answeredAt": None,
+            },
+        )
+        runstate.put_run(
+            change,
+            replace(
+                view.run(),
+                status=RunStatus.AWAITING_INPUT,
+                status_reason=f"question {question_id} from {worker.worker_id}",
+            ),
+        )
+        return {"questionId": question_id}
+
+    response = answer(
+        loop,
+        worker,
+        request,
+        "RUN_AWAITING_INPUT",
+        f"question {question_id} recorded; answer with 'git agentops-run answer {loop.run_id} {question_id} TEXT'",
+        effect,
+    )
+    mailbox.write_response(Path(worker.worktree), response)  # before the asker is stopped with everyone else
+    loop.state.refresh()
+    loop.stop_all(WorkerStatus.FENCED, f"awaiting the answer to {question_id}")
+    loop.log(f"{worker.worker_id} asks ({question_id}): {prompt}")
+    return response
+
+
+def handoff(loop: Loop, worker: Worker, request: Request) -> None:
+    """``handoff``: check the checkout, stop the worker, then verify and freeze its commit in a job."""
+    if worker.role is Role.COORDINATOR:
+        raise AgentOpsError("RUN_COORDINATOR_FINALIZE_REQUIRED", "the coordinator finalizes; it does not hand off")
+    source_files = tuple(request.doc.get("sourceFiles") or ())
+    head = check_handoff(Path(worker.worktree), base=worker.base, source_files=source_files)
+    job = Handoff(
+        worker=worker,
+        request=request,
+        head=head,
+        contract=worker_contract(loop.state.run(), worker, loop.state.tasks()),
+        source_files=source_files,
+    )
+    loop.set_worker(
+        worker.worker_id,
+        status=WorkerStatus.HANDING_OFF,
+        event="WORKER_HANDING_OFF",
+        summary=f"{worker.worker_id} hands off {head[:12]}",
+    )
+    loop.kill(worker)
+    loop.set_worker(
+        worker.worker_id,
+        process=None,
+        event="WORKER_STOPPED_FOR_HANDOFF",
+        summary=f"{worker.worker_id} generation {worker.generation} stopped for its handoff",
+    )
+    ctx = loop.ctx
+    loop.submit(worker.worker_id, lambda store: deliver(ctx, store, job))
+
+
+def finalize(loop: Loop, worker: Worker, request: Request) -> None:
+    """``finalize``: every child delivered (``RUN_DELIVERIES_PENDING``); stop the coordinator, integrate in a job."""
+    check_finalize(worker, loop.state.run(), loop.state.tasks())
+    pending = {
+        "requestId": request.request_id,
+        "requestDigest": request.digest,
+        "rawDigest": request.raw_digest,
+        "generation": worker.generation,
+    }
+
+    def begin(change: Change, view: runstate.RunView) -> None:
+        integration = Integration(IntegrationStatus.REQUESTED, request=pending, attempts=0)
+        runstate.put_run(change, replace(view.run(), integration=integration))
+        runstate.put_worker(change, replace(view.worker(worker.worker_id), status=WorkerStatus.HANDING_OFF))
+
+    runstate.mutate(
+        loop.journal,
+        begin,
+        Event("INTEGRATION_REQUESTED", f"{worker.worker_id} asks to finalize", {"requestId": request.request_id}),
+    )
+    loop.kill(worker)
+    ctx = loop.ctx
+    loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
+
+
+def policy(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+    """``policy``: journaled policy transitions are not in this version."""
+    raise AgentOpsError("RUN_ACTION_UNAVAILABLE", "journaled policy transitions are not available in this version")
+
+
+ACTIONS: Mapping[str, Action] = {
+    "plan": plan,
+    "worker": plan_child,
+    "question": question,
+    "handoff": handoff,
+    "finalize": finalize,
+    "policy": policy,
+}

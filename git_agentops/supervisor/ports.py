@@ -1,0 +1,61 @@
+"""What request handlers and the scheduler need from the supervisor loop, as a small protocol.
+
+The handlers (:mod:`.requests`, :mod:`.actions`) and the scheduler run in the loop thread and act through this
+interface only, so they depend on what they use -- the state cache, worker updates, stopping, submitting a job,
+the log -- and not on :class:`~git_agentops.supervisor.loop.Supervisor`, which imports them. Tests can hand them
+a fake loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..gitstore.journal import Journal
+from ..gitstore.repo import Store
+from ..model.policy import Policy
+from ..model.run import Worker, WorkerStatus
+from ..runs.jobs import JobContext, JobResult
+from .cache import StateCache
+
+
+class Loop(Protocol):
+    """The supervisor loop as its handlers see it (the loop thread only)."""
+
+    run_id: str
+    policy: Policy
+    state: StateCache
+    ctx: JobContext
+
+    @property
+    def journal(self) -> Journal:
+        """The run's state journal (for compare-and-swap mutations)."""
+        ...
+
+    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+        """Update one worker record by CAS, recording ``event``."""
+        ...
+
+    def kill(self, worker: Worker) -> None:
+        """Stop the worker's process group and reap it (nothing of it runs on return)."""
+        ...
+
+    def stop_all(self, status: WorkerStatus, reason: str) -> None:
+        """Stop every running worker (except those a job holds) and record ``status``."""
+        ...
+
+    def submit(self, worker_id: str, job: Callable[[Store], JobResult]) -> None:
+        """Run ``job`` in a job thread on the worker's behalf; the loop acts on its result."""
+        ...
+
+    def busy(self, worker_id: str) -> bool:
+        """Whether a job is running for this worker."""
+        ...
+
+    def jobs_running(self) -> int:
+        """How many jobs are running."""
+        ...
+
+    def log(self, message: str) -> None:
+        """A line for the supervisor's log."""
+        ...
