@@ -14,10 +14,18 @@ from pathlib import Path
 
 import pygit2
 import pytest
+from hypothesis import settings
 
 from git_agentops.clock import FixedClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.repo import Store, open_store
+
+# Property tests are reproducible by default: the "ci" profile derandomises Hypothesis (a fixed seed per test, no
+# example database), so a run that passed passes again. HYPOTHESIS_PROFILE=explore searches with fresh randomness
+# and remembers failures in .hypothesis/ -- for hunting, not for CI.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 FIXED_DATE = "2026-01-01T00:00:00+00:00"
 IDENTITY = Identity("Test Agent", "agent@example.invalid")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import git, make_repo
+from .helpers import Part, recipe_text
 
 CHECK_PY = """import pathlib, sys
 files = sorted(pathlib.Path("src").rglob("*.txt"))
@@ -50,31 +51,9 @@ def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProc
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def child(name: str, title: str, attempts: list[list[str]], depends_on: list[str] | None = None) -> str:
-    lines = [
-        "[[tasks]]",
-        f'name = "{name}"',
-        f'title = "{title}"',
-        f'intent = "{title}"',
-        'criteria = ["done"]',
-        f"depends_on = {json.dumps(depends_on or [])}",
-    ]
-    for steps in attempts:
-        lines += ["[[tasks.attempts]]", "steps = [", *[f"  {s}," for s in steps], "]"]
-    return "\n".join(lines) + "\n"
-
-
-def write_step(path: str, content: str) -> str:
-    return "{ write = " + json.dumps(path) + ", content = " + json.dumps(content) + " }"
-
-
-def recipe(tmp: Path, children: str, *, finalize: bool = False, name: str = "recipe.toml") -> Path:
-    text = (
-        '[plan]\ntitle = "Build it"\nintent = "Build the parts"\ncriteria = ["parts exist", "check passes"]\n'
-        f"[coordinator]\nfinalize = {'true' if finalize else 'false'}\n\n" + children
-    )
+def recipe(tmp: Path, children: Part, *, finalize: bool = False, name: str = "recipe.toml") -> Path:
     path = tmp / name
-    path.write_text(text)
+    path.write_text(recipe_text(children, finalize=finalize))
     return path
 
 

@@ -307,3 +307,23 @@ def test_no_import_cycles_anywhere() -> None:
     """Invariant: the package's import graph is acyclic, counting imports in functions and under TYPE_CHECKING."""
     cycles = _cycles(_import_graph())
     assert cycles == [], "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_module_level_regexes_are_anchored_by_the_call() -> None:
+    """Invariant: no module-level regex is anchored with ``^...$``. Python's ``$`` also matches before a final
+    newline, so ``re.compile(r"^[a-z]+$").match("abc\\n")`` passes: validators call ``fullmatch`` (or anchor with
+    ``\\Z``), prefix parsers call ``match``; neither needs ``^`` or ``$`` in the pattern."""
+    offences = []
+    for path, tree in _trees():
+        for node in tree.body:
+            if not isinstance(node, ast.Assign | ast.AnnAssign) or not isinstance(node.value, ast.Call):
+                continue
+            call = node.value
+            if _dotted(call.func) != "re.compile" or not call.args or not isinstance(call.args[0], ast.Constant):
+                continue
+            pattern = call.args[0].value
+            text = pattern.decode("latin-1") if isinstance(pattern, bytes) else str(pattern)
+            multiline = any("MULTILINE" in ast.unparse(arg) or "re.M" in ast.unparse(arg) for arg in call.args[1:])
+            if text.startswith("^") or (text.endswith("$") and not text.endswith("\\$") and not multiline):
+                offences.append(f"{_rel(path)}:{node.lineno} compiles {text!r}")
+    assert offences == []

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,25 @@ def test_source_checkout_launchers_work(run_cli: Any, repo_path: Path, name: str
     launcher = Path(__file__).resolve().parents[1] / "bin" / f"git-agentops-{name}"
     done = run_cli(str(launcher), "--version", cwd=repo_path)
     assert done.returncode == 0 and f"git-agentops-{name} 0.1.0" in done.stdout
+
+
+def test_doctor_is_healthy_without_the_optional_dulwich_and_jsonschema(repo_path: Path) -> None:
+    """dulwich and jsonschema are test extras: without them the doctor says so and stays healthy."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('dulwich', 'jsonschema'):\n"
+        "            raise ImportError(f'{name} blocked by the test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from pathlib import Path\n"
+        "from git_agentops.cli.diagnose import diagnose\n"
+        "report = diagnose(Path('.'), path=None)\n"
+        "import json; print(json.dumps(report.to_json()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo_path, capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert "optional" in checks["dulwich"]["detail"] and checks["dulwich"]["status"] == "ok"
+    assert "optional" in checks["jsonschema"]["detail"] and checks["jsonschema"]["status"] == "ok"
+    assert checks["schemas"]["status"] == "ok" and "not meta-validated" in checks["schemas"]["detail"]

@@ -24,9 +24,9 @@ from git_agentops.hooks import fast
 from git_agentops.verify.redact import RULES, find_secrets
 
 from .conftest import git, make_repo
-from .runkit import child, cli, events, project, recipe, start, status, stop, task_by_title, wait_for, write_step
+from .helpers import HANDOFF, child, write_step
+from .runkit import cli, events, project, recipe, start, status, stop, task_by_title, wait_for
 
-HANDOFF = '{ request = "handoff" }'
 # a made-up OpenSSH key body: secret-shaped, never a real key
 KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW"
 PRIVATE_KEY = f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\n-----END OPENSSH PRIVATE KEY-----\n"

@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 
 from .conftest import git, make_repo
-from .runkit import CHECK_PY, child, cli, events, recipe, status, supervisor_running, wait_for, write_step
+from .helpers import HANDOFF, allowed_signer, child, reviewers, simple_child, ssh_key, write_step
+from .runkit import CHECK_PY, cli, events, recipe, status, supervisor_running, wait_for
 
-HANDOFF = '{ request = "handoff" }'
-REVIEWERS = (
-    '[[reviewers]]\nname = "reviewer-a"\nverdict = "approve"\n[[reviewers]]\nname = "reviewer-b"\nverdict = "approve"\n'
-)
+REVIEWERS = reviewers("reviewer-a", "reviewer-b")
 POLICY = """version = 1
 [run]
 target = "main"
@@ -44,9 +42,7 @@ SLOW_CHECK = CHECK_PY.replace(
 
 
 def signed_project(root: Path, *, check: str = CHECK_PY) -> tuple[Path, Path]:
-    key = root / "key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ci", "-f", str(key)], check=True)
-    public = " ".join(key.with_suffix(".pub").read_text().split()[:2])
+    key = ssh_key(root / "key", comment="ci")
     repo = make_repo(
         root / "repo",
         files={
@@ -54,21 +50,12 @@ def signed_project(root: Path, *, check: str = CHECK_PY) -> tuple[Path, Path]:
             "src/base.txt": "hello\n",
             ".agentops/policy.toml": POLICY,
             ".gitignore": "__pycache__/\n",
-            ".agentops/allowed_signers": f'ci@example namespaces="git-agentops" {public}\n',
+            ".agentops/allowed_signers": allowed_signer("ci@example", key),
         },
     )
     git(repo, "config", "agentops.signingKey", str(key))
     assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
     return repo, repo / ".agentops" / "allowed_signers"
-
-
-def _simple(name: str, path: str, depends: list[str] | None = None) -> str:
-    return child(
-        name,
-        f"Part {name.upper()}",
-        [[write_step(path, f"{name}\n"), f'{{ commit = "Add {name}" }}', HANDOFF]],
-        depends,
-    )
 
 
 def _start(repo: Path, recipe_path: Path, *, env: dict[str, str] | None = None, detach: bool = True) -> str:
@@ -100,7 +87,10 @@ def test_end_to_end_target_moves_by_exactly_the_candidate_with_a_verifiable_rece
     base = git(repo, "rev-parse", "main")
     path = recipe(
         tmp_path,
-        _simple("a", "src/a.txt") + _simple("b", "src/b.txt", ["a"]) + _simple("c", "src/c.txt") + REVIEWERS,
+        simple_child("a", "src/a.txt")
+        + simple_child("b", "src/b.txt", ["a"])
+        + simple_child("c", "src/c.txt")
+        + REVIEWERS,
         finalize=True,
     )
     run_id = _start(repo, path, detach=False)
@@ -124,11 +114,7 @@ def test_end_to_end_target_moves_by_exactly_the_candidate_with_a_verifiable_rece
     code, result = _verify(repo, "main", "--allowed-signers", str(signers), "--require-signature")
     assert code == 0 and result["ok"] is True
     assert _verify(repo, f"{base}..main")[0] == 0  # the range: every integration merge is covered
-    other = tmp_path / "other"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    (tmp_path / "other_signers").write_text(
-        f'x namespaces="git-agentops" {" ".join(other.with_suffix(".pub").read_text().split()[:2])}\n'
-    )
+    (tmp_path / "other_signers").write_text(allowed_signer("x", ssh_key(tmp_path / "other")))
     code, result = _verify(repo, "main", "--allowed-signers", str(tmp_path / "other_signers"))
     assert code == 1 and result["verdicts"][0]["code"] == "RECEIPT_UNTRUSTED_SIGNER"  # type: ignore[index]
     assert not any(Path(w["worktree"]).exists() for w in doc["workers"])  # worktrees removed...
@@ -140,7 +126,7 @@ def test_end_to_end_target_moves_by_exactly_the_candidate_with_a_verifiable_rece
 def test_receipt_copied_or_tampered_and_lost_receipts_are_reported(tmp_path: Path) -> None:
     repo, signers = signed_project(tmp_path)
     base = git(repo, "rev-parse", "main")
-    run_id = _start(repo, recipe(tmp_path, _simple("a", "src/a.txt") + REVIEWERS, finalize=True), detach=False)
+    run_id = _start(repo, recipe(tmp_path, simple_child("a", "src/a.txt") + REVIEWERS, finalize=True), detach=False)
     assert status(repo, run_id)["status"] == "complete"
     note = git(repo, "notes", "--ref=agentops/receipts", "show", "main")
     # copied onto another commit
@@ -175,7 +161,7 @@ def test_target_moved_during_integration_is_rebuilt_reverified_and_keeps_the_oth
     slow = child(
         "s", "Slow", [[write_step("SLOW", "2"), write_step("src/s.txt", "s\n"), '{ commit = "Add s" }', HANDOFF]]
     )
-    run_id = _start(repo, recipe(tmp_path, slow + _simple("a", "src/a.txt") + REVIEWERS, finalize=True))
+    run_id = _start(repo, recipe(tmp_path, slow + simple_child("a", "src/a.txt") + REVIEWERS, finalize=True))
     wait_for(repo, run_id, lambda d: (d.get("integration") or {}).get("status") == "prepared", timeout=120)
     other = git(repo, "commit-tree", "main^{tree}", "-p", "main", "-m", "a commit by someone else")
     git(repo, "update-ref", "refs/heads/main", other)
@@ -227,7 +213,9 @@ def test_kill_9_after_each_step_then_resume_moves_the_target_once_with_a_receipt
     base = git(repo, "rev-parse", "main")
     run_id = _start(
         repo,
-        recipe(tmp_path, _simple("a", "src/a.txt") + _simple("b", "src/b.txt", ["a"]) + REVIEWERS, finalize=True),
+        recipe(
+            tmp_path, simple_child("a", "src/a.txt") + simple_child("b", "src/b.txt", ["a"]) + REVIEWERS, finalize=True
+        ),
         env={"AGENTOPS_FAULT": step},
     )
     _wait_supervisor_gone(repo, run_id)  # killed by the fault injection

@@ -435,9 +435,16 @@ def test_boot_id() -> None:
 # -- terminate_group -----------------------------------------------------------------------------------------------
 
 
+def _ready(script: str) -> subprocess.Popen[bytes]:
+    """Start ``script`` in its own session and wait until it prints ``ready`` (its traps and children are set up)."""
+    leader = subprocess.Popen(["sh", "-c", script], start_new_session=True, stdout=subprocess.PIPE)
+    assert leader.stdout is not None
+    assert leader.stdout.readline() == b"ready\n"
+    return leader
+
+
 def test_terminate_group_escalates_to_sigkill() -> None:
-    leader = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & sleep 60"], start_new_session=True)
-    time.sleep(0.2)  # let the shell install its trap and start the sleeps
+    leader = _ready("trap '' TERM; sleep 60 & echo ready; sleep 60")
     begin = time.monotonic()
     terminate_group(leader.pid, grace=0.3)
     assert leader.wait(timeout=5) == -signal.SIGKILL
@@ -445,8 +452,7 @@ def test_terminate_group_escalates_to_sigkill() -> None:
 
 
 def test_terminate_group_returns_early_when_the_group_obeys() -> None:
-    leader = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
-    time.sleep(0.1)
+    leader = _ready("sleep 60 & echo ready; sleep 60")
     begin = time.monotonic()
     terminate_group(leader.pid, grace=5.0)
     assert time.monotonic() - begin < 1.0

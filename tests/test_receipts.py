@@ -41,6 +41,8 @@ from git_agentops.receipts.statement import SEALED, completeness_problem
 from git_agentops.schema import documents
 
 from .conftest import git, make_repo
+from .helpers import REPLACEMENTS, allowed_signer, public_key, ssh_key
+from .helpers import mutations as mutations_of
 
 ROOT = "task-00000000-0000-4000-8000-000000000000"
 T1 = "task-11111111-1111-4111-8111-111111111111"
@@ -82,19 +84,6 @@ class World:
         return out
 
 
-def _keygen(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path), "-C", "test"], check=True)
-    return path
-
-
-def _public(key: Path) -> str:
-    return " ".join(key.with_suffix(".pub").read_text().split()[:2])
-
-
-def _allowed_line(principal: str, key: Path, options: str = "") -> str:
-    return f'{principal} namespaces="git-agentops"{options} {_public(key)}\n'
-
-
 def _commit(repo: Path, name: str, text: str) -> str:
     (repo / name).write_text(text)
     git(repo, "add", name)
@@ -117,9 +106,9 @@ def world(tmp_path: Path) -> World:
     m2 = git(repo, "rev-parse", "HEAD")
     keys = tmp_path / "keys"
     keys.mkdir()
-    key, other = _keygen(keys / "key"), _keygen(keys / "other")
+    key, other = ssh_key(keys / "key"), ssh_key(keys / "other")
     allowed = keys / "allowed_signers"
-    allowed.write_text(_allowed_line("alice", key))
+    allowed.write_text(allowed_signer("alice", key))
     return World(repo, base, d1, d2, m1, m2, key, other, allowed)
 
 
@@ -265,8 +254,7 @@ def test_a_key_that_needs_a_passphrase_fails_instead_of_prompting(
 ) -> None:
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     monkeypatch.delenv("DISPLAY", raising=False)
-    locked = tmp_path / "locked"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(locked), "-C", "t"], check=True)
+    locked = ssh_key(tmp_path / "locked", passphrase="secret")
     with pytest.raises(AgentOpsError) as failed:
         sign(b"data", key=locked)
     assert failed.value.code == "RECEIPT_SIGNING_FAILED"
@@ -309,7 +297,7 @@ def test_several_signatures_must_all_verify(world: World, tmp_path: Path) -> Non
     statement = _statement(world)
     both = make_receipt(statement, keys=[world.key, world.other_key])
     assert _check(world, both).code == "RECEIPT_UNTRUSTED_SIGNER"
-    world.allowed.write_text(_allowed_line("alice", world.key) + _allowed_line("bob", world.other_key))
+    world.allowed.write_text(allowed_signer("alice", world.key) + allowed_signer("bob", world.other_key))
     verdict = _check(world, both)
     assert verdict.ok and verdict.principals == ("alice", "bob")
 
@@ -336,18 +324,18 @@ def test_a_signature_is_never_ignored_without_allowed_signers(world: World, tmp_
 
 
 def test_an_expired_key_is_untrusted_at_verify_time(world: World) -> None:
-    world.allowed.write_text(_allowed_line("alice", world.key, ',valid-before="20200101Z"'))
+    world.allowed.write_text(allowed_signer("alice", world.key, ',valid-before="20200101Z"'))
     data = _signed(world)
     verdict = _check(world, data, when=datetime.now(UTC))
     assert verdict.code == "RECEIPT_UNTRUSTED_SIGNER", verdict.message
     assert _check(world, data, when=None).code == "RECEIPT_UNTRUSTED_SIGNER"  # ssh-keygen's now
     assert _check(world, data, when=datetime(2019, 6, 1, tzinfo=UTC)).ok  # it was valid then
-    world.allowed.write_text(_allowed_line("alice", world.key, ',valid-after="20300101Z"'))
+    world.allowed.write_text(allowed_signer("alice", world.key, ',valid-after="20300101Z"'))
     assert _check(world, data).code == "RECEIPT_UNTRUSTED_SIGNER"
 
 
 def test_a_key_allowed_only_for_another_namespace_is_untrusted(world: World) -> None:
-    world.allowed.write_text(f'alice namespaces="git" {_public(world.key)}\n')
+    world.allowed.write_text(f'alice namespaces="git" {public_key(world.key)}\n')
     verdict = _check(world, _signed(world))
     assert verdict.code == "RECEIPT_UNTRUSTED_SIGNER", verdict.message
 
@@ -733,21 +721,6 @@ def test_receipt_codes_are_registered_as_negative_answers() -> None:
 # -- schemas -----------------------------------------------------------------------------------------------------
 
 
-def _mutations(doc: Any, depth: int = 0) -> list[Any]:
-    """Single-step mutations of a valid document: drop, retype or extend one value somewhere in it."""
-    out: list[Any] = []
-    if isinstance(doc, dict):
-        for key in doc:
-            out.append({k: v for k, v in doc.items() if k != key})
-            out += [{**doc, key: replacement} for replacement in (None, "x", -1, 1.5, [], {}, True, "a" * 64)]
-            out += [{**doc, key: sub} for sub in _mutations(doc[key], depth + 1)]
-        out.append({**doc, "unexpectedKey": 1})
-    elif isinstance(doc, list) and doc:
-        out += [doc + doc[:1], []]
-        out += [[sub, *doc[1:]] for sub in _mutations(doc[0], depth + 1)]
-    return out
-
-
 def test_receipt_schemas_agree_with_the_reference_validator(world: World) -> None:
     """Our subset validator and jsonschema agree on every single-step mutation of a real receipt."""
     from jsonschema import Draft202012Validator
@@ -765,7 +738,7 @@ def test_receipt_schemas_agree_with_the_reference_validator(world: World) -> Non
         reference = Draft202012Validator(raw[name], registry=registry)
         assert not ours.errors(example, documents.SCHEMA_ID_PREFIX + name)
         assert reference.is_valid(example)
-        mutations = _mutations(copy.deepcopy(example))
+        mutations = mutations_of(copy.deepcopy(example), replacements=(*REPLACEMENTS, "a" * 64), every_item=False)
         rejected = 0
         for mutated in mutations:
             mine = not ours.errors(mutated, documents.SCHEMA_ID_PREFIX + name)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from .conftest import git
+from .helpers import HANDOFF, Part, child, commit_step, simple_child, write_step
 from .runkit import (
-    child,
     children_settled,
     cli,
     events,
@@ -28,18 +28,11 @@ from .runkit import (
     task_by_title,
     wait_for,
     worker_of,
-    write_step,
 )
 
-HANDOFF = '{ request = "handoff" }'
 
-
-def _commit(message: str) -> str:
-    return "{ commit = " + json.dumps(message) + " }"
-
-
-def _simple(name: str, title: str, path: str, depends_on: list[str] | None = None) -> str:
-    return child(name, title, [[write_step(path, f"{name}\n"), _commit(f"Add {name}"), HANDOFF]], depends_on)
+def _simple(name: str, title: str, path: str, depends_on: list[str] | None = None) -> Part:
+    return simple_child(name, path, depends_on, title=title)
 
 
 @pytest.mark.slow
@@ -86,8 +79,8 @@ def test_failed_verification_restarts_and_second_attempt_delivers(tmp_path: Path
         "b",
         "Part B",
         [
-            [write_step("src/b.txt", "BAD\n"), _commit("Add b (bad)"), HANDOFF],
-            [write_step("src/b.txt", "b\n"), _commit("Fix b"), HANDOFF],
+            [write_step("src/b.txt", "BAD\n"), commit_step("Add b (bad)"), HANDOFF],
+            [write_step("src/b.txt", "b\n"), commit_step("Fix b"), HANDOFF],
         ],
     )
     run_id = start(repo, recipe(tmp_path, flaky))
@@ -108,7 +101,7 @@ def test_failed_verification_restarts_and_second_attempt_delivers(tmp_path: Path
 @pytest.mark.slow
 def test_same_failure_twice_blocks_the_task_and_its_dependents(tmp_path: Path) -> None:
     repo = project(tmp_path)
-    always_bad = child("a", "Part A", [[write_step("src/a.txt", "BAD\n"), _commit("Add a"), HANDOFF]])
+    always_bad = child("a", "Part A", [[write_step("src/a.txt", "BAD\n"), commit_step("Add a"), HANDOFF]])
     run_id = start(
         repo,
         recipe(tmp_path, always_bad + _simple("b", "Part B", "src/b.txt", ["a"]) + _simple("c", "Part C", "src/c.txt")),
@@ -127,8 +120,8 @@ def test_same_failure_twice_blocks_the_task_and_its_dependents(tmp_path: Path) -
 @pytest.mark.slow
 def test_dependency_conflict_blocks_the_dependent_with_the_paths(tmp_path: Path) -> None:
     repo = project(tmp_path)
-    left = child("a", "Part A", [[write_step("src/base.txt", "from A\n"), _commit("A edits base"), HANDOFF]])
-    right = child("b", "Part B", [[write_step("src/base.txt", "from B\n"), _commit("B edits base"), HANDOFF]])
+    left = child("a", "Part A", [[write_step("src/base.txt", "from A\n"), commit_step("A edits base"), HANDOFF]])
+    right = child("b", "Part B", [[write_step("src/base.txt", "from B\n"), commit_step("B edits base"), HANDOFF]])
     joined = _simple("c", "Part C", "src/c.txt", ["a", "b"])
     run_id = start(repo, recipe(tmp_path, left + right + joined))
     try:
@@ -142,9 +135,9 @@ def test_dependency_conflict_blocks_the_dependent_with_the_paths(tmp_path: Path)
         stop(repo, run_id)
 
 
-def _raw(doc: dict[str, object]) -> str:
+def _raw(doc: dict[str, object]) -> dict[str, str]:
     """A raw_request step writing ``doc`` as JSON ({worker_id}, {generation}, {contract_hash} are filled in)."""
-    return "{ raw_request = " + json.dumps(json.dumps(doc)) + " }"
+    return {"raw_request": json.dumps(doc)}
 
 
 def _request(**fields: object) -> dict[str, object]:
@@ -181,7 +174,7 @@ def test_bad_requests_get_coded_answers_while_others_deliver(tmp_path: Path) -> 
                 "{ sleep = 1.5 }",
                 write_step("src/n.txt", "n\n"),
                 HANDOFF,  # dirty checkout: src/n.txt is not committed
-                _commit("Add n"),
+                commit_step("Add n"),
                 HANDOFF,
             ]
         ],
@@ -224,7 +217,7 @@ def _a_delivered_and_slow_running(doc: dict[str, Any]) -> bool:
 @pytest.mark.slow
 def test_kill_9_of_the_supervisor_then_supervise_continues_and_fences_old_generations(tmp_path: Path) -> None:
     repo = project(tmp_path, max_workers=1)
-    slow = child("s", "Slow", [[write_step("src/s.txt", "s\n"), _commit("Add s"), "{ sleep = 4 }", HANDOFF]])
+    slow = child("s", "Slow", [[write_step("src/s.txt", "s\n"), commit_step("Add s"), "{ sleep = 4 }", HANDOFF]])
     run_id = start(repo, recipe(tmp_path, _simple("a", "Part A", "src/a.txt") + slow))
     try:
         wait_for(repo, run_id, _a_delivered_and_slow_running)
@@ -279,7 +272,7 @@ def test_start_refuses_an_untrusted_policy_and_unknown_targets(tmp_path: Path) -
 def test_question_waits_for_an_answer_then_resumes(tmp_path: Path) -> None:
     repo = project(tmp_path)
     asking = child(
-        "q", "Asker", [['{ question = "Which name?" }', write_step("src/q.txt", "q\n"), _commit("q"), HANDOFF]]
+        "q", "Asker", [['{ question = "Which name?" }', write_step("src/q.txt", "q\n"), commit_step("q"), HANDOFF]]
     )
     run_id = start(repo, recipe(tmp_path, asking))
     try:

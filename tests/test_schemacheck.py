@@ -14,6 +14,8 @@ from referencing import Registry, Resource
 from git_agentops.schema import documents
 from git_agentops.schema.validator import UnsupportedSchema, Validator
 
+from .helpers import mutations
+
 RAW, OURS = documents.SCHEMAS.get()
 REGISTRY: Registry[Any] = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in RAW.values())
 REFERENCE = {name: Draft202012Validator(doc, registry=REGISTRY) for name, doc in RAW.items()}
@@ -38,25 +40,6 @@ def test_random_documents(name: str, doc: Any) -> None:
     _agree(name, doc)
 
 
-def _mutations(doc: Any) -> list[Any]:
-    """Single-step mutations of a valid document: drop, retype or extend one value somewhere in it."""
-    out = []
-    if isinstance(doc, dict):
-        for key in doc:
-            dropped = {k: v for k, v in doc.items() if k != key}
-            out.append(dropped)
-            for replacement in (None, "x", -1, 1.5, [], {}, True):
-                out.append({**doc, key: replacement})
-            out += [{**doc, key: sub} for sub in _mutations(doc[key])]
-        out.append({**doc, "unexpectedKey": 1})
-    elif isinstance(doc, list):
-        out.append(doc + doc[:1])
-        out.append([])
-        for i, item in enumerate(doc):
-            out += [[*doc[:i], sub, *doc[i + 1 :]] for sub in _mutations(item)]
-    return out
-
-
 def test_mutations_of_valid_examples() -> None:
     examples = {
         "event": {"code": "A_B", "summary": "s", "data": {"k": [1]}, "time": 3},
@@ -70,7 +53,7 @@ def test_mutations_of_valid_examples() -> None:
     for name, example in examples.items():
         _agree(name, example)
         assert not OURS.errors(example, documents.SCHEMA_ID_PREFIX + name)
-        for mutated in _mutations(copy.deepcopy(example)):
+        for mutated in mutations(copy.deepcopy(example)):
             _agree(name, mutated)
 
 

@@ -665,3 +665,26 @@ def test_delete_removes_a_symlink_itself_and_tolerates_what_is_gone(tmp_path: Pa
     assert not (child_worktree / "link").is_symlink() and not (child_worktree / "tree").exists()
     assert (child_worktree / "keep" / "data.txt").read_text() == "keep me\n"
     assert "never/was.txt does not exist; nothing to delete" in log
+
+
+def test_recipes_written_by_the_helpers_keep_any_text_exactly(tmp_path: Path) -> None:
+    """Quotes, backslashes, newlines and characters outside the BMP survive the trip through tomli_w and tomllib."""
+    from .helpers import HANDOFF, child, recipe_text, write_step
+
+    title = 'Ship it \U0001f680 "quoted" \\ back\\slash'
+    content = 'line one\nline \U0001f9ea two\t"q"\n'
+    path = write_recipe(
+        tmp_path, recipe_text(child("a", title, [[write_step("src/a.txt", content), HANDOFF]]), finalize=True)
+    )
+    loaded = load_recipe(path)
+    assert loaded.tasks[0].title == title
+    assert loaded.tasks[0].attempts[0].steps[0] == Write("src/a.txt", content)
+
+
+def test_the_demo_recipe_and_policy_are_valid_toml_that_loads(tmp_path: Path) -> None:
+    from git_agentops.cli import demo
+    from git_agentops.policy.load import policy_from_bytes
+
+    assert len(load_recipe(write_recipe(tmp_path, demo.recipe())).tasks) == 3
+    policy = policy_from_bytes(demo.policy('/opt/py "3"/bin/python').encode(), source="demo")
+    assert policy.commands[0].argv == ('/opt/py "3"/bin/python', "run_tests.py")

@@ -13,6 +13,7 @@ import pytest
 from git_agentops.schema import documents
 
 from .conftest import git
+from .helpers import toml
 
 # the project a verification command runs: its skipped test is data, counted as skipped in the evidence
 PYTEST_FILE = """
@@ -47,9 +48,7 @@ def _verify(run_cli: Any, repo: Path, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def _cmd(cid: str, argv: list[str], **extra: Any) -> str:
-    lines = ["[[verify.commands]]", f'id = "{cid}"', f"argv = {json.dumps(argv)}"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
-    return "\n".join(lines) + "\n"
+    return toml({"verify": {"commands": [{"id": cid, "argv": argv, **extra}]}})
 
 
 def _evidence(repo: Path, rev: str = "HEAD") -> list[dict[str, Any]]:

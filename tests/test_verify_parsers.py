@@ -287,6 +287,10 @@ def test_junit_shapes_count_testcases_not_attributes(data: bytes, expected: Test
         b"<testsuite><!ENTITY x 'y'></testsuite>",  # not a DTD: a syntax error
         '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE x><testsuite/>'.encode("utf-16"),
         b'<?xml version="1.0" encoding="cp037"?><testsuite/>',
+        # tricks a byte-level prolog check could miss; expat sees the declaration whatever surrounds it
+        "<!-- a comment --><!DOCTYPE x [<!ENTITY e 'y'>]><testsuite/>".encode("utf-16"),  # BOM, no declaration
+        b"<?xml version='1.0'?><?pi <!DOCTYPE?><!--<testsuite/>--><!DOCTYPE x><testsuite/>",
+        b'<?xml version="1.0"?>\r\n\t<!DOCTYPE testsuite PUBLIC "x" "http://example.invalid/x.dtd"><testsuite/>',
         b"<testsuite><testcase></testsuite>",
         b"not xml at all",
         b"",
@@ -294,6 +298,7 @@ def test_junit_shapes_count_testcases_not_attributes(data: bytes, expected: Test
     ],
 )
 def test_junit_hostile_or_malformed_reports_are_refused(data: bytes) -> None:
+    """Invariant: a DTD, an entity or an exotic encoding is refused by the parser itself, wherever it stands."""
     with pytest.raises(AgentOpsError) as caught:
         parse_junit(data, what="JUnit report out/junit.xml")
     assert caught.value.code == "VERIFY_PARSE_FAILED"
@@ -394,3 +399,9 @@ def test_parse_counts_report_must_be_a_small_regular_file(tmp_path: Path) -> Non
     with pytest.raises(AgentOpsError) as caught:
         parse_counts("junit:", "", worktree=tmp_path)
     assert caught.value.code == "PATH_INVALID"
+
+
+def test_junit_in_utf16_without_a_dtd_is_read() -> None:
+    """expat decodes a BOM-marked UTF-16 report itself; without a DTD there is nothing to refuse."""
+    data = "<testsuite><testcase name='\u00e9'/><testcase><failure/></testcase></testsuite>".encode("utf-16")
+    assert parse_junit(data) == TestCounts(1, 1, 0, 0)

@@ -18,7 +18,8 @@ from git_agentops.model.run import Interval, Run, close_intervals, is_restart_st
 from git_agentops.runs.workspaces import ensure_setup, ensure_worktree, placement, read_record
 
 from .conftest import git
-from .runkit import child, cli, project, recipe, start, status, stop, supervisor_running, wait_for, write_step
+from .helpers import child, write_step
+from .runkit import cli, project, recipe, start, status, stop, supervisor_running, wait_for
 
 
 def test_worktree_is_created_listed_and_owned(store: Store, repo_path: Path, clock: FixedClock) -> None:

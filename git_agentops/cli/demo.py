@@ -130,30 +130,39 @@ as a frozen commit that passed `python run_tests.py`, merged in dependency order
 """
 
 
-def _toml_string(text: str) -> str:
-    return json.dumps(text)
+def _task(
+    name: str, title: str, intent: str, attempts: list[list[dict[str, str]]], depends: list[str]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "title": title,
+        "intent": intent,
+        "criteria": [f"{title} works", "the tests pass"],
+        "depends_on": depends,
+        "attempts": [{"steps": steps} for steps in attempts],
+    }
 
 
 def recipe() -> str:
-    def write(path: str, content: str) -> str:
-        return "{ write = " + _toml_string(path) + ", content = " + _toml_string(content) + " }"
+    """The scripted agent's recipe: three tasks (one repaired after failing verification) and two reviewers."""
+    import tomli_w
 
-    def task(name: str, title: str, intent: str, attempts: list[list[str]], depends: list[str]) -> str:
-        out = [
-            f'[[tasks]]\nname = "{name}"\ntitle = "{title}"\nintent = "{intent}"\n'
-            f'criteria = ["{title} works", "the tests pass"]\ndepends_on = {json.dumps(depends)}'
-        ]
-        for steps in attempts:
-            out.append("[[tasks.attempts]]\nsteps = [\n  " + ",\n  ".join(steps) + ",\n]")
-        return "\n".join(out) + "\n"
+    def write(path: str, content: str) -> dict[str, str]:
+        return {"write": path, "content": content}
 
-    handoff = '{ request = "handoff" }'
-    return "\n".join(
-        [
-            '[plan]\ntitle = "A calculator"\nintent = "Tokenize and evaluate arithmetic, with docs"\n'
-            'criteria = ["evaluate(\\"1 + 2*3\\") is 7", "every test passes"]\n',
-            "[coordinator]\nfinalize = true\n",
-            task(
+    def commit(message: str) -> dict[str, str]:
+        return {"commit": message}
+
+    handoff = {"request": "handoff"}
+    doc = {
+        "plan": {
+            "title": "A calculator",
+            "intent": "Tokenize and evaluate arithmetic, with docs",
+            "criteria": ['evaluate("1 + 2*3") is 7', "every test passes"],
+        },
+        "coordinator": {"finalize": True},
+        "tasks": [
+            _task(
                 "parser",
                 "Tokenizer",
                 "Split arithmetic text into tokens",
@@ -161,13 +170,13 @@ def recipe() -> str:
                     [
                         write("calc/parser.py", PARSER),
                         write("tests/test_parser.py", PARSER_TEST),
-                        '{ commit = "Add the tokenizer" }',
+                        commit("Add the tokenizer"),
                         handoff,
                     ]
                 ],
                 [],
             ),
-            task(
+            _task(
                 "evaluator",
                 "Evaluator",
                 "Evaluate tokens with precedence",
@@ -175,60 +184,48 @@ def recipe() -> str:
                     [
                         write("calc/evaluator.py", EVALUATOR_BUGGY),
                         write("tests/test_evaluator.py", EVALUATOR_TEST),
-                        '{ commit = "Add the evaluator" }',
+                        commit("Add the evaluator"),
                         handoff,
                     ],
-                    [
-                        write("calc/evaluator.py", EVALUATOR),
-                        '{ commit = "Fix precedence and the off-by-one" }',
-                        handoff,
-                    ],
+                    [write("calc/evaluator.py", EVALUATOR), commit("Fix precedence and the off-by-one"), handoff],
                 ],
                 ["parser"],
             ),
-            task(
+            _task(
                 "docs",
                 "Docs",
                 "Document the calculator",
-                [[write("README.md", DOCS), '{ commit = "Document calc" }', handoff]],
+                [[write("README.md", DOCS), commit("Document calc"), handoff]],
                 [],
             ),
-            '[[reviewers]]\nname = "reviewer-a"\nverdict = "approve"\n',
-            '[[reviewers]]\nname = "reviewer-b"\nverdict = "approve"\n'
-            'findings = [{ severity = "low", message = "evaluate() could reject malformed input", '
-            "blocking = false }]\n",
-        ]
-    )
+        ],
+        "reviewers": [
+            {"name": "reviewer-a", "verdict": "approve"},
+            {
+                "name": "reviewer-b",
+                "verdict": "approve",
+                "findings": [
+                    {"severity": "low", "message": "evaluate() could reject malformed input", "blocking": False}
+                ],
+            },
+        ],
+    }
+    return tomli_w.dumps(doc)
 
 
 def policy(python: str) -> str:
-    return f"""version = 1
+    """The demo's policy: the TAP test runner, two scripted reviewers, signatures required."""
+    import tomli_w
 
-[run]
-target = "main"
-budget = "10m"
-max_workers = 3
-
-[[verify.commands]]
-id = "tests"
-argv = [{_toml_string(python)}, "run_tests.py"]
-timeout = 120
-parser = "tap"
-
-[hosts.reviewer-a]
-kind = "scripted"
-
-[hosts.reviewer-b]
-kind = "scripted"
-
-[review]
-required = 2
-reviewers = ["reviewer-a", "reviewer-b"]
-
-[receipts]
-allowed_signers = ".agentops/allowed_signers"
-require_signature = true
-"""
+    doc = {
+        "version": 1,
+        "run": {"target": "main", "budget": "10m", "max_workers": 3},
+        "verify": {"commands": [{"id": "tests", "argv": [python, "run_tests.py"], "timeout": 120, "parser": "tap"}]},
+        "hosts": {"reviewer-a": {"kind": "scripted"}, "reviewer-b": {"kind": "scripted"}},
+        "review": {"required": 2, "reviewers": ["reviewer-a", "reviewer-b"]},
+        "receipts": {"allowed_signers": ".agentops/allowed_signers", "require_signature": True},
+    }
+    return tomli_w.dumps(doc)
 
 
 def environment(root: Path, environ: Mapping[str, str]) -> dict[str, str]:

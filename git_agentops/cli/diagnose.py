@@ -83,7 +83,8 @@ def _pygit2() -> Check:
     return Check("pygit2", "ok", detail, value)
 
 
-def _module(name: str, dist: str) -> Check:
+def _module(name: str, dist: str, *, optional: str | None = None) -> Check:
+    """Whether ``dist`` is installed; ``optional`` says what it is for when the toolkit runs without it."""
     from importlib import import_module
     from importlib.metadata import PackageNotFoundError, version
 
@@ -91,14 +92,24 @@ def _module(name: str, dist: str) -> Check:
         import_module(name)
         found = version(dist)
     except (ImportError, PackageNotFoundError) as exc:
+        if optional is not None:
+            return Check(dist, "ok", f"{dist} is not installed (optional: {optional})", None, f"pip install {dist}")
         return Check(dist, "fail", f"{dist} is not installed: {exc}", remedy=f"pip install {dist}")
-    return Check(dist, "ok", f"{dist} {found}", found)
+    return Check(dist, "ok", f"{dist} {found}" + (f" (optional: {optional})" if optional else ""), found)
 
 
 def _schemas() -> Check:
     from ..errors import AgentOpsError
     from ..schema import documents
 
+    try:
+        import jsonschema  # noqa: F401 -- the reference validator, from the test extra
+    except ImportError:
+        try:
+            count = len(documents.schema_names())
+        except (OSError, ValueError, RuntimeError, AgentOpsError) as exc:
+            return Check("schemas", "fail", f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops")
+        return Check("schemas", "ok", f"{count} JSON Schemas load (jsonschema absent: not meta-validated)", count)
     try:
         count = documents.check_schemas()
     except (OSError, ValueError, RuntimeError, AgentOpsError) as exc:
@@ -228,7 +239,11 @@ def diagnose(start: Path, *, path: str | None) -> Report:
     report.checks.append(_python())
     pygit2_check = _pygit2()
     report.checks.append(pygit2_check)
-    report.checks += [_module("dulwich", "dulwich"), _module("jsonschema", "jsonschema"), _module("tomli_w", "tomli-w")]
+    report.checks += [
+        _module("tomli_w", "tomli-w"),
+        _module("dulwich", "dulwich", optional="the tests cross-check our store against it"),
+        _module("jsonschema", "jsonschema", optional="the doctor meta-validates the schemas with it"),
+    ]
     report.checks.append(_schemas())
     report.checks += [_git(path), _ssh_keygen(path)]
     if pygit2_check.status != "fail":

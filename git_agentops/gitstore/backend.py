@@ -32,12 +32,15 @@ BLOB_MODE: Final = "100644"
 
 @dataclass(frozen=True, slots=True)
 class TreeEntry:
+    """One entry of a tree as the backends exchange it: ``mode`` as six octal digits (``040000``), ``oid`` as hex."""
+
     name: str
     mode: str  # "100644", "040000"...
     oid: str
 
     @property
     def is_tree(self) -> bool:
+        """True for a subtree, in the six-digit form and in git's own unpadded ``40000``."""
         return self.mode in ("040000", "40000")
 
 
@@ -46,45 +49,94 @@ class LockBusy(Exception):
 
 
 class ObjectBackend(Protocol):
-    def read_ref(self, name: str) -> str | None: ...
-    def commit_tree_id(self, commit: str) -> str: ...
-    def read_tree(self, oid: str) -> list[TreeEntry]: ...
-    def read_blob(self, oid: str) -> bytes: ...
-    def has_object(self, oid: str) -> bool: ...
-    def write_blob(self, data: bytes) -> str: ...
-    def write_tree(self, entries: Sequence[TreeEntry]) -> str: ...
-    def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str: ...
+    """The object and ref primitives the notes writer needs, over pygit2 or over git plumbing.
+
+    Object ids are 40-digit lowercase hex. The backends differ in what a read accepts and how it fails: each
+    implementation's docstring says how. No method moves a ref except :meth:`cas_ref`.
+    """
+
+    def read_ref(self, name: str) -> str | None:
+        """The object id ref ``name`` points at, or None when there is no such ref."""
+        ...
+
+    def commit_tree_id(self, commit: str) -> str:
+        """The id of the tree of commit ``commit``; ``OBJECT_MISSING`` when it names no commit."""
+        ...
+
+    def read_tree(self, oid: str) -> list[TreeEntry]:
+        """The entries of tree ``oid`` in their stored (git's) order, modes as six octal digits."""
+        ...
+
+    def read_blob(self, oid: str) -> bytes:
+        """The bytes of blob ``oid``."""
+        ...
+
+    def has_object(self, oid: str) -> bool:
+        """Whether the object database holds ``oid``."""
+        ...
+
+    def write_blob(self, data: bytes) -> str:
+        """Write ``data`` as a blob and return its id."""
+        ...
+
+    def write_tree(self, entries: Sequence[TreeEntry]) -> str:
+        """Write a tree of ``entries`` and return its id.
+
+        Pass the entries in git's order (by name, a subtree compared as ``name/``): not every writer sorts them.
+        """
+        ...
+
+    def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str:
+        """Write a commit of ``tree`` with ``parents``, authored and committed by the backend's identity and clock."""
+        ...
+
     def cas_ref(self, name: str, new: str, expected: str | None, message: str) -> None:
-        """Raise :class:`~git_agentops.gitstore.refs.RefConflict` on a mismatch, :class:`LockBusy` if locked."""
+        """Set ``name`` to ``new`` iff it holds ``expected`` (None: iff it does not exist).
+
+        Raise :class:`~git_agentops.gitstore.refs.RefConflict` on a mismatch, :class:`LockBusy` if locked. Neither
+        is retried here: the caller re-reads and retries its whole operation.
+        """
         ...
 
 
 class Pygit2Backend:
+    """The :class:`ObjectBackend` of a :class:`~git_agentops.gitstore.repo.Store`: pygit2, in process.
+
+    For a long-lived process that has already paid pygit2's import.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def read_ref(self, name: str) -> str | None:
+        """Direct refs only (:func:`~git_agentops.gitstore.refs.read_ref`): ``REF_SYMBOLIC`` for a symbolic ref."""
         from .refs import read_ref
 
         return read_ref(self.store, name)
 
     def commit_tree_id(self, commit: str) -> str:
+        """``commit`` may be any revision; a tag is peeled to its commit, anything else is ``OBJECT_MISSING``."""
         return str(self.store.resolve_commit(commit).tree_id)
 
     def read_tree(self, oid: str) -> list[TreeEntry]:
+        """pygit2's errors are not translated: ``KeyError`` for a missing object, ``TypeError`` for a non-tree."""
         return [TreeEntry(str(e.name), f"{e.filemode:06o}", str(e.id)) for e in self.store.repo[oid]]  # type: ignore[attr-defined]
 
     def read_blob(self, oid: str) -> bytes:
+        """pygit2's errors are not translated: ``KeyError`` for a missing object, ``AttributeError`` for a non-blob."""
         data: bytes = self.store.repo[oid].data  # type: ignore[attr-defined]
         return data
 
     def has_object(self, oid: str) -> bool:
+        """In process; False (not an error) for a malformed id."""
         return self.store.has_object(oid)
 
     def write_blob(self, data: bytes) -> str:
+        """In process, straight into the object database."""
         return str(self.store.repo.create_blob(data))
 
     def write_tree(self, entries: Sequence[TreeEntry]) -> str:
+        """Through a libgit2 tree builder, which sorts the entries itself."""
         import pygit2
 
         builder = self.store.repo.TreeBuilder()
@@ -93,6 +145,7 @@ class Pygit2Backend:
         return str(builder.write())
 
     def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str:
+        """Author and committer from :meth:`~git_agentops.gitstore.repo.Store.signature`: the store's identity."""
         import pygit2
 
         signature = self.store.signature()
@@ -103,6 +156,11 @@ class Pygit2Backend:
         )
 
     def cas_ref(self, name: str, new: str, expected: str | None, message: str) -> None:
+        """One attempt of :func:`~git_agentops.gitstore.refs.try_update_refs`, never waiting for a lock.
+
+        So it also raises ``OBJECT_MISSING`` (``new`` is not in the object database), ``REF_NAME_INVALID``, and
+        the codes of the namespace rules the hooks enforce.
+        """
         from .refs import RefUpdate, _LockBusy, try_update_refs
 
         try:
@@ -217,6 +275,7 @@ class GitCliBackend:
         return oid, kind, content
 
     def close(self) -> None:
+        """Stop the ``git cat-file --batch`` reader if one is running; the next read starts a new one."""
         if self._reader is not None:
             if self._reader.stdin is not None:
                 self._reader.stdin.close()
@@ -232,16 +291,22 @@ class GitCliBackend:
             pass
 
     def read_ref(self, name: str) -> str | None:
+        """Resolved by ``git cat-file --batch``: ``name`` may be any revision, and a symbolic ref is followed.
+
+        ``OBJECT_MISSING`` for an empty name or one holding a newline.
+        """
         found = self._object(name)
         return found[0] if found else None
 
     def commit_tree_id(self, commit: str) -> str:
+        """``OBJECT_MISSING`` unless ``commit`` names a commit object itself: a tag is not peeled."""
         found = self._object(commit)
         if found is None or found[1] != "commit" or not found[2].startswith(b"tree "):
             raise AgentOpsError("OBJECT_MISSING", f"{commit} is not a commit")
         return found[2][5:45].decode()
 
     def read_tree(self, oid: str) -> list[TreeEntry]:
+        """``OBJECT_MISSING`` when ``oid`` names no tree."""
         found = self._object(oid)
         if found is None or found[1] != "tree":
             raise AgentOpsError("OBJECT_MISSING", f"{oid} is not a tree")
@@ -256,20 +321,24 @@ class GitCliBackend:
         return out
 
     def read_blob(self, oid: str) -> bytes:
+        """``OBJECT_MISSING`` when ``oid`` names no blob."""
         found = self._object(oid)
         if found is None or found[1] != "blob":
             raise AgentOpsError("OBJECT_MISSING", f"{oid} is not a blob")
         return found[2]
 
     def has_object(self, oid: str) -> bool:
+        """Whether ``oid`` names an object; it is resolved as a revision, like every read here."""
         return self._object(oid) is not None
 
     def write_blob(self, data: bytes) -> str:
+        """``git hash-object -w --no-filters`` (no clean filter applies), or with ``loose_objects`` a loose object."""
         if self.loose_objects is not None:
             return self._write_loose("blob", data)
         return self._git("hash-object", "-w", "--no-filters", "--stdin", input=data).stdout.decode().strip()
 
     def write_tree(self, entries: Sequence[TreeEntry]) -> str:
+        """``git mktree``, which sorts the entries; with ``loose_objects`` they are written as given, unsorted."""
         if self.loose_objects is not None:
             return self._write_loose("tree", self._tree_bytes(entries))
         lines = b"".join(
@@ -278,6 +347,7 @@ class GitCliBackend:
         return self._git("mktree", "-z", input=lines).stdout.decode().strip()
 
     def write_commit(self, tree: str, parents: Sequence[str], message: str) -> str:
+        """``git commit-tree --no-gpg-sign`` (or a loose object), dated ``clock.now()`` in whole seconds, ``+0000``."""
         when = f"{int(self.clock.now())} +0000"
         if self.loose_objects is not None:
             who = f"{self.identity.name} <{self.identity.email}> {when}"
@@ -298,6 +368,10 @@ class GitCliBackend:
         return self._git(*args, input=message.encode(), env=env).stdout.decode().strip()
 
     def cas_ref(self, name: str, new: str, expected: str | None, message: str) -> None:
+        """``git update-ref <name> <new> <expected>``: git's own compare-and-swap, running ``reference-transaction``.
+
+        A failure that is neither a mismatch nor a held lock is ``GIT_FAILED``.
+        """
         done = self._git("update-ref", "-m", message, name, new, expected or ZERO, ok=(0, 1, 128))
         if done.returncode == 0:
             return

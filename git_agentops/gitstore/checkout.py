@@ -16,6 +16,8 @@ from ..errors import AgentOpsError
 
 @dataclass(frozen=True, slots=True)
 class Head:
+    """HEAD of a checkout: its commit and tree ids, and ``branch`` (``refs/heads/...``; None when HEAD is detached)."""
+
     commit: str
     tree: str
     branch: str | None  # refs/heads/... or None when detached
@@ -137,6 +139,10 @@ def probe(path: Path) -> Probe:
 
 
 def toplevel(path: Path) -> Path:
+    """The top directory of the working tree around ``path``, as git prints it.
+
+    ``REPO_BARE`` in a bare repository or inside a git dir, ``REPO_NOT_FOUND`` outside any repository.
+    """
     done = _git(path, "rev-parse", "--show-toplevel")
     if done.returncode != 0:
         raise AgentOpsError(

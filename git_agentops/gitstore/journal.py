@@ -33,7 +33,7 @@ from .retry import DEFAULT_POLICY, Retry, RetryPolicy, RetryStats, run_with_retr
 T = TypeVar("T")
 
 EVENT_TRAILER: Final = "Agentops-Event: "
-_CODE_RE: Final = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
+_CODE_RE: Final = re.compile(r"[A-Z][A-Z0-9_]{1,63}")
 _BAD_PATH_CHARS: Final = re.compile(r"[\x00-\x1f\x7f\\]")
 _BLOB: Final = pygit2.enums.FileMode.BLOB
 _TREE: Final = pygit2.enums.FileMode.TREE
@@ -58,7 +58,12 @@ class Event:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def message(self, time: float) -> str:
-        if not _CODE_RE.match(self.code):
+        """The commit message of this event at ``time``: ``<code>: <summary>``, a blank line, the trailer.
+
+        :func:`parse_event` reads the trailer back. The summary is whitespace-collapsed and cut to 200 characters;
+        ``ValueError`` unless ``code`` is UPPER_SNAKE_CASE.
+        """
+        if not _CODE_RE.fullmatch(self.code):
             raise ValueError(f"event code {self.code!r} must be UPPER_SNAKE_CASE")
         summary = " ".join(self.summary.split())[:200] or self.code
         body = canonical_json({"code": self.code, "summary": summary, "data": dict(self.data), "time": time})
@@ -110,10 +115,12 @@ class Snapshot:
 
     @property
     def commit(self) -> str | None:
+        """The commit this view reads (for a :class:`Change`, the tip it started from); None before the first commit."""
         return str(self._commit.id) if self._commit is not None else None
 
     @property
     def tree_id(self) -> str | None:
+        """The id of that commit's tree, or None; a :class:`Change`'s pending writes are not in it."""
         return str(self._tree.id) if self._tree is not None else None
 
     def _lookup(self, path: str) -> pygit2.Object | None:
@@ -132,6 +139,7 @@ class Snapshot:
         return obj.data if isinstance(obj, pygit2.Blob) else None
 
     def exists(self, path: str) -> bool:
+        """Whether a file or a directory is at ``path``; ``JOURNAL_PATH_INVALID`` for a path git would not store."""
         return self._lookup(path) is not None
 
     def list(self, directory: str = "") -> list[str]:
@@ -185,6 +193,10 @@ _VALIDATED_MAX: Final = 65536
 
 
 def artifact_path(digest: str) -> str:
+    """The tree path of the artifact with SHA-256 ``digest``: ``artifacts/<aa>/<digest>``.
+
+    ``JOURNAL_PATH_INVALID`` unless ``digest`` is 64 lowercase hex digits.
+    """
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise AgentOpsError("JOURNAL_PATH_INVALID", f"{digest!r} is not a sha256 hex digest")
     return f"artifacts/{digest[:2]}/{digest}"
@@ -229,12 +241,14 @@ class Change(Snapshot):
         return None if self._overlaid(check_path(path)) is not None else super()._blob_id(path)
 
     def get(self, path: str) -> bytes | None:
+        """As :meth:`Snapshot.get`, but this change's pending writes and deletes win over the base tree."""
         verdict = self._overlaid(check_path(path))
         if verdict is None:
             return super().get(path)
         return verdict if isinstance(verdict, bytes) else None
 
     def exists(self, path: str) -> bool:
+        """As :meth:`Snapshot.exists`, seeing this change: a directory exists as soon as a file is put below it."""
         parts = check_path(path)
         verdict = self._overlaid(parts)
         if isinstance(verdict, bytes):
@@ -246,6 +260,7 @@ class Change(Snapshot):
         return verdict is None and super().exists(path)
 
     def list(self, directory: str = "") -> list[str]:
+        """As :meth:`Snapshot.list`, with the names this change put added and those it deleted removed."""
         prefix = check_path(directory) if directory else ()
         verdict = self._overlaid(prefix) if prefix else None
         names = set(super().list(directory)) if verdict is None else set()
@@ -282,6 +297,7 @@ class Change(Snapshot):
         self._overlay[parts] = data
 
     def put_json(self, path: str, doc: Any, *, schema: str) -> None:
+        """:meth:`put` ``doc`` as canonical JSON, validated against ``schema`` first (``SCHEMA_INVALID``)."""
         self.put(path, documents.dump(doc, schema=schema, what=path))
 
     def delete(self, path: str) -> None:
@@ -298,10 +314,18 @@ class Change(Snapshot):
 
     @property
     def changed(self) -> bool:
+        """Whether anything was put or deleted (deleting what is not there counts too).
+
+        Without an event, :meth:`Journal.mutate` commits nothing for an unchanged view.
+        """
         return bool(self._overlay)
 
     # -- building the new tree -------------------------------------------------------------------------------
     def write_tree(self) -> pygit2.Oid:
+        """Write the pending tree and return its id; only subtrees with changes are rebuilt.
+
+        An empty result is the empty tree. No commit is made and no ref moves: :meth:`Journal.mutate` does that.
+        """
         nested: dict[str, Any] = {}
         for parts, value in sorted(self._overlay.items(), key=lambda item: len(item[0])):
             node = nested
@@ -364,6 +388,7 @@ class Journal:
         return read_commit_ref(self.store, self.ref)
 
     def exists(self) -> bool:
+        """Whether the journal's ref exists (its first committed mutation creates it); ``REF_SYMBOLIC`` for a symref."""
         return read_ref(self.store, self.ref) is not None
 
     def read(self) -> Snapshot:

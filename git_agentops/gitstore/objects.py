@@ -30,6 +30,7 @@ TreeChange = tuple[str, int] | None
 
 
 def write_blob(store: Store, data: bytes) -> str:
+    """Write ``data`` as a blob; returns its id as hex (content already stored keeps its existing id)."""
     return str(store.repo.create_blob(data))
 
 

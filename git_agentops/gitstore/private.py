@@ -184,12 +184,17 @@ def read_private(
 
 
 def write_private_json(anchor: str | os.PathLike[str], rel: str, doc: Any, *, schema: str) -> Path:
+    """:func:`write_private` of ``doc`` as canonical JSON, validated against ``schema`` first (``SCHEMA_INVALID``)."""
     return write_private(anchor, rel, documents.dump(doc, schema=schema, what=str(rel)))
 
 
 def read_private_json(
     anchor: str | os.PathLike[str], rel: str, *, schema: str, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> Any:
+    """:func:`read_private`, then strict JSON validated against ``schema``; None when the file is missing.
+
+    Adds ``JSON_INVALID`` and ``SCHEMA_INVALID`` to the codes of :func:`read_private`.
+    """
     data = read_private(anchor, rel, max_bytes=max_bytes)
     if data is None:
         return None

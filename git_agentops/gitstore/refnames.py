@@ -13,7 +13,7 @@ from typing import Final
 from ..errors import AgentOpsError
 
 _FORBIDDEN_CHARS: Final = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
-_SAFE_COMPONENT: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE_COMPONENT: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def ref_name_problem(name: str) -> str | None:
@@ -50,7 +50,7 @@ def check_ref_name(name: str) -> str:
 
 def check_component(value: str, what: str) -> str:
     """A single ref component the toolkit builds names from (run ids, worker ids, task ids)."""
-    if not _SAFE_COMPONENT.match(value) or ".." in value or value.endswith((".lock", ".")):
+    if not _SAFE_COMPONENT.fullmatch(value) or ".." in value or value.endswith((".lock", ".")):
         raise AgentOpsError(
             "REF_NAME_INVALID",
             f"invalid {what} {value!r}: use 1-128 of A-Z a-z 0-9 . _ - starting with a letter or digit",
@@ -75,8 +75,8 @@ class RefConflict(AgentOpsError):
 
 
 ZERO_OID: Final = "0" * 40
-_DELIVERY: Final = re.compile(r"^refs/agentops/runs/[^/]+/deliveries/[^/]+$")
-_LINEAR: Final = re.compile(r"^(refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)|refs/notes/agentops/.+)$")
+_DELIVERY: Final = re.compile(r"refs/agentops/runs/[^/]+/deliveries/[^/]+")
+_LINEAR: Final = re.compile(r"refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)|refs/notes/agentops/.+")
 
 
 def namespace_rule(
@@ -93,7 +93,9 @@ def namespace_rule(
     new = None if new in (None, ZERO_OID) else new
     if old == new:
         return None
-    if _DELIVERY.match(ref):
+    if ref.startswith(("refs/agentops/", "refs/notes/agentops/")) and ref_name_problem(ref) is not None:
+        return ("HOOK_FAILED", f"{ref!r} is not a valid ref name ({ref_name_problem(ref)}); refusing it")
+    if _DELIVERY.fullmatch(ref):
         if old is not None:
             verb = "delete" if new is None else "move"
             return (
@@ -102,7 +104,7 @@ def namespace_rule(
                 f"{verb} it); start a new run to deliver something else",
             )
         return None
-    if _LINEAR.match(ref):
+    if _LINEAR.fullmatch(ref):
         if new is None:
             return ("HOOK_REF_DELETE", f"{ref} is agentops history and is never deleted; 'git agentops-run' manages it")
         if old is not None and not is_ancestor(old, new):

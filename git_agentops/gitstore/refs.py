@@ -36,6 +36,11 @@ OidLike = pygit2.Oid | str
 
 
 class RefLocked(AgentOpsError):
+    """``REF_LOCKED``: ``name`` stayed locked past the lock timeout.
+
+    The message names the lock file: when no git process is running, it is left over from a crash and can be removed.
+    """
+
     def __init__(self, name: str, lock_path: str, waited: float) -> None:
         super().__init__(
             "REF_LOCKED",

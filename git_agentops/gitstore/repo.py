@@ -76,9 +76,11 @@ class Store:
 
     @property
     def is_bare(self) -> bool:
+        """True for a bare repository (``workdir`` is then None)."""
         return bool(self.repo.is_bare)
 
     def signature(self) -> pygit2.Signature:
+        """Author and committer of the toolkit's commits: the store's identity, dated ``clock.now()`` (UTC)."""
         return pygit2.Signature(self.identity.name, self.identity.email, int(self.clock.now()), 0)
 
     def private_dir(self) -> Path:
@@ -94,6 +96,7 @@ class Store:
         return obj.id
 
     def resolve_commit(self, rev: str) -> pygit2.Commit:
+        """The commit ``rev`` names, peeling a tag; ``OBJECT_MISSING`` unless ``rev`` names one or a tag of one."""
         oid = self.resolve(rev)
         obj = self.repo[oid]
         try:
@@ -104,6 +107,7 @@ class Store:
         return commit
 
     def has_object(self, oid: pygit2.Oid | str) -> bool:
+        """Whether the object database holds ``oid``; False (not an error) for text that is not a hex id."""
         try:
             return (oid if isinstance(oid, pygit2.Oid) else pygit2.Oid(hex=oid)) in self.repo
         except ValueError:

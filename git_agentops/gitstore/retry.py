@@ -29,6 +29,12 @@ class Retry(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """How long :func:`run_with_retry` keeps trying and how it backs off.
+
+    ``deadline`` is in seconds of wall time. The sleep after the n-th lost attempt is ``base * 2**n``, at most ``cap``,
+    scaled by a random factor in [0.5, 1.5) and never past the deadline.
+    """
+
     deadline: float = 20.0  # seconds of wall time before giving up
     base: float = 0.0005  # first backoff
     cap: float = 0.05  # longest single backoff
@@ -39,6 +45,8 @@ DEFAULT_POLICY = RetryPolicy()
 
 @dataclass(slots=True)
 class RetryStats:
+    """Filled in by :func:`run_with_retry` as it goes: the attempts made, and the reason the last one lost."""
+
     attempts: int = 0
     last_reason: str = ""
 

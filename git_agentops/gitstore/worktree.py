@@ -61,6 +61,7 @@ def remove_worktree(store: Store, path: Path, name: str) -> None:
 
 
 def worktree_names(store: Store) -> list[str]:
+    """The names of the linked worktrees libgit2 lists (their admin dirs under ``$GIT_COMMON_DIR/worktrees/``)."""
     return list(store.repo.list_worktrees())
 
 
@@ -82,6 +83,10 @@ def add_detached_worktree(store: Store, path: Path, commit: str) -> None:
 
 
 def remove_detached_worktree(store: Store, path: Path) -> None:
+    """Undo :func:`add_detached_worktree`, best effort: git's failures are ignored.
+
+    ``git worktree remove --force``, then whatever is left at ``path`` is deleted and ``git worktree prune`` runs.
+    """
     import subprocess
 
     subprocess.run(

@@ -103,7 +103,7 @@ def _missing_files(worktree: Path, commit: str, paths: Sequence[str]) -> list[st
     for path in paths:
         try:
             tree[path.rstrip("/")]
-        except KeyError:
+        except (KeyError, ValueError):  # absent, or not a path a tree can hold
             missing.append(path)
     return missing
 
@@ -115,12 +115,12 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     """Job: verify the stopped worker's commit and freeze it (see the module docstring)."""
     worktree = Path(handoff.worker.worktree)
     view = runstate.read(store, ctx.run_id)
-    refused = _unchanged(handoff, worktree, contract=worker_contract(view.run(), handoff.worker, view.tasks()))
+    refused = _as_handed_off(handoff, worktree, worker_contract(view.run(), handoff.worker, view.tasks()))
     if refused is not None:
         return refused
     task = view.task(handoff.worker.task_id or "")
     outcome = _verify(ctx, store, handoff, worktree, task)
-    refused = _unchanged(handoff, worktree, during="verification") or _verification_refusal(handoff, outcome)
+    refused = _untouched_by_verification(handoff, worktree) or _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused
     note = _delivery_record(ctx, handoff, task.id, outcome)
@@ -146,24 +146,28 @@ def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, Any
     return Refusal(code, message, handoff.request, dict(detail), head)
 
 
-def _unchanged(
-    handoff: Handoff, worktree: Path, *, contract: str | None = None, during: str = "the handoff"
-) -> Refusal | None:
+def _as_handed_off(handoff: Handoff, worktree: Path, contract: str) -> Refusal | None:
     """``RUN_DELIVERY_CHANGED`` when HEAD, the checkout or the contract is not what the handoff named."""
     now_head, changes = head_and_changes(worktree)
-    if now_head == handoff.head and not changes and (contract is None or contract == handoff.contract):
+    if now_head == handoff.head and not changes and contract == handoff.contract:
         return None
-    if during != "the handoff":
-        return _refusal(
-            handoff,
-            "RUN_DELIVERY_CHANGED",
-            "the checkout changed during verification",
-            {"why": "changed during verification"},
-            now_head,
-        )
     why = "HEAD moved" if now_head != handoff.head else ("the checkout changed" if changes else "the contract changed")
     return _refusal(
         handoff, "RUN_DELIVERY_CHANGED", f"{why} during the handoff; take a new handoff", {"why": why}, now_head
+    )
+
+
+def _untouched_by_verification(handoff: Handoff, worktree: Path) -> Refusal | None:
+    """``RUN_DELIVERY_CHANGED`` when HEAD moved or the checkout changed while the commands ran."""
+    now_head, changes = head_and_changes(worktree)
+    if now_head == handoff.head and not changes:
+        return None
+    return _refusal(
+        handoff,
+        "RUN_DELIVERY_CHANGED",
+        "the checkout changed during verification",
+        {"why": "changed during verification"},
+        now_head,
     )
 
 

@@ -84,6 +84,10 @@ class CommandSpec:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], default_id: str = "") -> CommandSpec:
+        """A command from a table of the effective policy; absent fields take :func:`effective`'s defaults.
+
+        ``default_id`` names a command that has no ``id`` of its own (a setup step).
+        """
         argv = doc["argv"]
         return cls(
             id=doc.get("id", default_id),
@@ -97,6 +101,10 @@ class CommandSpec:
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The fields that decide what runs and how it is judged (``description`` is left out).
+
+        :func:`~git_agentops.runs.workspaces.setup_hash` digests it, so a worktree's setup is redone when it changes.
+        """
         return {
             "id": self.id,
             "argv": self.argv if isinstance(self.argv, str) else list(self.argv),
@@ -123,45 +131,63 @@ class Policy:
 
     @classmethod
     def from_effective(cls, doc: Mapping[str, Any], source: str = POLICY_PATH) -> Policy:
+        """Wrap a document that is already effective and valid, hashing it for ``config_hash``.
+
+        Nothing is checked here: :func:`~git_agentops.policy.load.policy_from_bytes` validates.
+        """
         return cls(doc=doc, config_hash=digest(doc), source=source)
 
     @property
     def commands(self) -> tuple[CommandSpec, ...]:
+        """The ``[[verify.commands]]`` every verification runs, in policy order."""
         return tuple(CommandSpec.from_json(c) for c in self.doc["verify"]["commands"])
 
     @property
     def runners(self) -> tuple[CommandSpec, ...]:
+        """The acceptance runners (``[[verify.runners]]``) that task criteria may name."""
         return tuple(CommandSpec.from_json(c) for c in self.doc["verify"]["runners"])
 
     def runner(self, runner_id: str) -> CommandSpec | None:
+        """The runner with id ``runner_id``, or None when the policy defines none."""
         return next((r for r in self.runners if r.id == runner_id), None)
 
     @property
     def setup(self) -> tuple[CommandSpec, ...]:
+        """The ``[[worktree.setup]]`` steps in order, as ``setup-0``, ``setup-1``... (the schema gives a step no id)."""
         return tuple(CommandSpec.from_json(s, f"setup-{i}") for i, s in enumerate(self.doc["worktree"]["setup"]))
 
     @property
     def target(self) -> str:
+        """The branch a run integrates into unless started with ``--target`` (``run.target``, default ``main``)."""
         return str(self.doc["run"]["target"])
 
     @property
     def budget_seconds(self) -> int:
+        """A run's active-time budget in seconds unless started with its own (``run.budget``, default ``90m``)."""
         return duration_seconds(self.doc["run"]["budget"])
 
     @property
     def max_workers(self) -> int:
+        """How many child workers may be active at once (``run.max_workers``, default 3), the coordinator aside."""
         return int(self.doc["run"]["max_workers"])
 
     @property
     def worktree_root(self) -> str:
+        """Where worker worktrees are created, relative to the repository (``run.worktree_root``)."""
         return str(self.doc["run"]["worktree_root"])
 
     @property
     def deny_patterns(self) -> tuple[str, ...]:
+        """Extra regular expressions treated as secrets (``guardrails.deny_patterns``).
+
+        The pre-commit hook refuses staged additions that match them (``HOOK_SECRET``), and verification redacts
+        their matches from the command output it records.
+        """
         return tuple(self.doc["guardrails"]["deny_patterns"])
 
     @property
     def secret_scanning(self) -> bool:
+        """Whether pre-commit scans staged additions for secrets (``guardrails.secret_scanning``, true by default)."""
         return bool(self.doc["guardrails"]["secret_scanning"])
 
 

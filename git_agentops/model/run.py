@@ -37,6 +37,8 @@ MAX_GENERATIONS: Final = 8  # a hard stop even when every failure looks differen
 
 
 class RunStatus(enum.StrEnum):
+    """A run's status; the module docstring says what each means. ``complete`` is sticky."""
+
     ACTIVE = "active"
     PAUSED = "paused"
     AWAITING_INPUT = "awaiting-input"
@@ -59,6 +61,12 @@ class Role(enum.StrEnum):
 
 
 class WorkerStatus(enum.StrEnum):
+    """A worker's lifecycle state.
+
+    :data:`ACTIVE_WORKER` holds the states of a worker still on its task; the supervisor starts a new generation for
+    ``assigned``, ``stopped`` and ``fenced`` workers.
+    """
+
     ASSIGNED = "assigned"
     STARTING = "starting"
     RUNNING = "running"
@@ -77,15 +85,20 @@ ACTIVE_WORKER: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Interval:
+    """One stretch of active time; ``end`` is None while it is open (a supervisor runs, or crashed before closing)."""
+
     start: float
     end: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The ``budget.intervals[]`` entry of ``run.json``."""
         return {"start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
+    """The run record, ``run.json`` in the run's state journal. Frozen: the rules below return a changed copy."""
+
     run_id: str
     goal: str
     target: str
@@ -111,9 +124,14 @@ class Run:
 
     @property
     def goal_hash(self) -> str:
+        """``digest({"goal": goal})``, stored as ``goalHash``.
+
+        A receipt records it too (:func:`~git_agentops.receipts.statement.goal_hash`), checked against its sealed goal.
+        """
         return digest({"goal": self.goal})
 
     def to_json(self) -> dict[str, Any]:
+        """The ``run.json`` document (the ``run`` schema), ``goalHash`` included."""
         return {
             "runId": self.run_id,
             "goal": self.goal,
@@ -141,6 +159,7 @@ class Run:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Run:
+        """Read ``run.json`` back (already validated against the ``run`` schema); absent optional keys get defaults."""
         return cls(
             run_id=doc["runId"],
             goal=doc["goal"],
@@ -169,15 +188,23 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class ProcessRef:
+    """The process a worker generation runs as: pid and ``/proc`` start time, so a reused pid is never taken for it."""
+
     pid: int
     start_time: int
 
     def to_json(self) -> dict[str, int]:
+        """The ``process`` object of a worker record."""
         return {"pid": self.pid, "startTime": self.start_time}
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
+    """One failed generation of a worker, as the supervisor records it.
+
+    :func:`no_progress` compares ``fingerprint`` (see :func:`fingerprint`) and ``head``, the worktree's HEAD then.
+    """
+
     fingerprint: str
     code: str
     message: str
@@ -186,6 +213,7 @@ class Failure:
     at: float
 
     def to_json(self) -> dict[str, Any]:
+        """The ``failures[]`` entry of a worker record."""
         return {
             "fingerprint": self.fingerprint,
             "code": self.code,
@@ -198,6 +226,11 @@ class Failure:
 
 @dataclass(frozen=True, slots=True)
 class Worker:
+    """A worker record, ``workers/<id>.json`` in the run's state journal.
+
+    ``generation`` is the fencing token its requests carry; ``base`` is the commit its worktree started from.
+    """
+
     worker_id: str
     role: Role
     host: str
@@ -216,9 +249,11 @@ class Worker:
 
     @property
     def active(self) -> bool:
+        """Whether the worker is on its task (:data:`ACTIVE_WORKER`); active children count against ``max_workers``."""
         return self.status in ACTIVE_WORKER
 
     def to_json(self) -> dict[str, Any]:
+        """The ``workers/<id>.json`` document (the ``worker`` schema)."""
         return {
             "workerId": self.worker_id,
             "role": str(self.role),
@@ -239,6 +274,10 @@ class Worker:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Worker:
+        """Read a worker record back (already validated against the ``worker`` schema).
+
+        A failure recorded without ``head`` reads as None.
+        """
         process = doc.get("process")
         return cls(
             worker_id=doc["workerId"],

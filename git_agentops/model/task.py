@@ -24,13 +24,15 @@ from typing import Any, Final
 from ..canonical import digest
 from ..errors import AgentOpsError
 
-TASK_ID: Final = re.compile(r"^task-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-CRITERION_ID: Final = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
+TASK_ID: Final = re.compile(r"task-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+CRITERION_ID: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
 ROOT_CRITERIA: Final = (2, 5)
 CHILD_CRITERIA: Final = (1, 10)
 
 
 class TaskStatus(enum.StrEnum):
+    """A task's status. It is no part of the contract: delivering or blocking a task changes no contract hash."""
+
     PLANNED = "planned"
     READY = "ready"
     RUNNING = "running"
@@ -40,12 +42,19 @@ class TaskStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Criterion:
+    """One acceptance criterion of a task.
+
+    ``runner`` names the policy's acceptance runner that checks it; ``review_only`` instead records why no runner can.
+    :func:`new_task` refuses a criterion with both.
+    """
+
     id: str
     description: str
     runner: str | None = None
     review_only: str | None = None  # the recorded reason why no runner can check it
 
     def to_json(self) -> dict[str, Any]:
+        """The stored form, which the contract hash also covers: ``runner`` and ``reviewOnly`` only when set."""
         doc: dict[str, Any] = {"id": self.id, "description": self.description}
         if self.runner is not None:
             doc["runner"] = self.runner
@@ -55,11 +64,17 @@ class Criterion:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Criterion:
+        """Read the form :meth:`to_json` writes."""
         return cls(doc["id"], doc["description"], doc.get("runner"), doc.get("reviewOnly"))
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
+    """One revision of a task, ``tasks/<id>/r<revision>.json`` in the run's state journal.
+
+    Never edited in place: :func:`revise` supersedes it with a new revision.
+    """
+
     id: str
     title: str
     intent: str
@@ -76,9 +91,11 @@ class Task:
 
     @property
     def current(self) -> bool:
+        """Whether no later revision supersedes this one; only current revisions count in :func:`contract_hash`."""
         return self.superseded_by is None
 
     def to_json(self) -> dict[str, Any]:
+        """The stored ``task`` document of this revision, status and ``extra`` bookkeeping included."""
         return {
             "id": self.id,
             "revision": self.revision,
@@ -97,6 +114,7 @@ class Task:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Task:
+        """Read a ``task`` document back (already validated against its schema); absent optional keys get defaults."""
         return cls(
             id=doc["id"],
             title=doc["title"],
@@ -132,6 +150,11 @@ def contract_hash(tasks: Iterable[Task]) -> str:
 
 
 def task_contract_hash(task: Task) -> str:
+    """The contract hash of ``task`` alone, even when it is superseded.
+
+    It is what a child worker's requests bind (:func:`~git_agentops.model.run.worker_contract`) and what
+    :func:`revise` compares.
+    """
     return contract_hash([replace(task, superseded_by=None)])
 
 
@@ -142,7 +165,7 @@ def _criteria(raw: Sequence[Criterion], *, root: bool) -> tuple[Criterion, ...]:
         raise AgentOpsError("TASK_INVALID", f"{kind} has {low}-{high} acceptance criteria, not {len(raw)}")
     seen: set[str] = set()
     for criterion in raw:
-        if not CRITERION_ID.match(criterion.id):
+        if not CRITERION_ID.fullmatch(criterion.id):
             raise AgentOpsError("TASK_INVALID", f"criterion id {criterion.id!r} must match {CRITERION_ID.pattern}")
         if criterion.id in seen:
             raise AgentOpsError("TASK_INVALID", f"criterion id {criterion.id!r} appears twice")
@@ -173,7 +196,7 @@ def new_task(
     policy_config_hash: str | None = None,
 ) -> Task:
     """A validated first revision. ``TASK_INVALID`` names what is wrong."""
-    if not TASK_ID.match(task_id):
+    if not TASK_ID.fullmatch(task_id):
         raise AgentOpsError("TASK_INVALID", f"task id {task_id!r} must be task-<uuid>")
     for name, value, limit in (("title", title, 200), ("intent", intent, 8000), ("goal", goal, 8000)):
         if not isinstance(value, str) or not value.strip() or len(value) > limit:
@@ -181,7 +204,7 @@ def new_task(
     if len(set(dependencies)) != len(dependencies) or task_id in dependencies:
         raise AgentOpsError("TASK_INVALID", "dependencies must be distinct and must not include the task itself")
     for dep in dependencies:
-        if not TASK_ID.match(dep):
+        if not TASK_ID.fullmatch(dep):
             raise AgentOpsError("TASK_INVALID", f"dependency {dep!r} is not a task id")
     return Task(
         id=task_id,

@@ -56,9 +56,9 @@ class Problem:
 
 # -- locating JSON paths in TOML text -----------------------------------------------------------------------------
 
-_HEADER: Final = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_HEADER: Final = re.compile(r"\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?")
 _KEY_PART: Final = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)"
-_KEY: Final = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_KEY: Final = re.compile(rf"\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
 
 
 def _split_key(text: str) -> tuple[str, ...]:
@@ -77,7 +77,7 @@ def _sections(text: str) -> list[_Section]:
     sections = [_Section((), 0, {})]
     array_counts: dict[tuple[str, ...], int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
+        header = _HEADER.fullmatch(line)
         if header and not _KEY.match(line):
             names = _split_key(header.group(2))
             if header.group(1) == "[[":

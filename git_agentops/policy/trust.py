@@ -35,7 +35,7 @@ from ..schema import documents
 STORE_NAME: Final = "trust.json"
 _DEFAULT_PORTS: Final = {"ssh": "22", "https": "443", "http": "80", "git": "9418"}
 _CASE_INSENSITIVE_HOSTS: Final = frozenset({"github.com", "gitlab.com", "bitbucket.org"})
-_SCP_LIKE: Final = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")
+_SCP_LIKE: Final = re.compile(r"(?:[^@/]+@)?([^:/]+):(?!//)(.+)")
 
 
 class TrustStatus(enum.StrEnum):
@@ -86,7 +86,7 @@ def normalise_remote(url: str, *, base: Path) -> str:
         port = f":{parts.port}" if parts.port and str(parts.port) != _DEFAULT_PORTS.get(parts.scheme) else ""
         path = _strip(parts.path.lstrip("/"))
     else:
-        scp = _SCP_LIKE.match(url)
+        scp = _SCP_LIKE.fullmatch(url)
         if scp is None or "/" in scp.group(1):
             return "local:" + _strip(os.path.realpath(base / url))
         host, port, path = scp.group(1).lower(), "", _strip(scp.group(2).lstrip("/"))

@@ -17,6 +17,12 @@ from ..model.task import Task
 def instructions(
     run: Run, worker: Worker, tasks: dict[str, Task], answers: list[dict[str, Any]], recipe: Path | None
 ) -> dict[str, Any]:
+    """The ``instructions.json`` document of ``worker``: a pure function of the run state it is given.
+
+    It carries the worker's identity, its generation, the contract hash its requests must bind
+    (:func:`~git_agentops.model.run.worker_contract`), its own task, the child tasks in plan order (with the commit of
+    each delivery), the answered questions, its diagnostic and its mailbox path.
+    """
     children = [t for t in tasks.values() if t.parent is not None]
     order = {task_id: i for i, task_id in enumerate(run.plan_order)}
     children.sort(key=lambda t: order.get(t.id, len(order)))

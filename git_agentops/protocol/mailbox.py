@@ -39,12 +39,17 @@ MAX_REQUEST_BYTES: Final = 128 * 1024
 
 
 def write_instructions(worktree: Path, doc: Mapping[str, Any]) -> None:
+    """Validate ``doc`` against the ``instructions`` schema (``SCHEMA_INVALID``) and replace the worker's copy.
+
+    Atomic but not fsynced: the instructions are regenerated from Git state.
+    """
     write_private(
         worktree, INSTRUCTIONS, documents.dump(dict(doc), schema="instructions", what="instructions"), durable=False
     )
 
 
 def write_prompt(worktree: Path, text: str) -> Path:
+    """Replace the worker's ``prompt.md`` with ``text`` (atomically, not fsynced); returns its path."""
     return write_private(worktree, PROMPT, text.encode("utf-8"), durable=False)
 
 
@@ -109,6 +114,11 @@ def _digest_regular_file(path: Path, limit: int = 64 * 1024 * 1024) -> str | Non
 def response(
     request_id: str | None, request_digest: str, code: str, message: str, data: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
+    """A response document; the caller writes it with :func:`write_response`.
+
+    ``requestDigest`` is the digest of the bytes claimed, which :func:`wait_response` matches; ``ok`` is whether
+    ``code`` exits 0 (``KeyError`` for a code that is not in ``errors.CODES``).
+    """
     from ..errors import CODES
 
     return {
@@ -122,6 +132,10 @@ def response(
 
 
 def write_response(worktree: Path, doc: Mapping[str, Any]) -> None:
+    """Validate ``doc`` against the ``response`` schema (``SCHEMA_INVALID``) and replace ``response.json``.
+
+    Atomic but not fsynced, like the instructions.
+    """
     write_private(worktree, RESPONSE, documents.dump(dict(doc), schema="response", what="response"), durable=False)
 
 
@@ -142,6 +156,7 @@ def find_worktree(start: Path, mailbox: str | None = None) -> Path:
 
 
 def read_instructions(worktree: Path) -> dict[str, Any]:
+    """The worker's ``instructions.json``, parsed strictly and schema-checked; ``REQUEST_NO_MAILBOX`` if missing."""
     data = read_private(worktree, INSTRUCTIONS, max_bytes=4 * 1024 * 1024)
     if data is None:
         raise AgentOpsError("REQUEST_NO_MAILBOX", f"{worktree / INSTRUCTIONS} is missing")
@@ -149,6 +164,7 @@ def read_instructions(worktree: Path) -> dict[str, Any]:
 
 
 def new_request_id() -> str:
+    """A fresh ``req-<uuid4>``; the supervisor replays its stored response if the id comes again unchanged."""
     return f"req-{uuid.uuid4()}"
 
 
@@ -159,10 +175,15 @@ def send_raw(worktree: Path, data: bytes) -> str:
 
 
 def send(worktree: Path, request: Mapping[str, Any]) -> str:
+    """Write ``request`` as canonical JSON plus a newline (:func:`send_raw`); returns the digest its response carries.
+
+    Nothing is schema-checked here: :func:`~git_agentops.protocol.client.build_request` does that.
+    """
     return send_raw(worktree, canonical_bytes(dict(request)) + b"\n")
 
 
 def read_response(worktree: Path) -> dict[str, Any] | None:
+    """The current ``response.json``, or None when there is none or it cannot be read or validated (callers poll)."""
     try:
         data = read_private(worktree, RESPONSE, max_bytes=4 * 1024 * 1024)
     except AgentOpsError:

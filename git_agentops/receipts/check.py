@@ -33,6 +33,8 @@ from .verify import Verdict, verify_receipt
 
 @dataclass(frozen=True, slots=True)
 class CommitInfo:
+    """A commit as ``git log --format='%H %T %P'`` shows it: the id, tree and parents a receipt is checked against."""
+
     commit: str
     tree: str
     parents: tuple[str, ...]

@@ -40,6 +40,7 @@ class Signature:
     sig: bytes
 
     def to_json(self) -> dict[str, str]:
+        """The envelope's ``{keyid, sig}`` entry, ``sig`` in standard base64 with padding."""
         return {"keyid": self.keyid, "sig": base64.b64encode(self.sig).decode("ascii")}
 
 
@@ -77,6 +78,7 @@ class Envelope:
         return doc
 
     def to_json(self) -> dict[str, Any]:
+        """The envelope JSON, the payload in standard base64 with padding (what :func:`dump_envelope` writes)."""
         return {
             "payload": base64.b64encode(self.payload).decode("ascii"),
             "payloadType": self.payload_type,

@@ -49,6 +49,7 @@ class Verdict:
     principals: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        """The verdict as ``git agentops-receipt`` reports it; ``principals``: the signers whose signatures verified."""
         return {
             "commit": self.commit,
             "ok": self.ok,

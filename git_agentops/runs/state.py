@@ -35,11 +35,11 @@ from . import tasks as taskbook
 T = TypeVar("T")
 
 RUNS_PREFIX: Final = "refs/agentops/runs/"
-RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID.match(run_id) or run_id.endswith((".lock", ".")) or ".." in run_id:
+    if not RUN_ID.fullmatch(run_id) or run_id.endswith((".lock", ".")) or ".." in run_id:
         raise AgentOpsError("RUN_NOT_FOUND", f"{run_id!r} is not a run id")
     return check_component(run_id, "run id")
 

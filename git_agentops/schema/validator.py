@@ -135,7 +135,30 @@ def _equal(a: Any, b: Any) -> bool:
 
 @cache
 def _regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+    """A schema ``pattern`` with ECMA-262 semantics, which JSON Schema prescribes: ``$`` outside a character class
+    is the end of the input. Python's ``$`` also matches before a final newline, so ``"abc\\n"`` would pass
+    ``^[a-z]+$``; it is rewritten to ``\\Z``."""
+    return re.compile(ecma_anchors(pattern))
+
+
+def ecma_anchors(pattern: str) -> str:
+    """``pattern`` with every unescaped ``$`` outside a character class replaced by ``\\Z``."""
+    out: list[str] = []
+    in_class = escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return "".join(out)
 
 
 class Validator:

@@ -135,9 +135,6 @@ class Supervisor:
     def busy(self, worker_id: str) -> bool:
         return worker_id in self.jobs
 
-    def jobs_running(self) -> int:
-        return sum(1 for future in self.jobs.values() if not future.done())
-
     def submit(self, worker_id: str, job: Callable[[Store], JobResult]) -> None:
         """Run ``job`` in a thread with its own repository handle (pygit2 objects are not shared across threads)."""
 

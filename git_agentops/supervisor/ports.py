@@ -52,10 +52,6 @@ class Loop(Protocol):
         """Whether a job is running for this worker."""
         ...
 
-    def jobs_running(self) -> int:
-        """How many jobs are running."""
-        ...
-
     def log(self, message: str) -> None:
         """A line for the supervisor's log."""
         ...

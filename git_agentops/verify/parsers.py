@@ -11,8 +11,9 @@ output, never from the agent's account of it, so the parsers read the formats ru
   ``<testcase>`` is counted by its children; the aggregate ``tests=``/``failures=`` attributes are ignored because
   the writers disagree on them (pytest counts xfail as skipped, surefire counts reruns, some omit ``errors=``).
   The report is written by the command under verification -- that is, by code the agent controls -- so it is
-  untrusted input: size-limited, and refused before parsing if its prolog declares a DTD (the only place where
-  entities, and so billion-laughs expansion or external entities, can come from).
+  untrusted input: size-limited, and read by expat with handlers that refuse a DTD, any entity declaration or
+  external entity the moment the parser meets one (a DTD is the only place entities, and so billion-laughs
+  expansion or external entities, can come from), and an encoding outside the ASCII-compatible ones.
 * **TAP** 12/13/14 -- top-level ``ok``/``not ok`` lines, ``# SKIP``/``# TODO`` directives, the plan, ``Bail out!``.
 
 Counting rules, chosen so that a run counts the same through pytest's summary and through its JUnit report:
@@ -39,9 +40,10 @@ with an ``<error>`` in its report (and one that also failed gets two testcases, 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained
@@ -122,46 +124,59 @@ def parse_pytest(output: str) -> TestCounts | None:
 
 # -- JUnit XML -------------------------------------------------------------------------------------------------
 
-# Encodings in which every markup character is the ASCII byte itself, so the byte-level prolog check below sees
-# exactly what expat will parse. UTF-16/32 and EBCDIC are refused rather than decoded twice.
+# Encodings whose reports we read; anything else (UTF-16/32, EBCDIC...) is refused by the parser's XML
+# declaration handler rather than decoded.
 _ASCII_COMPATIBLE: Final = frozenset(
     {"utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin-1", "latin1", "iso-8859-15", "windows-1252", "cp1252"}
 )
-_XML_DECL_ENCODING: Final = re.compile(rb"""\A<\?xml[^>]*?\bencoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
-# What may precede the root element besides a DTD: whitespace, the XML declaration and other processing
-# instructions, comments.
-_PROLOG_ITEM: Final = re.compile(rb"\s+|<\?.*?\?>|<!--.*?-->", re.DOTALL)
-_UTF8_BOM: Final = b"\xef\xbb\xbf"
 
 
-def _refuse_unsafe_xml(data: bytes, what: str) -> None:
-    """Refuse a document whose prolog declares a DTD, or whose bytes we cannot read the same way expat will.
-
-    Entities can only be declared in the DTD, and the DTD can only stand before the root element; a ``<!DOCTYPE``
-    inside CDATA or a comment (a test that printed an HTML page) is text, and anywhere else it is a syntax error.
-    """
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
-        raise AgentOpsError("VERIFY_PARSE_FAILED", f"{what} is not UTF-8 (UTF-16/32 or NUL bytes); refusing it")
-    body = data.removeprefix(_UTF8_BOM)
-    declared = _XML_DECL_ENCODING.match(body)
-    if declared is not None and declared.group(1).decode("ascii").lower() not in _ASCII_COMPATIBLE:
-        raise AgentOpsError(
-            "VERIFY_PARSE_FAILED", f"{what} declares encoding {declared.group(1).decode('ascii')!r}; expected UTF-8"
-        )
-    position = 0
-    while (item := _PROLOG_ITEM.match(body, position)) is not None and item.end() > position:
-        position = item.end()
-    if body.startswith(b"<!", position):
-        raise AgentOpsError(
-            "VERIFY_PARSE_FAILED",
-            f"{what} declares a DOCTYPE (or other markup declaration) before its root element; refusing it "
-            "(entity expansion)",
-        )
+class _Refused(Exception):
+    """Raised from inside an expat handler to stop the parse (expat re-raises it from ``Parse``)."""
 
 
-def _local(tag: object) -> str:
-    """The tag name without an ``{namespace}`` prefix (comments and PIs have non-string tags)."""
-    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
+def _local(name: str) -> str:
+    """The element name without its namespace (``uri}local`` with ``namespace_separator="}"``)."""
+    return name.rsplit("}", 1)[-1]
+
+
+class _JUnitCounter:
+    """Counts ``<testcase>`` elements by their direct children while expat reads the report."""
+
+    def __init__(self) -> None:
+        self.root: str | None = None
+        self.stack: list[tuple[str, set[str] | None]] = []  # element, and for a testcase its children's names
+        self.passed = self.failed = self.skipped = self.errors = 0
+
+    def start(self, name: str, attributes: object) -> None:
+        local = _local(name)
+        if self.root is None:
+            self.root = local
+        if self.stack and self.stack[-1][1] is not None:
+            children = self.stack[-1][1]
+            assert children is not None
+            children.add(local)
+        self.stack.append((local, set() if local == "testcase" else None))
+
+    def end(self, name: str) -> None:
+        _, children = self.stack.pop()
+        if children is None:
+            return
+        if "failure" in children:
+            self.failed += 1
+        elif "error" in children:
+            self.errors += 1
+        elif "skipped" in children:
+            self.skipped += 1
+        else:
+            self.passed += 1
+
+
+def _refuse(what: str) -> Callable[..., Any]:
+    def handler(*_: object) -> Any:
+        raise _Refused(what)
+
+    return handler
 
 
 def parse_junit(data: bytes, *, what: str = "JUnit report") -> TestCounts:
@@ -172,40 +187,45 @@ def parse_junit(data: bytes, *, what: str = "JUnit report") -> TestCounts:
     """
     if len(data) > MAX_JUNIT_BYTES:
         raise AgentOpsError("DOC_TOO_LARGE", f"{what} is {len(data)} bytes, over its limit of {MAX_JUNIT_BYTES}")
-    _refuse_unsafe_xml(data, what)
-    import xml.etree.ElementTree as ET  # only reports need it; keep the import off the common path
+    from xml.parsers import expat  # only reports need it; keep the import off the common path
 
+    counter = _JUnitCounter()
+    parser = expat.ParserCreate(namespace_separator="}")
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+
+    def declaration(version: str, encoding: str | None, standalone: int) -> None:
+        if encoding is not None and encoding.lower() not in _ASCII_COMPATIBLE:
+            raise _Refused(f"declares encoding {encoding!r}; expected UTF-8")
+
+    parser.XmlDeclHandler = declaration
+    dtd = "declares a DOCTYPE (or other markup declaration); refusing it (entity expansion)"
+    parser.StartDoctypeDeclHandler = _refuse(dtd)
+    parser.EntityDeclHandler = _refuse(dtd)
+    parser.UnparsedEntityDeclHandler = _refuse(dtd)
+    parser.NotationDeclHandler = _refuse(dtd)
+    parser.ExternalEntityRefHandler = _refuse("refers to an external entity; refusing it")
+    parser.StartElementHandler = counter.start
+    parser.EndElementHandler = counter.end
     try:
-        root = ET.fromstring(data)  # noqa: S314 -- no DTD (checked above), so no entity can expand
-    except ET.ParseError as exc:
+        parser.Parse(data, True)
+    except _Refused as refused:
+        raise AgentOpsError("VERIFY_PARSE_FAILED", f"{what} {refused}") from None
+    except expat.ExpatError as exc:
         raise AgentOpsError("VERIFY_PARSE_FAILED", f"{what} is not well-formed XML: {exc}") from exc
-    if _local(root.tag) not in ("testsuites", "testsuite"):
+    if counter.root not in ("testsuites", "testsuite"):
         raise AgentOpsError(
-            "VERIFY_PARSE_FAILED", f"{what} has root <{_local(root.tag)}>; expected <testsuites> or <testsuite>"
+            "VERIFY_PARSE_FAILED", f"{what} has root <{counter.root}>; expected <testsuites> or <testsuite>"
         )
-    passed = failed = skipped = errors = 0
-    for case in root.iter():
-        if _local(case.tag) != "testcase":
-            continue
-        children = {_local(child.tag) for child in case}
-        if "failure" in children:
-            failed += 1
-        elif "error" in children:
-            errors += 1
-        elif "skipped" in children:
-            skipped += 1
-        else:
-            passed += 1
-    return TestCounts(passed, failed, skipped, errors)
+    return TestCounts(counter.passed, counter.failed, counter.skipped, counter.errors)
 
 
 # -- TAP -------------------------------------------------------------------------------------------------------
 
-_TAP_PLAN: Final = re.compile(r"^1\.\.(\d+)\s*(?:#.*)?$")
-_TAP_TEST: Final = re.compile(r"^(not )?ok\b(.*)$")
+_TAP_PLAN: Final = re.compile(r"1\.\.(\d+)\s*(?:#.*)?")
+_TAP_TEST: Final = re.compile(r"(not )?ok\b(.*)")
 # The directive follows an unescaped '#'; Test::Harness accepts "# skip", "# SKIPPED: why", "# TODO later".
 _TAP_DIRECTIVE: Final = re.compile(r"(?<!\\)#\s*(SKIP\S*|TODO)\b", re.IGNORECASE)
-_TAP_BAIL: Final = re.compile(r"^Bail out!")
+_TAP_BAIL: Final = re.compile(r"Bail out!")
 
 
 def parse_tap(output: str) -> TestCounts | None:
@@ -223,11 +243,11 @@ def parse_tap(output: str) -> TestCounts | None:
         if _TAP_BAIL.match(line):
             bailed = True
             break
-        plan = _TAP_PLAN.match(line)
+        plan = _TAP_PLAN.fullmatch(line)
         if plan is not None:
             planned = (planned or 0) + int(plan.group(1))
             continue
-        test = _TAP_TEST.match(line)
+        test = _TAP_TEST.fullmatch(line)
         if test is None:
             continue
         seen_test = True
