@@ -52,7 +52,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final, Literal, cast
 
 import pygit2
 from pygit2.index import MergeFileResult
@@ -69,6 +69,9 @@ _MAX_EDIT: Final = 200  # changed lines per side for a file merge in process (My
 
 _RECORD: Final = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.DOTALL)  # one entry of a raw tree object
 
+MergeStrategy = Literal["trivial", "tree", "git"]
+"""Which path produced a result: one side taken whole, the in-process tree merge, or ``git merge-tree``."""
+
 _Entry = tuple[pygit2.Oid, int]
 """A tree entry: object id and file mode."""
 
@@ -79,7 +82,7 @@ class MergeResult:
 
     tree: str | None
     conflicts: tuple[str, ...]
-    strategy: str  # "trivial" | "tree" | "git": which path produced the result
+    strategy: MergeStrategy
 
     @property
     def clean(self) -> bool:
