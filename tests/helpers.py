@@ -105,11 +105,11 @@ def reviewers(*names: str, verdict: str = "approve") -> Part:
     return Part(reviewers=tuple({"name": name, "verdict": verdict} for name in names))
 
 
-def recipe_text(part: Part, *, finalize: bool) -> str:
+def recipe_text(part: Part, *, finalize: bool, one_shot: bool = False) -> str:
     """A whole recipe: the plan, the coordinator, and the tasks and reviewers of ``part``."""
     doc: dict[str, Any] = {
         "plan": {"title": "Build it", "intent": "Build the parts", "criteria": ["parts exist", "check passes"]},
-        "coordinator": {"finalize": finalize},
+        "coordinator": {"finalize": finalize, "one_shot": one_shot},
         "tasks": list(part.tasks),
     }
     if part.reviewers:

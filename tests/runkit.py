@@ -25,6 +25,7 @@ POLICY = """version = 1
 [run]
 target = "main"
 max_workers = {max_workers}
+{run_options}
 [[verify.commands]]
 id = "check"
 argv = ["python3", "check.py"]
@@ -32,13 +33,14 @@ timeout = 60
 """
 
 
-def project(root: Path, *, max_workers: int = 3, extra_policy: str = "") -> Path:
+def project(root: Path, *, max_workers: int = 3, extra_policy: str = "", run_options: str = "") -> Path:
+    """A small trusted project; ``run_options`` are more lines of its ``[run]`` table, ``extra_policy`` more tables."""
     repo = make_repo(
         root / "repo",
         files={
             "check.py": CHECK_PY,
             "src/base.txt": "hello\n",
-            ".agentops/policy.toml": POLICY.format(max_workers=max_workers) + extra_policy,
+            ".agentops/policy.toml": POLICY.format(max_workers=max_workers, run_options=run_options) + extra_policy,
             ".gitignore": "__pycache__/\n",
         },
     )
@@ -51,9 +53,11 @@ def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProc
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def recipe(tmp: Path, children: Part, *, finalize: bool = False, name: str = "recipe.toml") -> Path:
+def recipe(
+    tmp: Path, children: Part, *, finalize: bool = False, one_shot: bool = False, name: str = "recipe.toml"
+) -> Path:
     path = tmp / name
-    path.write_text(recipe_text(children, finalize=finalize))
+    path.write_text(recipe_text(children, finalize=finalize, one_shot=one_shot))
     return path
 
 

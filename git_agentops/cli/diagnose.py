@@ -233,6 +233,19 @@ def _hooks(start: Path, path: str | None) -> Check:
     return Check("hooks", "warn", "; ".join(parts), value, remedy + " (hooks are advisory)")
 
 
+def _agents(path: str | None) -> Check:
+    """The agent CLIs a policy's hosts can run, with their versions (none is fine: the scripted host is built in)."""
+    from ..policy.starter import detect_agents
+
+    found = detect_agents(path)
+    value = [{"kind": a.kind, "path": a.path, "version": a.version} for a in found]
+    if not found:
+        return Check(
+            "agents", "ok", "no agent CLI (claude, codex, opencode) on PATH; the scripted host is built in", []
+        )
+    return Check("agents", "ok", "; ".join(f"{a.kind} {a.version} ({a.path})" for a in found), value)
+
+
 def diagnose(start: Path, *, path: str | None) -> Report:
     """Run every check. ``path`` is the PATH to search for git and ssh-keygen."""
     report = Report()
@@ -245,7 +258,7 @@ def diagnose(start: Path, *, path: str | None) -> Report:
         _module("jsonschema", "jsonschema", optional="the doctor meta-validates the schemas with it"),
     ]
     report.checks.append(_schemas())
-    report.checks += [_git(path), _ssh_keygen(path)]
+    report.checks += [_git(path), _ssh_keygen(path), _agents(path)]
     if pygit2_check.status != "fail":
         repo_checks, store = _repository(start)
         report.checks += repo_checks

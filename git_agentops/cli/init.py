@@ -39,7 +39,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..gitstore.checkout import head
     from ..model.policy import POLICY_PATH
     from ..policy.load import check_text
-    from ..policy.starter import add_excludes, detect, missing_excludes, render, starter_policy
+    from ..policy.starter import add_excludes, detect, detect_agents, missing_excludes, render, starter_policy
 
     if args.hooks or args.uninstall_hooks or args.server:
         return _hooks(args, ctx)
@@ -53,7 +53,8 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     except AgentOpsError:
         branch = None
     target = branch.removeprefix("refs/heads/") if branch else "main"
-    doc = starter_policy(root, target=target)
+    agents = detect_agents(ctx.env.get("PATH"))
+    doc = starter_policy(root, target=target, agents=agents)
     text = render(doc)
     _, problems = check_text(text)
     if problems:  # a bug in the starter, never the user's fault
@@ -65,6 +66,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         "policy": str(policy_file),
         "replaces": policy_file.exists(),
         "detected": [d.to_json() for d in detected],
+        "agents": [{"kind": a.kind, "path": a.path, "version": a.version} for a in agents],
         "excludes": {"file": str(exclude_file), "add": excludes},
         "dryRun": args.dry_run,
     }
@@ -73,6 +75,10 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out(text)
         if not detected:
             ctx.out("No test or check command was detected: add [[verify.commands]] before trusting the policy.")
+        for agent in agents:
+            ctx.out(f"Found the agent CLI {agent.kind} at {agent.path} ({agent.version}).")
+        if not agents:
+            ctx.out("No agent CLI (claude, codex, opencode) was found on PATH: the policy has only the scripted host.")
         if excludes:
             ctx.out(f"{'Would add' if args.dry_run else 'Will add'} to {exclude_file}: {', '.join(excludes)}")
     if args.dry_run:

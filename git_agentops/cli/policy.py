@@ -10,6 +10,7 @@ status         TRUSTED / STALE (what changed) / UNTRUSTED (exit 0 only when TRUS
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,13 +96,26 @@ def _runs_what(policy: Any) -> list[str]:
     lines = [f"  verify {c.id}: {shown(c)}" for c in policy.commands]
     lines += [f"  runner {c.id}: {shown(c)}" for c in policy.runners]
     lines += [f"  setup {i}: {shown(c)}" for i, c in enumerate(policy.setup)]
-    hosts = policy.doc["hosts"]
-    lines += [
-        f"  host {name} ({h['kind']}): {' '.join(h['argv']) if isinstance(h['argv'], list) else h['argv']}"
-        for name, h in hosts.items()
-        if h.get("argv")
-    ]
+    for name, host in policy.doc["hosts"].items():
+        lines += _host_capabilities(name, host)
     return lines or ["  (no commands)"]
+
+
+def _host_capabilities(name: str, host: Any) -> list[str]:
+    """What trusting a host allows: its argv, how it resumes, the environment it gets on top of yours."""
+
+    def argv(value: Any) -> str:
+        return shlex.join(value) if isinstance(value, list) else str(value)
+
+    lines = [f"  host {name} ({host['kind']}): {argv(host['argv']) if host.get('argv') else '(built in)'}"]
+    if host.get("resume") and host.get("resume_argv"):
+        lines.append(f"      resumes a session with: {argv(host['resume_argv'])}")
+    for key, value in sorted(host.get("env", {}).items()):
+        shown = value if len(value) <= 400 else value[:400] + f"... ({len(value)} chars)"
+        lines.append(f"      env {key}={shown}")
+    if host["kind"] != "scripted":
+        lines.append("      runs with your whole environment (credentials included, AGENTOPS_* removed)")
+    return lines
 
 
 def _trust(args: argparse.Namespace, ctx: Context) -> int:

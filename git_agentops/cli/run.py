@@ -6,7 +6,7 @@
     list                   every run in this repository
     log RUN                the run's events, oldest first (the journal's commits)
     pause RUN | stop RUN   ask the supervisor to stop the writers (stop also fences the run)
-    resume RUN [--add-budget DURATION] [--no-supervise]
+    resume RUN [--add-budget AMOUNT]... [--no-supervise]   AMOUNT: 30m, $2.50 or 50k tokens
     answer RUN QUESTION TEXT
     demo [--dir DIR] [--keep]   an end-to-end run on a scratch repository
 
@@ -55,7 +55,12 @@ def build_parser() -> Parser:
         add(name, text).add_argument("run_id", metavar="RUN")
     resume = add("resume", "make a run active again and supervise it in the background")
     resume.add_argument("run_id", metavar="RUN")
-    resume.add_argument("--add-budget", metavar="DURATION", help="extend the active-time budget")
+    resume.add_argument(
+        "--add-budget",
+        action="append",
+        metavar="AMOUNT",
+        help="extend a budget: active time (30m), dollars ($2.50) or tokens (50k tokens); repeat for several",
+    )
     resume.add_argument("--no-supervise", action="store_true", help="only mark it active")
     answer = add("answer", "answer a worker's question")
     answer.add_argument("run_id", metavar="RUN")
@@ -214,6 +219,19 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     return _exit_for(status)
 
 
+def _spend(budget: dict[str, Any]) -> str:
+    """The tokens and dollars the hosts reported, with their limits, for the status line."""
+    parts = []
+    if budget["usedTokens"] or budget["tokenLimit"]:
+        limit = f" of {budget['tokenLimit']}" if budget["tokenLimit"] else ""
+        parts.append(f"{budget['usedTokens']} tokens{limit}")
+    if budget["usedCostUsd"] is not None or budget["costLimitUsd"]:
+        used = budget["usedCostUsd"] or 0.0
+        limit = f" of ${budget['costLimitUsd']:.2f}" if budget["costLimitUsd"] else ""
+        parts.append(f"${used:.2f}{limit}")
+    return (", " + ", ".join(parts)) if parts else ""
+
+
 def _status(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs.controls import summary
 
@@ -223,14 +241,19 @@ def _status(args: argparse.Namespace, ctx: Context) -> int:
         f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
         f"goal:   {doc['goal']}",
         f"target: {doc['target']} (base {doc['base'][:12]})",
-        f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time",
+        f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time"
+        + _spend(doc["budget"]),
         "",
-        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  TASK",
+        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  {'TOKENS':>9} {'COST':>8}  TASK",
     ]
-    lines += [
-        f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  {w['taskId'] or '-'}"
-        for w in doc["workers"]
-    ]
+    for w in doc["workers"]:
+        tokens = sum(u["inputTokens"] + u["outputTokens"] for u in w["usage"])
+        costs = [u["costUsd"] for u in w["usage"] if u["costUsd"] is not None]
+        cost = f"${sum(costs):.2f}" if costs else "-"
+        lines.append(
+            f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
+            f"{tokens or '-':>9} {cost:>8}  {w['taskId'] or '-'}"
+        )
     lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
     for task in doc["tasks"]:
         lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
@@ -278,7 +301,7 @@ def _log(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _control(args: argparse.Namespace, ctx: Context) -> int:
-    from ..model.policy import duration_seconds
+    from ..model.policy import budget_amount
     from ..runs import controls as runs
 
     store = ctx.store()
@@ -289,8 +312,14 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
     elif args.command == "answer":
         result = runs.answer(store, args.run_id, args.question_id, args.text, ctx.clock)
     else:
-        extra = duration_seconds(args.add_budget) if args.add_budget else 0
-        result = runs.resume(store, args.run_id, ctx.clock, add_budget=extra)
+        seconds, dollars, tokens = 0, 0.0, 0
+        for amount in args.add_budget or ():
+            try:
+                more = budget_amount(amount)
+            except ValueError as exc:
+                raise AgentOpsError("USAGE", str(exc)) from None
+            seconds, dollars, tokens = seconds + more[0], dollars + more[1], tokens + more[2]
+        result = runs.resume(store, args.run_id, ctx.clock, add_budget=seconds, add_cost_usd=dollars, add_tokens=tokens)
     doc: dict[str, Any] = {"runId": args.run_id, "status": str(result.status)}
     lines = [f"{args.run_id}: {result.status}"]
     if args.command in ("resume", "answer") and not getattr(args, "no_supervise", False):

@@ -31,7 +31,7 @@ from ..gitstore.refnames import ZERO_OID, namespace_rule
 from .where import NAMESPACES, Where, git
 
 ACTIVE_WORKER = frozenset({"assigned", "starting", "running", "idle"})
-PRIVATE_PREFIXES = (".agentops/mailbox/", ".agentops/worktrees/")
+PRIVATE_PREFIXES = (".agentops/mailbox/", ".agentops/worktrees/", ".agentops/review/")
 POLICY_FILE = ".agentops/policy.toml"
 
 

@@ -1,52 +1,60 @@
 """Launching an agent host for a worker, and knowing later whether it is the same process.
 
 Every agent runs in its worker's worktree, in its own session and process group (so a stop reaches every
-process it spawned), with its output appended to a private log in the worktree's git dir, and with
+process it spawned), with stdin closed, its output appended to a private log in the worktree's git dir, and with
 ``AGENTOPS_RUN_ID``, ``AGENTOPS_WORKER_ID``, ``AGENTOPS_GENERATION``, ``AGENTOPS_MAILBOX``, ``AGENTOPS_PROMPT``
 (and ``AGENTOPS_RECIPE`` for the scripted agent) set. Its identity is pid + start time, so a reused pid is never
 mistaken for the agent.
 
-Kinds:
+Kinds and their default argv are described in :mod:`git_agentops.model.hosts` (the policy's effective form holds
+them, so ``policy trust`` shows exactly what runs). A launch that names a ``session`` uses the host's
+``resume_argv`` with ``{session}`` filled in. Placeholders are replaced by exact name only, in argv elements and in
+``env`` values; in an ``env`` value holding JSON they are replaced inside its strings, JSON-escaped.
 
-* ``scripted`` (built in, always available): the deterministic recipe-following agent,
-  ``python -m git_agentops.cli.agent``;
-* ``command``: any argv from the policy; ``{prompt_file}``, ``{prompt}``, ``{mailbox}``, ``{worktree}`` in an
-  argument are replaced;
-* ``claude``, ``codex``, ``opencode``: command hosts with a default argv when the policy gives none.
-
-Agents get the user's environment (they need their own credentials and configuration), minus any
-``AGENTOPS_*`` variable of the supervisor, plus the host's ``env`` from the policy -- unlike verification
-commands, which get a scrubbed environment.
+Agents get the user's environment (they need their own credentials and configuration), minus any ``AGENTOPS_*``
+variable of the supervisor, plus the host's ``env`` from the policy -- unlike verification commands, which get a
+scrubbed environment. ``policy trust`` lists every host's argv and env as capabilities for that reason.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any
 
 from ..errors import AgentOpsError
 from ..model.policy import Policy
 from ..process.groups import ProcessIdentity, process_identity
 
-DEFAULT_ARGV: Final = {
-    "claude": ("claude", "-p", "{prompt}", "--permission-mode", "acceptEdits"),
-    "codex": ("codex", "exec", "--full-auto", "{prompt}"),
-    "opencode": ("opencode", "run", "{prompt}"),
-}
+HEADER = "\n=== generation "
+"""Each generation's output in a host log starts after a line beginning with this."""
 
 
 @dataclass(frozen=True, slots=True)
 class HostSpec:
+    """One host of the policy, effective (defaults filled in)."""
+
     name: str
     kind: str
     argv: tuple[str, ...] | str
     shell: bool
     env: Mapping[str, str]
+    resume_argv: tuple[str, ...] = ()
+    resume: bool = False
+
+    @property
+    def binary(self) -> str | None:
+        """The program a list argv starts (None for the scripted agent and shell strings)."""
+        if self.kind == "scripted" or isinstance(self.argv, str) or not self.argv:
+            return None
+        return self.argv[0]
 
 
 def host_spec(policy: Policy, name: str) -> HostSpec:
@@ -57,18 +65,37 @@ def host_spec(policy: Policy, name: str) -> HostSpec:
             return HostSpec("scripted", "scripted", (), False, {})
         raise AgentOpsError("RUN_HOST_UNKNOWN", f"no host {name!r} in the policy (known: scripted, {', '.join(hosts)})")
     host = hosts[name]
-    argv = host.get("argv") or DEFAULT_ARGV.get(host["kind"], ())
+    argv = host.get("argv") or ()
     return HostSpec(
         name,
         host["kind"],
         argv if isinstance(argv, str) else tuple(argv),
         bool(host.get("shell")),
         dict(host.get("env", {})),
+        tuple(host.get("resume_argv") or ()),
+        bool(host.get("resume")) and bool(host.get("resume_argv")),
     )
+
+
+def check_available(spec: HostSpec, environ: Mapping[str, str]) -> None:
+    """``RUN_HOST_FAILED`` when the host's program is not on ``PATH`` (checked before a run starts, not later)."""
+    binary = spec.binary
+    if binary is None or os.sep in binary:
+        if binary is not None and not os.access(binary, os.X_OK):
+            raise AgentOpsError("RUN_HOST_FAILED", f"host {spec.name!r}: {binary} is not an executable file")
+        return
+    if shutil.which(binary, path=environ.get("PATH")) is None:
+        raise AgentOpsError(
+            "RUN_HOST_FAILED",
+            f"host {spec.name!r} ({spec.kind}) runs {binary!r}, which is not on PATH; install it, or name another "
+            "host with --host (git agentops-doctor lists the agent CLIs it finds)",
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Launch:
+    """One generation to start: where, talking through which mailbox, with which prompt, logging where."""
+
     worktree: Path
     mailbox: Path
     prompt_file: Path
@@ -77,35 +104,80 @@ class Launch:
     worker_id: str
     generation: int
     recipe: Path | None
+    git_common_dir: Path | None = None
+    session: str | None = None  # resume this host session instead of starting a fresh one
+    extra: Mapping[str, str] = field(default_factory=dict)  # more placeholders (reviewers: input, report)
 
 
-def command_for(spec: HostSpec, launch: Launch) -> tuple[list[str], bool]:
-    if spec.kind == "scripted":
-        return [sys.executable, "-m", "git_agentops.cli.agent"], False
-    if not spec.argv:
-        raise AgentOpsError("RUN_HOST_FAILED", f"host {spec.name!r} ({spec.kind}) has no argv")
+def fill(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced, in one pass (exact names only; other braces stay).
+
+    One pass, so a value that itself contains ``{worktree}`` -- a prompt can hold any text -- is never expanded.
+    """
+    if not values:
+        return text
+    pattern = re.compile("\\{(" + "|".join(re.escape(name) for name in values) + ")\\}")
+    return pattern.sub(lambda match: values[match.group(1)], text)
+
+
+def _fill_json(value: Any, values: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return fill(value, values)
+    if isinstance(value, list):
+        return [_fill_json(v, values) for v in value]
+    if isinstance(value, dict):
+        return {fill(k, values): _fill_json(v, values) for k, v in value.items()}
+    return value
+
+
+def fill_env_value(text: str, values: Mapping[str, str]) -> str:
+    """An ``env`` value with placeholders filled; a JSON value keeps being valid JSON (values are escaped)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return fill(text, values)
+        return json.dumps(_fill_json(doc, values))
+    return fill(text, values)
+
+
+def placeholders(launch: Launch) -> dict[str, str]:
+    """The values of every placeholder for this launch."""
     prompt = launch.prompt_file.read_text("utf-8") if launch.prompt_file.exists() else ""
     values = {
         "prompt_file": str(launch.prompt_file),
         "prompt": prompt,
         "mailbox": str(launch.mailbox),
         "worktree": str(launch.worktree),
+        "git_common_dir": str(launch.git_common_dir or ""),
+        "session": launch.session or "",
     }
-    if isinstance(spec.argv, str):
-        return [spec.argv.format_map(_Safe(values))], True
-    return [arg.format_map(_Safe(values)) for arg in spec.argv], False
+    values.update(launch.extra)
+    return values
 
 
-class _Safe(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
+def command_for(spec: HostSpec, launch: Launch) -> tuple[list[str], bool]:
+    """The argv (or, for ``shell = true``, the one shell string) this launch runs."""
+    if spec.kind == "scripted":
+        return [sys.executable, "-m", "git_agentops.cli.agent"], False
+    template = spec.resume_argv if launch.session and spec.resume_argv else spec.argv
+    if not template:
+        raise AgentOpsError("RUN_HOST_FAILED", f"host {spec.name!r} ({spec.kind}) has no argv")
+    values = placeholders(launch)
+    if isinstance(template, str):
+        return [fill(template, values)], True
+    return [fill(arg, values) for arg in template], False
 
 
 def agent_environment(environ: Mapping[str, str], spec: HostSpec, launch: Launch) -> dict[str, str]:
+    """The user's environment minus the supervisor's ``AGENTOPS_*``, plus the host's env and the worker's ids."""
     env = {k: v for k, v in environ.items() if not k.startswith("AGENTOPS_")}
     scripts = os.path.dirname(sys.executable)  # where git-agentops-request lives next to this interpreter
     env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")]) if env.get("PATH") else scripts
-    env.update(spec.env)
+    values = placeholders(launch)
+    values.pop("prompt")  # free text never goes into the environment through a placeholder
+    env.update({name: fill_env_value(value, values) for name, value in spec.env.items()})
     env.update(
         {
             "AGENTOPS_RUN_ID": launch.run_id,
@@ -120,6 +192,16 @@ def agent_environment(environ: Mapping[str, str], spec: HostSpec, launch: Launch
     return env
 
 
+def header(spec: HostSpec, launch: Launch, argv: list[str]) -> str:
+    """The log line that opens a generation's output: who, how, never the prompt itself."""
+    prompt = placeholders(launch)["prompt"]
+    shown = [a if a != prompt or not prompt else f"<prompt: {len(prompt)} chars>" for a in argv]
+    if len(shown) > 12:
+        shown = [*shown[:12], f"... {len(shown) - 12} more"]
+    how = f"resuming session {launch.session}" if launch.session and spec.resume_argv else "fresh session"
+    return f"{HEADER.lstrip(chr(10))}{launch.generation} of {launch.worker_id} ({spec.name}, {how}): {shown!r}\n"
+
+
 def start(
     spec: HostSpec, launch: Launch, *, environ: Mapping[str, str]
 ) -> tuple[subprocess.Popen[bytes], ProcessIdentity]:
@@ -128,7 +210,7 @@ def start(
     launch.log_file.parent.mkdir(parents=True, exist_ok=True)
     log = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(log, f"\n=== generation {launch.generation} of {launch.worker_id}: {argv!r}\n".encode())
+        os.write(log, ("\n" + header(spec, launch, argv)).encode())
         proc = subprocess.Popen(
             argv if not shell else argv[0],
             shell=shell,
@@ -147,3 +229,20 @@ def start(
     if identity is None:  # it already exited: still report its pid so the supervisor reaps and records it
         identity = ProcessIdentity(proc.pid, 0)
     return proc, identity
+
+
+def generation_output(log_file: Path, generation: int, *, limit: int = 4 * 1024 * 1024) -> str:
+    """What the current (last) generation wrote to the host log, up to ``limit`` bytes from its end."""
+    try:
+        with log_file.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - limit))
+            data = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    marker = f"{HEADER}{generation} "
+    at = data.rfind(marker)
+    if at < 0:
+        return data
+    body = data[at + 1 :]
+    return body.split("\n", 1)[1] if "\n" in body else ""

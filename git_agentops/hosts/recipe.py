@@ -9,6 +9,7 @@ generation; the last one repeats)::
     title = "Add a parser"; intent = "..."; criteria = ["parses x", "rejects y"]   # 2-5 criteria
     [coordinator]                      # optional
     finalize = true                    # request finalize once every child is delivered (default)
+    one_shot = false                   # true: end the turn after planning; finalize when woken (agent CLIs' way)
     question = "Which format?"         # asked once, before planning
     steps = [{ write = "skeleton.py", content = "" }, { commit = "Skeleton" }]
     [[tasks]]
@@ -128,6 +129,7 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class Coordinator:
     finalize: bool = True
+    one_shot: bool = False  # end the turn after planning and act when woken, as agent CLIs do
     question: str | None = None
     steps: tuple[Step, ...] = ()
 
@@ -399,6 +401,7 @@ def _build(doc: Mapping[str, Any], path: Path, digest: str) -> Recipe:
         plan=Plan(plan["title"], plan["intent"], tuple(map(_criterion, plan["criteria"]))),
         coordinator=Coordinator(
             finalize=bool(coordinator.get("finalize", True)),
+            one_shot=bool(coordinator.get("one_shot", False)),
             question=coordinator.get("question"),
             steps=tuple(map(_step, coordinator.get("steps", []))),
         ),

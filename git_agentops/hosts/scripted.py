@@ -255,7 +255,25 @@ class _Agent:
         for task in recipe.planning_order():
             if not self._plan_child(task):
                 return 1
+        if recipe.coordinator.one_shot:
+            return self._act_and_end_turn()
         return self._wait_and_finalize()
+
+    def _act_and_end_turn(self) -> int:
+        """One-shot: finalize when every child is delivered, otherwise end the turn and wait to be woken."""
+        instructions = self.instructions()
+        children = [t for t in instructions["tasks"] if t["id"] != instructions["rootTaskId"]]
+        if instructions.get("wake"):
+            self.log(f"woken: {instructions['wake']}")
+        blocked = [t for t in children if t["status"] == "blocked"]
+        if blocked:
+            for task in blocked:
+                self.log(f"task {task['title']!r} ({task['id']}) is blocked: {task['blockedReason']}")
+            return 2
+        if children and all(t["status"] == "delivered" for t in children) and self.recipe.coordinator.finalize:
+            return 0 if self.call("finalize", {})["ok"] else 1
+        self.log("ending my turn; the supervisor wakes me when something needs me")
+        return 0
 
     def _plan_child(self, task: Task) -> bool:
         ids = {entry["title"]: entry["id"] for entry in self.instructions()["tasks"]}

@@ -47,7 +47,7 @@ from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
-from ..receipts.build import integration_receipt, signing_keys
+from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
@@ -351,11 +351,12 @@ def _review(
     results = run_reviews(
         ctx.policy,
         checkout=checkout,
-        scratch=ctx.run_dir / "reviews",
         input_doc=doc,
         environ=ctx.environ,
         clock=ctx.clock,
         recipe=recipe if recipe.exists() else None,
+        git_common_dir=store.common_dir,
+        log_dir=ctx.run_dir / "reviews",
     )
     blocking = {r.reviewer: r.blocking for r in results if r.blocking}
     reviews = [r.to_json() for r in results]
@@ -399,6 +400,7 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
         policy_config_hash=ctx.policy.config_hash,
         created_at=ctx.clock.now(),
         keys=signing_keys(store),
+        usage=usage_record(view.workers()),
     )
     try:
         notes.add(candidate, data, message=f"Receipt of run {run.run_id}")

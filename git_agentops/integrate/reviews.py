@@ -1,14 +1,23 @@
 """Reviews of an integration candidate: each required reviewer host judges it and writes a report.
 
-A reviewer is an agent host run once in a checkout of the candidate, with ``$AGENTOPS_REVIEW_INPUT`` naming a
-JSON file (the goal, every task and its criteria, the candidate and its base, the diff and the verification
-evidence) and ``$AGENTOPS_REVIEW_REPORT`` naming where to write its report (``schemas/review-report.schema.json``:
-a verdict, per-criterion results, findings with a severity and a blocking flag). The built-in scripted agent plays
-a reviewer from a recipe's ``[[reviewers]]`` entry of the same name; any other host runs its argv, with
-``{input}`` and ``{report}`` replaced.
+A reviewer is an agent host run once, one-shot, in a checkout of the candidate. It gets:
+
+* a **prompt** (``{prompt}`` in its argv, and ``$AGENTOPS_PROMPT`` naming the file) that says what to review, where
+  the input is, where the report goes and the report's JSON Schema, inline;
+* the **input** -- the goal, every task and its criteria, the candidate and its base, the diff and the
+  verification evidence -- at ``.agentops/review/input-<reviewer>.json`` inside its working directory
+  (``{input}``, ``$AGENTOPS_REVIEW_INPUT``), where every CLI may read;
+* the **report** path, ``.agentops/review/report-<reviewer>.json`` (``{report}``, ``$AGENTOPS_REVIEW_REPORT``), also
+  inside the working directory, where every CLI may write; ``.agentops/review/`` is excluded from commits. The
+  report follows ``schemas/review-report.schema.json``: a verdict, per-criterion results, findings with a severity
+  and a blocking flag.
+
+A report that is missing or does not match the schema is asked for once more, with the validation error in the
+prompt; after that the reviewer has not approved anything. The built-in scripted agent plays a reviewer from a
+recipe's ``[[reviewers]]`` entry of the same name.
 
 A review *blocks* the integration when its verdict is ``reject``, when any finding is blocking, or when the
-reviewer wrote no valid report (a reviewer that crashed has not approved anything).
+reviewer wrote no valid report.
 """
 
 from __future__ import annotations
@@ -23,24 +32,31 @@ from typing import Any, Final
 from ..canonical import canonical_bytes, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..hosts.launch import host_spec
+from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec
 from ..model.policy import Policy
-from ..process.command import run_command
+from ..process.command import CommandResult, run_command
+from ..resources import data_dir
 from ..schema import documents
 
 MAX_DIFF: Final = 512 * 1024
 REVIEW_TIMEOUT: Final = 1800.0
+REVIEW_DIR: Final = ".agentops/review"
+ATTEMPTS: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Review:
+    """One reviewer's judgement: its report (None when it wrote no valid one) and the report's digest."""
+
     reviewer: str
-    report: Mapping[str, Any] | None  # None when no valid report was written
+    report: Mapping[str, Any] | None
     digest: str
     problem: str | None = None
+    attempts: int = 1
 
     @property
     def blocking(self) -> list[str]:
+        """Why this review stops the integration (empty when it approves)."""
         if self.report is None:
             return [self.problem or "no valid report"]
         found = [f"{f['severity']}: {f['message']}" for f in self.report["findings"] if f["blocking"]]
@@ -49,11 +65,13 @@ class Review:
         return found
 
     def to_json(self) -> dict[str, Any]:
+        """The predicate's review record."""
         verdict = self.report["verdict"] if self.report is not None else "missing"
         return {"reviewer": self.reviewer, "verdict": verdict, "reportDigest": self.digest}
 
 
 def diff_text(repo_dir: Path, base: str, candidate: str) -> str:
+    """``git diff --stat --patch base..candidate``, cut at 512 KiB (the reviewer can read the checkout itself)."""
     done = subprocess.run(
         ["git", "diff", "--stat", "--patch", f"{base}..{candidate}"],
         cwd=repo_dir,
@@ -74,6 +92,7 @@ def review_input(
     diff: str,
     evidence: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
+    """The document a reviewer reads."""
     return {
         "goal": goal,
         "tasks": list(tasks),
@@ -84,8 +103,88 @@ def review_input(
     }
 
 
+def report_schema() -> str:
+    """The report's JSON Schema as text, for the prompt."""
+    return (data_dir("schemas") / "review-report.schema.json").read_text("utf-8")
+
+
+def review_prompt(
+    name: str, input_doc: Mapping[str, Any], *, input_path: str, report_path: str, retry: str | None
+) -> str:
+    """What a reviewer is asked (see the module docstring)."""
+    criteria = [
+        f"- task {t.get('id')} ({t.get('title')}), criterion {c.get('id')}: {c.get('description')}"
+        for t in input_doc.get("tasks", [])
+        for c in t.get("criteria", [])
+    ]
+    lines = [
+        f"# You are reviewer `{name}` of a git-agentops integration",
+        "",
+        f"Goal of the run: {input_doc.get('goal', '')}",
+        "",
+        f"The current directory is a checkout of the integration candidate {str(input_doc.get('candidate'))[:12]}, "
+        f"built on {str(input_doc.get('base'))[:12]}; it already passed the repository's verification. Judge whether "
+        "it meets the goal and every acceptance criterion below, and whether it is safe to publish.",
+        "",
+        f"Read the review input, `{input_path}` (JSON: goal, tasks with their criteria, base, candidate, diff, "
+        "verification evidence), and the code itself. Do not change any file except the report.",
+        "",
+        "Acceptance criteria:",
+        *(criteria or ["(none recorded)"]),
+        "",
+        f"Write your report, as one JSON document, to `{report_path}`, then end your turn. It must match this JSON "
+        "Schema exactly: every criterion above appears once in `criteria` (with its `taskId` and `id`, result "
+        "`pass`, `fail` or `unknown`); `verdict` is `approve` or `reject`; each finding has a `severity` "
+        "(info, low, medium, high, critical), a `message` and `blocking` (true only for what must be fixed before "
+        f'publishing); `reviewer` is "{name}".',
+        "",
+        "```json",
+        report_schema().strip(),
+        "```",
+    ]
+    if retry:
+        lines += ["", "## Your previous report was not accepted", "", retry, "", "Write a valid report this time."]
+    return "\n".join(lines) + "\n"
+
+
 def run_reviews(
     policy: Policy,
+    *,
+    checkout: Path,
+    input_doc: Mapping[str, Any],
+    environ: Mapping[str, str],
+    clock: Clock,
+    recipe: Path | None,
+    git_common_dir: Path | None = None,
+    log_dir: Path | None = None,
+) -> list[Review]:
+    """Run the policy's required reviewers in turn on ``checkout``; one :class:`Review` each."""
+    review = policy.doc["review"]
+    names = list(review["reviewers"])[: int(review["required"])]
+    scratch = checkout / REVIEW_DIR
+    scratch.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in names:
+        results.append(
+            _review(
+                name,
+                host_spec(policy, name),
+                checkout=checkout,
+                scratch=scratch,
+                input_doc=input_doc,
+                environ=environ,
+                clock=clock,
+                recipe=recipe,
+                git_common_dir=git_common_dir,
+                log_dir=log_dir,
+            )
+        )
+    return results
+
+
+def _review(
+    name: str,
+    spec: HostSpec,
     *,
     checkout: Path,
     scratch: Path,
@@ -93,51 +192,84 @@ def run_reviews(
     environ: Mapping[str, str],
     clock: Clock,
     recipe: Path | None,
-) -> list[Review]:
-    """Run the policy's required reviewers in turn on ``checkout``; one :class:`Review` each."""
-    review = policy.doc["review"]
-    names = list(review["reviewers"])[: int(review["required"])]
-    scratch.mkdir(parents=True, exist_ok=True)
-    input_path = scratch / "review-input.json"
+    git_common_dir: Path | None,
+    log_dir: Path | None,
+) -> Review:
+    input_path = scratch / f"input-{name}.json"
+    report_path = scratch / f"report-{name}.json"
+    prompt_path = scratch / f"prompt-{name}.md"
     input_path.write_bytes(canonical_bytes(dict(input_doc)) + b"\n")
-    results = []
-    for name in names:
-        spec = host_spec(policy, name)
-        report_path = scratch / f"review-{name}.json"
+    relative = {"input": f"{REVIEW_DIR}/{input_path.name}", "report": f"{REVIEW_DIR}/{report_path.name}"}
+    retry: str | None = None
+    result: Review | None = None
+    for attempt in range(1, ATTEMPTS + 1):
         report_path.unlink(missing_ok=True)
-        env = {k: v for k, v in environ.items() if not k.startswith("AGENTOPS_")}
-        env.update(spec.env)
-        env.update(
-            {
-                "AGENTOPS_REVIEW_INPUT": str(input_path),
-                "AGENTOPS_REVIEW_REPORT": str(report_path),
-                "AGENTOPS_REVIEWER": name,
-            }
+        prompt_path.write_text(
+            review_prompt(name, input_doc, input_path=relative["input"], report_path=relative["report"], retry=retry),
+            "utf-8",
         )
-        if recipe is not None:
-            env["AGENTOPS_RECIPE"] = str(recipe)
-        if spec.kind == "scripted":
-            argv: list[str] | str = [sys.executable, "-m", "git_agentops.cli.agent"]
-            shell = False
-        elif isinstance(spec.argv, str):
-            argv, shell = spec.argv.replace("{input}", str(input_path)).replace("{report}", str(report_path)), True
-        else:
-            argv = [a.replace("{input}", str(input_path)).replace("{report}", str(report_path)) for a in spec.argv]
-            shell = False
-        result = run_command(argv, cwd=checkout, env=env, timeout=REVIEW_TIMEOUT, shell=shell, clock=clock)
-        results.append(_read_report(name, report_path, result))
-    return results
+        launch = Launch(
+            worktree=checkout,
+            mailbox=checkout / ".agentops" / "mailbox",
+            prompt_file=prompt_path,
+            log_file=(log_dir or scratch) / f"review-{name}.log",
+            run_id=environ.get("AGENTOPS_RUN_ID", ""),
+            worker_id=f"reviewer-{name}",
+            generation=attempt,
+            recipe=recipe,
+            git_common_dir=git_common_dir,
+            extra={"input": str(input_path), "report": str(report_path)},
+        )
+        ran = _run_reviewer(name, spec, launch, environ=environ, clock=clock, recipe=recipe)
+        result = _read_report(name, report_path, ran, attempt)
+        if result.report is not None:
+            return result
+        retry = result.problem
+    assert result is not None
+    return result
 
 
-def _read_report(name: str, path: Path, result: Any) -> Review:
+def _run_reviewer(
+    name: str, spec: HostSpec, launch: Launch, *, environ: Mapping[str, str], clock: Clock, recipe: Path | None
+) -> CommandResult:
+    env = agent_environment(environ, spec, launch)
+    for key in ("AGENTOPS_RUN_ID", "AGENTOPS_WORKER_ID", "AGENTOPS_GENERATION", "AGENTOPS_MAILBOX"):
+        env.pop(key, None)  # a reviewer is not a worker: it has no mailbox and sends no requests
+    env.update(
+        {
+            "AGENTOPS_REVIEW_INPUT": launch.extra["input"],
+            "AGENTOPS_REVIEW_REPORT": launch.extra["report"],
+            "AGENTOPS_REVIEWER": name,
+            "AGENTOPS_PROMPT": str(launch.prompt_file),
+        }
+    )
+    if recipe is not None:
+        env["AGENTOPS_RECIPE"] = str(recipe)
+    if spec.kind == "scripted":
+        argv: list[str] | str = [sys.executable, "-m", "git_agentops.cli.agent"]
+        shell = False
+    else:
+        command, shell = command_for(spec, launch)
+        argv = command[0] if shell else command
+    result = run_command(argv, cwd=launch.worktree, env=env, timeout=REVIEW_TIMEOUT, shell=shell, clock=clock)
+    try:
+        launch.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with launch.log_file.open("ab") as handle:
+            handle.write(f"\n=== review attempt {launch.generation} by {name}\n".encode() + result.output[-65536:])
+    except OSError:
+        pass
+    return result
+
+
+def _read_report(name: str, path: Path, result: CommandResult, attempt: int) -> Review:
     try:
         data = path.read_bytes()
     except OSError:
         why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
         tail = result.tail.decode("utf-8", errors="replace")[-600:]
-        return Review(name, None, sha256_hex(b""), f"reviewer {name} wrote no report ({why}): {tail}")
+        return Review(name, None, sha256_hex(b""), f"reviewer {name} wrote no report ({why}): {tail}", attempt)
     try:
         report = documents.load(data, schema="review-report", what=f"review report of {name}")
     except AgentOpsError as exc:
-        return Review(name, None, sha256_hex(data), f"reviewer {name} wrote an invalid report: {exc.message}")
-    return Review(name, report, sha256_hex(data))
+        return Review(name, None, sha256_hex(data), f"reviewer {name} wrote an invalid report: {exc.message}", attempt)
+    return Review(name, report, sha256_hex(data), None, attempt)

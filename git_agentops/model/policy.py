@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..canonical import canonical_json, digest
+from . import hosts
 
 DEFAULT_TARGET: Final = "main"
 DEFAULT_BUDGET: Final = "90m"
@@ -29,6 +30,31 @@ def duration_seconds(text: str) -> int:
     return sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
 
 
+_MONEY: Final = re.compile(r"\$?([0-9]{1,7}(?:\.[0-9]{1,4})?)\s*(?:usd|\$)?", re.IGNORECASE)
+_TOKENS: Final = re.compile(r"([0-9]{1,12})\s*([km]?)\s*-?\s*tokens?", re.IGNORECASE)
+_DURATION: Final = re.compile(r"(?:[0-9]{1,6}[smhd]){1,4}")
+
+
+def budget_amount(text: str) -> tuple[int, float, int]:
+    """``--add-budget`` text as (seconds, dollars, tokens): ``30m``, ``$2.50`` / ``2.5usd``, ``50k tokens``.
+
+    Raises ValueError for anything else (the CLI reports it as a usage error).
+    """
+    value = text.strip()
+    if _DURATION.fullmatch(value):
+        return duration_seconds(value), 0.0, 0
+    tokens = _TOKENS.fullmatch(value)
+    if tokens:
+        scale = {"": 1, "k": 1000, "m": 1_000_000}[tokens.group(2).lower()]
+        return 0, 0.0, int(tokens.group(1)) * scale
+    money = _MONEY.fullmatch(value)
+    if money and (value.startswith("$") or value.lower().endswith(("usd", "$"))):
+        return 0, float(money.group(1)), 0
+    raise ValueError(
+        f"{text!r} is not a budget: give a duration (30m), dollars ($2.50 or 2.5usd) or tokens (50k tokens)"
+    )
+
+
 def _command_defaults(command: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(command)
     out.setdefault("shell", False)
@@ -41,6 +67,26 @@ def _command_defaults(command: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str, Any]:
+    """A host with its kind's default argv, resume argv and environment filled in (:mod:`.hosts`), so that the
+    config hash -- and what ``policy trust`` shows -- covers exactly what will run."""
+    kind = host["kind"]
+    argv = host.get("argv") or list(hosts.default_argv(kind, verify_argvs))
+    shell = bool(host.get("shell", False))
+    resume_argv = host.get("resume_argv")
+    if resume_argv is None:
+        resume_argv = [] if shell or isinstance(argv, str) else list(hosts.default_resume_argv(kind, argv))
+    out = {
+        **host,
+        "argv": argv,
+        "shell": shell,
+        "env": {**hosts.default_env(kind, verify_argvs), **host.get("env", {})},
+        "resume_argv": resume_argv,
+    }
+    out.setdefault("resume", bool(resume_argv))
+    return out
+
+
 def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The policy with every default explicit (the document whose hash is the config hash)."""
     run = dict(doc.get("run", {}))
@@ -49,8 +95,10 @@ def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
     run.setdefault("max_workers", 3)
     run.setdefault("worktree_root", DEFAULT_WORKTREE_ROOT)
     run.setdefault("default_host", "scripted")
+    run.setdefault("finalize", "coordinator")
     verify = doc.get("verify", {})
-    hosts = {name: {"argv": [], "env": {}, "shell": False, **host} for name, host in doc.get("hosts", {}).items()}
+    verify_argvs = [c["argv"] for c in (*verify.get("commands", []), *verify.get("runners", []))]
+    hosts = {name: _host_defaults(host, verify_argvs) for name, host in doc.get("hosts", {}).items()}
     review = {"required": 0, "reviewers": [], **doc.get("review", {})}
     receipts = {"require_signature": False, **doc.get("receipts", {})}
     guardrails = {"secret_scanning": True, "deny_patterns": [], **doc.get("guardrails", {})}

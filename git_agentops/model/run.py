@@ -108,6 +108,8 @@ class Run:
     policy_config_hash: str
     budget_seconds: int
     created_at: float
+    cost_limit_usd: float | None = None
+    token_limit: int | None = None
     status: RunStatus = RunStatus.ACTIVE
     status_reason: str | None = None
     disable_restart: bool = False
@@ -149,7 +151,12 @@ class Run:
             "contractHash": self.contract_hash,
             "contractRevision": self.contract_revision,
             "recipeDigest": self.recipe_digest,
-            "budget": {"limitSeconds": self.budget_seconds, "intervals": [i.to_json() for i in self.intervals]},
+            "budget": {
+                "limitSeconds": self.budget_seconds,
+                "intervals": [i.to_json() for i in self.intervals],
+                "costLimitUsd": self.cost_limit_usd,
+                "tokenLimit": self.token_limit,
+            },
             "createdAt": self.created_at,
             "supervisorStarts": list(self.supervisor_starts),
             "lastUserResume": self.last_user_resume,
@@ -169,6 +176,8 @@ class Run:
             repository=doc["repository"],
             policy_config_hash=doc["policyConfigHash"],
             budget_seconds=int(doc["budget"]["limitSeconds"]),
+            cost_limit_usd=doc["budget"].get("costLimitUsd"),
+            token_limit=doc["budget"].get("tokenLimit"),
             created_at=float(doc["createdAt"]),
             status=RunStatus(doc["status"]),
             status_reason=doc.get("statusReason"),
@@ -225,6 +234,35 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """What one generation of a worker cost, as its host reported it (tokens, and dollars where it says)."""
+
+    generation: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens together (what a token budget counts)."""
+        return self.input_tokens + self.output_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``usage[]`` entry of a worker record."""
+        return {
+            "generation": self.generation,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "costUsd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Usage:
+        """Read a ``usage[]`` entry back."""
+        return cls(int(doc["generation"]), int(doc["inputTokens"]), int(doc["outputTokens"]), doc.get("costUsd"))
+
+
+@dataclass(frozen=True, slots=True)
 class Worker:
     """A worker record, ``workers/<id>.json`` in the run's state journal.
 
@@ -246,6 +284,9 @@ class Worker:
     started_at: float | None = None
     blocked_reason: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    session: str | None = None  # the host's session id of its latest generation, for resuming it
+    usage: tuple[Usage, ...] = ()
+    woken_for: tuple[str, ...] = ()  # the events an idle coordinator was already woken for
 
     @property
     def active(self) -> bool:
@@ -270,6 +311,9 @@ class Worker:
             "startedAt": self.started_at,
             "blockedReason": self.blocked_reason,
             "extra": dict(self.extra),
+            "session": self.session,
+            "usage": [u.to_json() for u in self.usage],
+            "wokenFor": list(self.woken_for),
         }
 
     @classmethod
@@ -295,6 +339,9 @@ class Worker:
             started_at=doc.get("startedAt"),
             blocked_reason=doc.get("blockedReason"),
             extra=dict(doc.get("extra", {})),
+            session=doc.get("session"),
+            usage=tuple(Usage.from_json(u) for u in doc.get("usage", ())),
+            woken_for=tuple(doc.get("wokenFor", ())),
         )
 
 
@@ -414,3 +461,21 @@ def worker_contract(run: Run, worker: Worker, tasks: Mapping[str, Task]) -> str:
     if worker.role is Role.COORDINATOR or own is None:
         return run.contract_hash
     return task_contract_hash(own)
+
+
+def with_usage(worker: Worker, usage: Usage) -> tuple[Usage, ...]:
+    """The worker's usage with this generation's entry set (a generation is accounted once; the newest wins)."""
+    kept = tuple(u for u in worker.usage if u.generation != usage.generation)
+    return (*kept, usage)[-64:]
+
+
+def total_usage(workers: Iterable[Worker]) -> tuple[int, float | None]:
+    """(tokens, dollars) over every generation of every worker; dollars is None when no host reported any."""
+    tokens = 0
+    cost: float | None = None
+    for worker in workers:
+        for usage in worker.usage:
+            tokens += usage.tokens
+            if usage.cost_usd is not None:
+                cost = (cost or 0.0) + usage.cost_usd
+    return tokens, cost

@@ -19,7 +19,7 @@ from .statement import build_predicate, build_statement
 if TYPE_CHECKING:  # pygit2 (through the store) stays out of the receipts package's imports
     from ..gitstore.repo import Store
     from ..model.integration import Integration
-    from ..model.run import Run
+    from ..model.run import Run, Worker
     from ..model.task import Task
 
 
@@ -65,6 +65,7 @@ def integration_receipt(
     policy_config_hash: str,
     created_at: float,
     keys: Sequence[Path],
+    usage: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``)."""
     integration = run.integration
@@ -87,7 +88,17 @@ def integration_receipt(
         verification=[dict(v) for v in integration.verification or ()],
         reviews=[dict(r) for r in integration.reviews or ()],
         created_at=created_at,
+        usage=usage,
     )
     tree = str(integration.steps[-1]["tree"])
     statement = build_statement(commit=integration.candidate, tree=tree, subject_name=run.target, predicate=predicate)
     return make_receipt(statement, keys=keys)
+
+
+def usage_record(workers: Sequence[Worker]) -> dict[str, Any]:
+    """The receipt's ``usage`` section: what every generation of every worker reported, and the totals."""
+    from ..model.run import total_usage
+
+    tokens, cost = total_usage(workers)
+    generations = [{"workerId": worker.worker_id, **usage.to_json()} for worker in workers for usage in worker.usage]
+    return {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}

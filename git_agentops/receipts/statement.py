@@ -55,6 +55,8 @@ SUBJECT_PREFIX: Final = "git:"
 
 SEALED: Final = ("goal", "policy", "tasks", "deliveries", "integration", "verification", "reviews")
 """The predicate keys whose values are seals, in the order a verifier checks them."""
+OPTIONAL_SEALED: Final = ("usage",)
+"""Sealed keys a receipt may carry (receipts made before they existed do not): checked when present."""
 
 _EVIDENCE_FIELDS: Final = (
     "commandId",
@@ -110,12 +112,14 @@ def build_predicate(
     verification: Sequence[Mapping[str, Any]],
     reviews: Sequence[Mapping[str, Any]],
     created_at: float | str,
+    usage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
     ``tasks`` may be :class:`..model.task.Task` values (see :func:`task_record`) or records already in the
     predicate's form; ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same
-    order); ``created_at`` seconds since the epoch or an RFC 3339 UTC string. The builder records;
+    order); ``created_at`` seconds since the epoch or an RFC 3339 UTC string; ``usage`` the tokens and dollars the
+    agent hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given. The builder records;
     it does not judge completeness -- :mod:`.verify` does. Raises ``SCHEMA_INVALID`` for a value the schema
     refuses (a programming error in the caller) and ``CANONICAL_UNSUPPORTED`` for one with no canonical form.
     """
@@ -144,6 +148,8 @@ def build_predicate(
         "toolkitVersion": toolkit_version,
         "createdAt": iso8601(created_at) if isinstance(created_at, int | float) else created_at,
     }
+    if usage is not None:
+        predicate["usage"] = seal(dict(usage))
     documents.validate(predicate, "receipt-predicate", what="receipt predicate")
     return predicate
 

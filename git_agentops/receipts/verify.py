@@ -35,7 +35,7 @@ from ..canonical import check_seal
 from ..errors import AgentOpsError
 from . import sshsig
 from .dsse import Envelope, parse_envelope
-from .statement import SEALED, chain_problem, completeness_problem, goal_hash
+from .statement import OPTIONAL_SEALED, SEALED, chain_problem, completeness_problem, goal_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +164,7 @@ def _check_subject(statement: Mapping[str, Any], commit: str, tree: str) -> None
 
 def _check_seals(predicate: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for key in SEALED:
+    for key in (*SEALED, *(k for k in OPTIONAL_SEALED if k in predicate)):
         try:
             values[key] = check_seal(predicate[key])
         except AgentOpsError as exc:

@@ -14,7 +14,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model.run import Role, Run, RunStatus, WorkerStatus, used_seconds
+from ..model.run import Role, Run, RunStatus, WorkerStatus, total_usage, used_seconds
 from ..model.task import TaskStatus
 from . import state as runstate
 from . import tasks as taskbook
@@ -51,7 +51,9 @@ def stop(store: Store, run_id: str) -> Run:
     return _control(store, run_id, "RUN_STOPPED", "stopped by the user", fn)
 
 
-def resume(store: Store, run_id: str, clock: Clock, *, add_budget: int = 0) -> Run:
+def resume(
+    store: Store, run_id: str, clock: Clock, *, add_budget: int = 0, add_cost_usd: float = 0.0, add_tokens: int = 0
+) -> Run:
     """Make a paused, stopped, blocked or budget-limited run active again (a *user resume*)."""
 
     def fn(change: Change, view: runstate.RunView) -> Run:
@@ -67,6 +69,8 @@ def resume(store: Store, run_id: str, clock: Clock, *, add_budget: int = 0) -> R
             disable_restart=False,
             last_user_resume=clock.now(),
             budget_seconds=run.budget_seconds + add_budget,
+            cost_limit_usd=run.cost_limit_usd + add_cost_usd if run.cost_limit_usd is not None else None,
+            token_limit=run.token_limit + add_tokens if run.token_limit is not None else None,
         )
         runstate.put_run(change, run)
         for worker in view.workers():  # a resume is the user saying "try again"
@@ -115,6 +119,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
     run = view.run()
     tasks = view.tasks()
     order = {t: i for i, t in enumerate(run.plan_order)}
+    tokens, cost = total_usage(view.workers())
     return {
         "runId": run.run_id,
         "status": str(run.status),
@@ -126,6 +131,10 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
         "budget": {
             "usedSeconds": round(used_seconds(run.intervals, clock.now()), 1),
             "limitSeconds": run.budget_seconds,
+            "usedTokens": tokens,
+            "tokenLimit": run.token_limit,
+            "usedCostUsd": round(cost, 6) if cost is not None else None,
+            "costLimitUsd": run.cost_limit_usd,
         },
         "contractHash": run.contract_hash,
         "rootTaskId": run.root_task_id,
@@ -139,6 +148,8 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
                 "taskId": w.task_id,
                 "worktree": w.worktree,
                 "blockedReason": w.blocked_reason,
+                "session": w.session,
+                "usage": [u.to_json() for u in w.usage],
             }
             for w in sorted(view.workers(), key=lambda w: (w.role is not Role.COORDINATOR, w.worker_id))
         ],

@@ -23,7 +23,7 @@ from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
-from ..hosts.launch import host_spec
+from ..hosts.launch import check_available, host_spec
 from ..model.policy import Policy, duration_seconds
 from ..model.run import Role, Run, Worker
 from ..model.task import contract_hash
@@ -117,6 +117,9 @@ def create_run(
         raise AgentOpsError("USAGE", f"--budget {budget!r} is not a duration like 90m or 1h30m")
     host = host or policy.doc["run"]["default_host"]
     spec = host_spec(policy, host)
+    check_available(spec, environ)
+    for reviewer in list(policy.doc["review"]["reviewers"])[: int(policy.doc["review"]["required"])]:
+        check_available(host_spec(policy, reviewer), environ)
     recipe_bytes = None
     if recipe is not None:
         from ..hosts.recipe import load_recipe
@@ -137,6 +140,8 @@ def create_run(
         repository=str(root),
         policy_config_hash=policy.config_hash,
         budget_seconds=budget_seconds,
+        cost_limit_usd=policy.doc["run"].get("max_cost_usd"),
+        token_limit=policy.doc["run"].get("max_tokens"),
         created_at=now,
         contract_hash=contract_hash([]),
     )

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..canonical import digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..integrate.delivery import Handoff, check_handoff, deliver
@@ -92,8 +93,12 @@ def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         if unknown:
             raise AgentOpsError("RUN_DEPENDENCY_UNKNOWN", f"unknown dependencies: {', '.join(unknown)}")
         replanning = doc.get("taskId")
-        if replanning is not None and (replanning not in tasks or tasks[replanning].status is not TaskStatus.PLANNED):
-            raise AgentOpsError("RUN_PLAN_INVALID", f"{replanning} is not a planned task that can be re-planned")
+        if replanning is not None and (
+            replanning not in tasks or tasks[replanning].status not in (TaskStatus.PLANNED, TaskStatus.BLOCKED)
+        ):
+            raise AgentOpsError(
+                "RUN_PLAN_INVALID", f"{replanning} is not a planned or blocked task that can be re-planned"
+            )
         task_id = replanning or taskbook.new_task_id()
         edges = {t.id: list(t.dependencies) for t in tasks.values()}
         edges[task_id] = dependencies
@@ -117,7 +122,15 @@ def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         if replanning:
             old = tasks[replanning]
             taskbook.put(change, replace(old, superseded_by=old.revision + 1))
-            taskbook.put(change, replace(task, revision=old.revision + 1))
+            taskbook.put(change, replace(task, revision=old.revision + 1, extra=dict(old.extra)))
+            if old.status is TaskStatus.BLOCKED:  # what it blocked may run again once it delivers
+                for other in tasks.values():
+                    if (
+                        other.status is TaskStatus.BLOCKED
+                        and other.blocked_reason
+                        and replanning in other.blocked_reason
+                    ):
+                        taskbook.put(change, replace(other, status=TaskStatus.PLANNED, blocked_reason=None))
         else:
             taskbook.create(change, task)
             runstate.put_run(change, replace(run, plan_order=(*run.plan_order, task.id)))
@@ -191,12 +204,13 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
         event="WORKER_HANDING_OFF",
         summary=f"{worker.worker_id} hands off {head[:12]}",
     )
-    loop.kill(worker)
+    accounted = loop.kill(worker)
     loop.set_worker(
         worker.worker_id,
         process=None,
         event="WORKER_STOPPED_FOR_HANDOFF",
         summary=f"{worker.worker_id} generation {worker.generation} stopped for its handoff",
+        **accounted,
     )
     ctx = loop.ctx
     loop.submit(worker.worker_id, lambda store: deliver(ctx, store, job))
@@ -211,20 +225,47 @@ def finalize(loop: Loop, worker: Worker, request: Request) -> None:
         "rawDigest": request.raw_digest,
         "generation": worker.generation,
     }
+    begin_integration(loop, worker, pending, summary=f"{worker.worker_id} asks to finalize")
+    accounted = loop.kill(worker)
+    if accounted:
+        loop.set_worker(worker.worker_id, event="WORKER_STOPPED", summary="stopped for integration", **accounted)
+    ctx = loop.ctx
+    loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
+
+
+def auto_finalize(loop: Loop, coordinator: Worker, wake_key: str) -> None:
+    """``[run] finalize = "auto"``: every child delivered, so integrate without waking the coordinator.
+
+    The integration answers a request of the supervisor's own (``automatic``), so that a failure is recorded and
+    restarts the coordinator with it exactly as a failed ``finalize`` would.
+    """
+    check_finalize(coordinator, loop.state.run(), loop.state.tasks())
+    key = digest({"auto-finalize": wake_key})
+    pending = {
+        "requestId": f"auto-finalize-{key[:12]}",
+        "requestDigest": key,
+        "rawDigest": key,
+        "generation": coordinator.generation,
+        "automatic": True,
+    }
+    begin_integration(loop, coordinator, pending, summary="every child is delivered: integrating", woken_for=wake_key)
+    ctx = loop.ctx
+    loop.submit(coordinator.worker_id, lambda store: integrate(ctx, store))
+
+
+def begin_integration(
+    loop: Loop, worker: Worker, pending: dict[str, Any], *, summary: str, woken_for: str | None = None
+) -> None:
+    """Record the integration as requested and the coordinator as handing off, in one commit."""
 
     def begin(change: Change, view: runstate.RunView) -> None:
         integration = Integration(IntegrationStatus.REQUESTED, request=pending, attempts=0)
         runstate.put_run(change, replace(view.run(), integration=integration))
-        runstate.put_worker(change, replace(view.worker(worker.worker_id), status=WorkerStatus.HANDING_OFF))
+        current = view.worker(worker.worker_id)
+        woken = (*current.woken_for, woken_for) if woken_for else current.woken_for
+        runstate.put_worker(change, replace(current, status=WorkerStatus.HANDING_OFF, woken_for=woken))
 
-    runstate.mutate(
-        loop.journal,
-        begin,
-        Event("INTEGRATION_REQUESTED", f"{worker.worker_id} asks to finalize", {"requestId": request.request_id}),
-    )
-    loop.kill(worker)
-    ctx = loop.ctx
-    loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
+    runstate.mutate(loop.journal, begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending["requestId"]}))
 
 
 def policy(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans
 from ..integrate.pipeline import integrate
+from ..model.lifecycle import wake_events
 from ..model.policy import Policy
 from ..model.run import (
     Run,
@@ -45,6 +46,7 @@ from ..model.run import (
     close_intervals,
     is_restart_storm,
     open_interval,
+    total_usage,
     used_seconds,
 )
 from ..policy.trust import Verdict
@@ -52,7 +54,7 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal
 from . import requests, scheduler
-from .actions import ACTIONS
+from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
 from .cache import StateCache
 from .workers import Workers
@@ -126,8 +128,8 @@ class Supervisor:
     def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
         return self.workers.set(worker_id, event=event, summary=summary, **changes)
 
-    def kill(self, worker: Worker) -> None:
-        self.workers.kill(worker)
+    def kill(self, worker: Worker) -> dict[str, Any]:
+        return self.workers.kill(worker)
 
     def stop_all(self, status: WorkerStatus, reason: str) -> None:
         self.workers.stop_all(status, reason)
@@ -258,14 +260,14 @@ class Supervisor:
                 self.state.refresh()
                 return self.state.run().status
             now = self.clock.now()
-            if used_seconds(run.intervals, now) >= run.budget_seconds:
-                self._set_status(
-                    RunStatus.BUDGET_LIMITED, f"active-time budget of {run.budget_seconds}s spent", disable=True
-                )
+            spent = self._budget_spent(run, now)
+            if spent is not None:
+                self._set_status(RunStatus.BUDGET_LIMITED, spent, disable=True)
                 continue
             self._heartbeat(now)
             self.workers.reap()
             self._collect_jobs()
+            self._wake_coordinator()
             if run.status is RunStatus.AWAITING_INPUT:
                 time.sleep(self.poll)
                 continue
@@ -287,7 +289,39 @@ class Supervisor:
                     return served
         return served
 
+    def _wake_coordinator(self) -> None:
+        """Start an idle coordinator again for the events that need it (or integrate, with finalize = "auto")."""
+        run = self.state.run()
+        coordinator = self.state.workers().get(run.coordinator_id)
+        if coordinator is None or coordinator.status is not WorkerStatus.IDLE or self.busy(coordinator.worker_id):
+            return
+        if run.status is not RunStatus.ACTIVE:
+            return
+        events = wake_events(run, coordinator, self.state.tasks(), self.state.answers())
+        if not events:
+            return
+        if self.policy.doc["run"]["finalize"] == "auto" and [e.kind for e in events] == ["delivered"]:
+            auto_finalize(self, coordinator, events[0].key)
+        else:
+            try:
+                self.workers.start(coordinator.worker_id, wake=events)
+            except AgentOpsError as exc:
+                if exc.code != "RUN_NOT_ACTIVE":
+                    self.workers.block(coordinator.worker_id, exc.code, exc.message)
+        self.state.refresh()
+
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
+    def _budget_spent(self, run: Run, now: float) -> str | None:
+        """Why the run's budget is spent -- active time, dollars or tokens as the hosts reported them -- or None."""
+        if used_seconds(run.intervals, now) >= run.budget_seconds:
+            return f"active-time budget of {run.budget_seconds}s spent"
+        tokens, cost = total_usage(self.state.workers().values())
+        if run.cost_limit_usd is not None and cost is not None and cost >= run.cost_limit_usd:
+            return f"cost budget of ${run.cost_limit_usd:.2f} spent (${cost:.2f} reported by the hosts)"
+        if run.token_limit is not None and tokens >= run.token_limit:
+            return f"token budget of {run.token_limit} spent ({tokens} reported by the hosts)"
+        return None
+
     def _heartbeat(self, now: float) -> None:
         if now - self._last_heartbeat >= HEARTBEAT_EVERY:
             write_private(self.dir, "heartbeat", f"{now}\n".encode())

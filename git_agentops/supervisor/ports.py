@@ -36,8 +36,9 @@ class Loop(Protocol):
         """Update one worker record by CAS, recording ``event``."""
         ...
 
-    def kill(self, worker: Worker) -> None:
-        """Stop the worker's process group and reap it (nothing of it runs on return)."""
+    def kill(self, worker: Worker) -> dict[str, Any]:
+        """Stop the worker's process group and reap it (nothing of it runs on return); returns the worker changes
+        that account for the stopped generation (session, usage), for the caller's next update."""
         ...
 
     def stop_all(self, status: WorkerStatus, reason: str) -> None:

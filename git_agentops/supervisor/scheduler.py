@@ -98,6 +98,7 @@ def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -
         taskbook.put(
             change, replace(current, status=TaskStatus.RUNNING, extra={**current.extra, "workerId": worker_id})
         )
+        previous = view.worker(worker_id) if f"{worker_id}.json" in view.view.list("workers") else None
         runstate.put_worker(
             change,
             Worker(
@@ -108,8 +109,10 @@ def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -
                 branch=where.branch,
                 task_id=task_id,
                 status=WorkerStatus.ASSIGNED,
-                generation=0,
+                generation=previous.generation if previous else 0,  # a fencing token never goes back
                 extra={"provisioning": True},
+                session=previous.session if previous else None,
+                usage=previous.usage if previous else (),
             ),
         )
 

@@ -4,8 +4,12 @@
   instructions and prompt, and launch its host in its worktree;
 * **kill** -- SIGTERM the worker's process group, SIGKILL after the grace period, and reap it: once this returns
   nothing of that generation runs;
-* **reap** -- a worker whose process ended without a delivery has failed (``RUN_WORKER_EXITED``, with the end of
-  its log);
+* **reap** -- a worker whose process ended is accounted (the session id and usage its host reported) and then
+  judged: a coordinator that ended its turn after planning is *idle* (:mod:`git_agentops.model.lifecycle`); any
+  other end without a delivery is a failure (``RUN_WORKER_EXITED``, with the end of its log); a resumed session
+  that failed at once is dropped and the worker starts afresh;
+* **wake** -- an idle coordinator starts again (a new generation, its session resumed where the host can) once
+  for each event that needs it;
 * **fail** -- record the failure; restart with a diagnostic, unless the same failure repeated without progress,
   which blocks;
 * **block** -- the worker, its task and every task depending on it (and the run, for the coordinator).
@@ -28,7 +32,9 @@ from ..gitstore.checkout import head as checkout_head
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
-from ..hosts.launch import Launch, host_spec, start
+from ..hosts.launch import Launch, generation_output, host_spec, start
+from ..hosts.output import parse as parse_output
+from ..model.lifecycle import Wake, idle_problem
 from ..model.policy import Policy
 from ..model.run import (
     MAX_GENERATIONS,
@@ -36,11 +42,13 @@ from ..model.run import (
     ProcessRef,
     Role,
     RunStatus,
+    Usage,
     Worker,
     WorkerStatus,
     dependents,
     fingerprint,
     no_progress,
+    with_usage,
 )
 from ..model.task import TaskStatus
 from ..process.groups import ProcessIdentity, is_alive, terminate_group
@@ -50,7 +58,8 @@ from ..runs import tasks as taskbook
 from .briefing import Briefing
 from .cache import StateCache
 
-ALIVE = (WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.IDLE)
+ALIVE = (WorkerStatus.STARTING, WorkerStatus.RUNNING)
+"""A generation's process runs (an ``idle`` coordinator has none: it ended its turn and waits to be woken)."""
 
 
 class Workers:
@@ -95,9 +104,14 @@ class Workers:
         return runstate.mutate(self.state.journal, update, Event(event, summary, {"workerId": worker_id}))
 
     # -- processes ---------------------------------------------------------------------------------------------------
-    def kill(self, worker: Worker) -> None:
-        """Stop a worker's process group (SIGTERM, then SIGKILL after the grace) and reap it."""
+    def kill(self, worker: Worker) -> dict[str, Any]:
+        """Stop a worker's process group (SIGTERM, then SIGKILL after the grace) and reap it.
+
+        Returns the worker changes that account for the stopped generation (:meth:`account`), for the caller's next
+        update of the worker; empty when there was no process.
+        """
         proc = self.procs.pop(worker.worker_id, None)
+        had_process = proc is not None or worker.process is not None
         if worker.process is not None and is_alive(ProcessIdentity(worker.process.pid, worker.process.start_time)):
             terminate_group(worker.process.pid, grace=self.grace)
         if proc is not None:
@@ -105,6 +119,37 @@ class Workers:
                 proc.wait(timeout=self.grace + 2)
             except subprocess.TimeoutExpired:
                 self.log(f"{worker.worker_id}: pid {proc.pid} survived SIGKILL; it will be reaped later")
+        return self.account(worker) if had_process else {}
+
+    def account(self, worker: Worker) -> dict[str, Any]:
+        """The session id and usage the host reported for the worker's current generation, as worker changes.
+
+        A model host that printed no JSON where JSON was asked is logged as an event and costs nothing known.
+        """
+        kind = host_spec(self.policy, worker.host).kind
+        output = generation_output(self.log_file(worker), worker.generation)
+        report = parse_output(kind, output)
+        if report is None:
+            return {}
+        if not report.parsed:
+            if output.strip():
+                self.note(
+                    worker.worker_id,
+                    "HOST_OUTPUT_UNPARSED",
+                    f"{worker.worker_id}: host {worker.host} ({kind}) printed no JSON events; usage unknown",
+                )
+            return {}
+        changes: dict[str, Any] = {}
+        if report.session and report.session != worker.session:
+            changes["session"] = report.session
+        if report.reported_usage:
+            usage = Usage(worker.generation, report.input_tokens, report.output_tokens, report.cost_usd)
+            changes["usage"] = with_usage(worker, usage)
+        return changes
+
+    def note(self, worker_id: str, code: str, summary: str) -> None:
+        """An event on the run's log that changes no state (a diagnostic)."""
+        runstate.mutate(self.state.journal, lambda change, view: None, Event(code, summary, {"workerId": worker_id}))
 
     def stop_all(self, status: WorkerStatus, reason: str) -> None:
         """Stop every live worker whose job is not running, recording ``status``."""
@@ -114,20 +159,21 @@ class Workers:
             if job is not None and not job.done():
                 continue
             if worker.process is not None or worker.status in ALIVE:
-                self.kill(worker)
+                accounted = self.kill(worker)
                 self.set(
                     worker.worker_id,
                     status=status,
                     process=None,
                     event="WORKER_STOPPED",
                     summary=f"{worker.worker_id} stopped: {reason}",
+                    **accounted,
                 )
 
     def reconcile(self) -> None:
         """After a supervisor restart: stop whatever the old supervisor's generations left running."""
         for worker in self.state.workers().values():
             if worker.process is not None or worker.status in (*ALIVE, WorkerStatus.HANDING_OFF):
-                self.kill(worker)
+                accounted = self.kill(worker)
                 self.set(
                     worker.worker_id,
                     status=WorkerStatus.STOPPED,
@@ -135,37 +181,52 @@ class Workers:
                     diagnostic=worker.diagnostic,
                     event="WORKER_RECONCILED",
                     summary=f"{worker.worker_id} generation {worker.generation} stopped after a supervisor restart",
+                    **accounted,
                 )
 
     # -- generations ---------------------------------------------------------------------------------------------------
-    def start(self, worker_id: str) -> None:
-        """Issue a new generation and launch the worker's host (the run must be active and unfenced)."""
+    def start(self, worker_id: str, *, wake: list[Wake] | None = None) -> None:
+        """Issue a new generation and launch the worker's host (the run must be active and unfenced).
+
+        ``wake`` are the events an idle coordinator is woken for: recorded on it in the same commit, and told in its
+        prompt. Where the host can resume and the worker has a session, the session is resumed with a short prompt
+        of what changed.
+        """
+        spec = host_spec(self.policy, self.state.workers()[worker_id].host)
 
         def next_generation(change: Change, view: runstate.RunView) -> Worker:
             run = view.run()
             if run.status is not RunStatus.ACTIVE or run.disable_restart:
                 raise AgentOpsError("RUN_NOT_ACTIVE", f"run is {run.status}; no new generation starts")
             current = view.worker(worker_id)
+            extra = {k: v for k, v in current.extra.items() if k not in ("wake", "resumed")}
+            if wake:
+                extra["wake"] = "\n".join(f"- {event.reason}" for event in wake)
+            if spec.resume and current.session:
+                extra["resumed"] = current.session
             worker = replace(
                 current,
                 generation=current.generation + 1,
                 status=WorkerStatus.STARTING,
                 process=None,
                 started_at=self.clock.now(),
+                extra=extra,
+                woken_for=(*current.woken_for, *(event.key for event in wake or ())),
             )
             runstate.put_worker(change, worker)
             return worker
 
+        why = f" (woken: {', '.join(event.kind for event in wake)})" if wake else ""
         worker = runstate.mutate(
             self.state.journal,
             next_generation,
-            Event("WORKER_STARTING", f"{worker_id} starting a new generation", {"workerId": worker_id}),
+            Event("WORKER_STARTING", f"{worker_id} starting a new generation{why}", {"workerId": worker_id}),
         )
         self.state.refresh()
         worktree = Path(worker.worktree)
         doc = self.briefing.write(worker)
-        spec = host_spec(self.policy, worker.host)
         recipe = self.briefing.recipe
+        session = worker.extra.get("resumed")
         launch = Launch(
             worktree=worktree,
             mailbox=worktree / mailbox.MAILBOX,
@@ -175,8 +236,11 @@ class Workers:
             worker_id=worker_id,
             generation=worker.generation,
             recipe=recipe if recipe.exists() else None,
+            git_common_dir=self.store.common_dir,
+            session=session,
         )
-        mailbox.write_prompt(worktree, instructions.prompt(doc))
+        text = instructions.resume_prompt(doc) if session else instructions.prompt(doc)
+        mailbox.write_prompt(worktree, text)
         proc, identity = start(spec, launch, environ=self.environ)
         self.procs[worker_id] = proc
         self.set(
@@ -194,11 +258,11 @@ class Workers:
             if worker.worker_id in self.jobs:
                 continue
             if worker.status in (WorkerStatus.ASSIGNED, WorkerStatus.STOPPED, WorkerStatus.FENCED):
-                if worker.generation >= MAX_GENERATIONS:
+                if len(worker.failures) >= MAX_GENERATIONS:
                     self.block(
                         worker.worker_id,
                         "RUN_NO_PROGRESS",
-                        f"{worker.worker_id} reached {MAX_GENERATIONS} generations without delivering",
+                        f"{worker.worker_id} failed {MAX_GENERATIONS} generations without delivering",
                     )
                     continue
                 try:
@@ -216,16 +280,13 @@ class Workers:
         return (admin or self.run_dir) / "agentops" / f"host-{worker.worker_id}.log"
 
     def log_tail(self, worker: Worker, lines: int = 15) -> str:
-        """The last lines its current generation wrote."""
-        try:
-            data = self.log_file(worker).read_bytes()[-8000:].decode("utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        last_run = data.rsplit("\n=== generation ", 1)[-1]
-        return "\n".join(last_run.splitlines()[-lines:])
+        """The last lines its current generation wrote (its own words, not the header naming its argv)."""
+        output = generation_output(self.log_file(worker), worker.generation, limit=64 * 1024)
+        kept = [line for line in output.splitlines() if line.strip()][-lines:]
+        return "\n".join(line[:400] for line in kept) or "(it wrote nothing)"
 
     def reap(self) -> None:
-        """Find workers whose process ended without a delivery: a failure each."""
+        """Judge every worker whose process ended without a delivery (see the module docstring)."""
         for worker in list(self.state.workers().values()):
             if worker.status not in ALIVE or worker.worker_id in self.jobs:
                 continue
@@ -242,17 +303,62 @@ class Workers:
                 ):
                     continue
                 exit_code = None
-            status = f"status {exit_code}" if exit_code is not None else "not our child"
-            self.fail(
-                worker.worker_id,
-                "RUN_WORKER_EXITED",
-                f"the agent exited ({status}) without delivering; the end of its log:\n{self.log_tail(worker)}",
-                {"exitCode": exit_code},
-            )
+            self._ended(worker, exit_code, self.account(worker))
         self.state.refresh()
 
-    def fail(self, worker_id: str, code: str, message: str, detail: Mapping[str, Any], head: str | None = None) -> bool:
-        """Record a failure; restart (True) or block on no progress (False)."""
+    def _ended(self, worker: Worker, exit_code: int | None, accounted: dict[str, Any]) -> None:
+        tail = self.log_tail(worker)
+        if worker.extra.get("resumed") and exit_code not in (0, None):
+            extra = {k: v for k, v in worker.extra.items() if k != "resumed"}
+            self.set(
+                worker.worker_id,
+                status=WorkerStatus.STOPPED,
+                process=None,
+                session=None,
+                extra=extra,
+                event="HOST_RESUME_FAILED",
+                summary=f"{worker.worker_id}: resuming session {worker.extra['resumed']} failed "
+                f"(status {exit_code}); starting a fresh session",
+                **{k: v for k, v in accounted.items() if k != "session"},
+            )
+            last = tail.splitlines()[-1] if tail else "no output"
+            self.log(f"{worker.worker_id}: resume failed ({last}); starting fresh")
+            return
+        if worker.role is Role.COORDINATOR:
+            problem = idle_problem(self.state.run(), self.state.tasks(), exit_code)
+            if problem is None:
+                self.set(
+                    worker.worker_id,
+                    status=WorkerStatus.IDLE,
+                    process=None,
+                    event="WORKER_IDLE",
+                    summary=f"{worker.worker_id} ended its turn; idle until an event needs it",
+                    **accounted,
+                )
+                self.log(f"{worker.worker_id}: ended its turn; idle")
+                return
+            message = f"The coordinator ended, but {problem}. The end of its output:\n{tail}"
+        elif exit_code == 0:
+            message = (
+                "The agent ended its turn without handing off: commit your work and run "
+                f"'git agentops-request handoff' to deliver it. The end of its output:\n{tail}"
+            )
+        else:
+            status = f"status {exit_code}" if exit_code is not None else "status unknown"
+            message = f"The agent exited ({status}) without delivering. The end of its output:\n{tail}"
+        self.fail(worker.worker_id, "RUN_WORKER_EXITED", message, {"exitCode": exit_code}, changes=accounted)
+
+    def fail(
+        self,
+        worker_id: str,
+        code: str,
+        message: str,
+        detail: Mapping[str, Any],
+        head: str | None = None,
+        *,
+        changes: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Record a failure; restart (True) or block on no progress (False). ``changes`` go into the same update."""
         worker = self.state.workers().get(worker_id, None)
         if worker is None:
             return False
@@ -263,15 +369,23 @@ class Workers:
                 head = None
         failure = Failure(fingerprint(code, detail), code, message[:8000], worker.generation, head, self.clock.now())
         failures = (*worker.failures, failure)[-10:]
+        extra = dict(changes or {})
         if no_progress(failures):
-            self.set(worker_id, failures=failures, process=None, event="WORKER_FAILED", summary=f"{worker_id}: {code}")
+            self.set(
+                worker_id,
+                failures=failures,
+                process=None,
+                event="WORKER_FAILED",
+                summary=f"{worker_id}: {code}",
+                **extra,
+            )
             self.block(
                 worker_id, "RUN_NO_PROGRESS", f"the same failure twice without progress ({code}): {message[:2000]}"
             )
             return False
         diagnostic = (
             f"Generation {worker.generation} failed ({code}): {message[:6000]}\n"
-            "Fix the cause and try again; the same failure twice without new commits blocks the task."
+            "The same failure twice without new commits blocks the task."
         )
         self.set(
             worker_id,
@@ -281,6 +395,7 @@ class Workers:
             diagnostic=diagnostic,
             event="WORKER_FAILED",
             summary=f"{worker_id}: {code}",
+            **extra,
         )
         self.log(f"{worker_id}: {code}: {message.splitlines()[0] if message else ''}")
         return True
@@ -318,8 +433,9 @@ class Workers:
             return worker
 
         worker = self.state.workers().get(worker_id)
-        if worker is not None:
-            self.kill(worker)
+        accounted = self.kill(worker) if worker is not None else {}
+        if accounted:
+            self.set(worker_id, event="WORKER_STOPPED", summary=f"{worker_id} stopped to be blocked", **accounted)
         runstate.mutate(
             self.state.journal,
             block,

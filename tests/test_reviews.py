@@ -1,0 +1,84 @@
+"""Reviewers a model can do: a generated prompt with the report schema inline, input and report inside the
+reviewer's working directory, and one retry with the validation error before an invalid report blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .helpers import simple_child
+from .runkit import events, project, recipe, start, stop, wait_for
+
+# A command-host reviewer: it records its prompt, then writes the report the test asks for (valid, or not).
+REVIEWER = r"""#!/bin/sh
+set -eu
+n=$(ls "$PWD/.agentops/review" | grep -c '^prompt-' || true)
+cp "$AGENTOPS_PROMPT" "$RECORD/prompt-$(date +%s%N).md"
+printf '%s\n' "$@" > "$RECORD/argv-$(date +%s%N).txt"
+if grep -q 'previous report was not accepted' "$AGENTOPS_PROMPT" && [ "$MODE" = "fix" ]; then
+  python3 - "$AGENTOPS_REVIEW_INPUT" "$AGENTOPS_REVIEW_REPORT" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+criteria = [{"taskId": t["id"], "id": c["id"], "result": "pass"} for t in doc["tasks"] for c in t["criteria"]]
+json.dump({"reviewer": "checker", "verdict": "approve", "criteria": criteria, "findings": []}, open(sys.argv[2], "w"))
+PY
+else
+  echo '{"reviewer": "checker", "verdict": "approve"}' > "$AGENTOPS_REVIEW_REPORT"
+fi
+"""
+
+
+def _reviewed_project(tmp_path: Path, mode: str) -> tuple[Path, Path]:
+    record = tmp_path / "record"
+    record.mkdir()
+    script = tmp_path / "reviewer.sh"
+    script.write_text(REVIEWER)
+    script.chmod(0o755)
+    hosts = (
+        "[hosts.checker]\n"
+        'kind = "command"\n'
+        f'argv = ["{script}", "--input", "{{input}}", "--report", "{{report}}", "--prompt", "{{prompt}}"]\n'
+        f'env = {{ RECORD = "{record}", MODE = "{mode}" }}\n'
+        '[review]\nrequired = 1\nreviewers = ["checker"]\n'
+    )
+    return project(tmp_path, extra_policy=hosts), record
+
+
+def test_a_reviewer_gets_a_prompt_with_the_schema_and_paths_inside_its_checkout_and_one_retry(tmp_path: Path) -> None:
+    """Invariant: {prompt}, {input} and {report} are filled for reviewers too; an invalid report is asked for once
+    more with the validation error in the prompt, and a valid second report lets the run complete."""
+    repo, record = _reviewed_project(tmp_path, "fix")
+    run_id = start(repo, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    try:
+        wait_for(repo, run_id, lambda d: d["status"] == "complete", timeout=120)
+    finally:
+        stop(repo, run_id)
+    prompts = sorted(record.glob("prompt-*.md"))
+    assert len(prompts) == 2  # the first report was invalid: one retry
+    first, second = (p.read_text() for p in prompts)
+    assert "# You are reviewer `checker`" in first and '"$id": "urn:git-agentops:schema:review-report"' in first
+    assert "`.agentops/review/input-checker.json`" in first and "`.agentops/review/report-checker.json`" in first
+    assert (
+        "previous report was not accepted" in second
+        and "'criteria' is a required property" in second.replace('"criteria"', "'criteria'")
+    ) or "criteria" in second.split("previous report was not accepted", 1)[1]
+    argv = sorted(record.glob("argv-*.txt"))[0].read_text().splitlines()
+    assert argv[1].endswith("/.agentops/review/input-checker.json") and argv[3].endswith("report-checker.json")
+    assert argv[5].startswith("# You are reviewer")  # {prompt} is the prompt text itself
+    assert "{prompt}" not in "".join(argv)
+
+
+def test_a_reviewer_that_writes_an_invalid_report_twice_blocks_the_integration(tmp_path: Path) -> None:
+    """Invariant: two invalid reports are a blocking review (RUN_REVIEW_BLOCKED naming the validation error); the
+    coordinator's finalize fails, and the same failure again blocks the run instead of looping."""
+    repo, record = _reviewed_project(tmp_path, "never")
+    run_id = start(repo, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    try:
+        doc = wait_for(repo, run_id, lambda d: d["status"] == "blocked", timeout=120)
+    finally:
+        stop(repo, run_id)
+    assert "RUN_NO_PROGRESS" in (doc["statusReason"] or "")
+    assert len(list(record.glob("prompt-*.md"))) == 4  # two integrations, each with one retry
+    refused = [
+        e for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED" and e["data"]["code"] == "RUN_REVIEW_BLOCKED"
+    ]
+    assert len(refused) == 2 and "invalid report" in refused[0]["data"]["message"]
