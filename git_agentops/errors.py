@@ -87,8 +87,13 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "POLICY_DUPLICATE_ID": _c(EXIT_REFUSED, "two verify commands (or runners, or hosts) share an id"),
     "POLICY_INVALID": _c(EXIT_REFUSED, "the policy breaks a schema rule (missing key, too many items...)"),
     "POLICY_EXISTS": _c(EXIT_REFUSED, "a policy already exists; --force replaces it"),
+    "POLICY_PROGRAM_MISSING": _c(
+        EXIT_NEGATIVE, "a warning of policy check: a required command's program is not on PATH or made by no setup step"
+    ),
     "POLICY_UNTRUSTED": _c(EXIT_REFUSED, "this exact policy is not trusted here: 'git agentops-policy trust'"),
     "TRUST_STORE_INVALID": _c(EXIT_REFUSED, "the trust store file is malformed; nothing was changed"),
+    # environments (git agentops-env: what setup makes inside each checkout)
+    "ENV_SETUP_FAILED": _c(EXIT_REFUSED, "making the checkout's environment failed (the tool's output tail is shown)"),
     # tasks
     "TASK_INVALID": _c(EXIT_REFUSED, "a task or criterion is malformed (ids, 2-5 root criteria, reasons...)"),
     "TASK_NOT_FOUND": _c(EXIT_REFUSED, "no task with that id"),
@@ -100,6 +105,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "VERIFY_NO_COMMANDS": _c(EXIT_REFUSED, "the policy defines no verification commands"),
     "VERIFY_FAILED": _c(EXIT_NEGATIVE, "a required verification command failed, timed out or could not start"),
     "VERIFY_PARSE_FAILED": _c(EXIT_REFUSED, "test counts could not be parsed (bad JUnit XML, missing report...)"),
+    "VERIFY_ENV_OUTSIDE": _c(
+        EXIT_REFUSED, "the project's code resolves outside the checkout being verified (an editable install elsewhere)"
+    ),
     # receipts
     "RECEIPT_MISSING": _c(EXIT_NEGATIVE, "the commit has no receipt"),
     "RECEIPT_MALFORMED": _c(EXIT_NEGATIVE, "the receipt is not a well-formed DSSE envelope around a receipt statement"),
@@ -151,6 +159,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "RUN_REVIEW_BLOCKED": _c(EXIT_NEGATIVE, "a reviewer rejected the candidate or raised a blocking finding"),
     "RUN_TARGET_CONTENDED": _c(EXIT_NEGATIVE, "the target kept moving while the candidate was rebuilt"),
+    "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
+        EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"
+    ),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),
     # hooks (each refusal says what to do instead)

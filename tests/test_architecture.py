@@ -155,13 +155,14 @@ LAYERS: dict[str, int] = {
     "canonical": 1,  # canonical JSON, digests, seals
     "schema": 2,  # strict JSON documents and their validator
     **dict.fromkeys(("gitstore", "model", "process"), 3),  # the store, values and rules, processes
-    "policy": 4,
-    **dict.fromkeys(("verify", "protocol", "receipts"), 5),
-    **dict.fromkeys(("hosts", "hooks"), 6),
-    "runs": 7,
-    "integrate": 8,
-    "supervisor": 9,
-    "cli": 10,
+    "envs": 4,  # the environments checkouts are verified in
+    "policy": 5,
+    **dict.fromkeys(("verify", "protocol", "receipts"), 6),
+    **dict.fromkeys(("hosts", "hooks"), 7),
+    "runs": 8,
+    "integrate": 9,
+    "supervisor": 10,
+    "cli": 11,
 }
 """Each top-level package's layer: a module imports only its own package or packages of lower layers."""
 

@@ -105,6 +105,10 @@ class Context:
     def interactive(self) -> bool:
         return not self.json and self.stderr.isatty()
 
+    def warn(self, code: str, message: str) -> None:
+        """A ``warning[CODE]: message`` line on stderr, in human and ``--json`` mode alike (stdout stays clean)."""
+        print(f"warning[{code}]: {message}", file=self.stderr, flush=True)
+
     def progress(self, text: str) -> None:
         """A progress line on a TTY; silent otherwise."""
         if self.interactive:

@@ -204,6 +204,11 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
         environ=dict(ctx.env),
         clock=ctx.clock,
     )
+    from ..runs import state as runstate
+    from ..runs.create import target_warnings
+
+    for warning in target_warnings(store, runstate.read(store, run_id).run().target):
+        ctx.warn("RUN_TARGET_CHECKED_OUT_DIRTY", warning)
     if args.detach:
         pid = _spawn_supervisor(ctx, run_id)
         ctx.emit(

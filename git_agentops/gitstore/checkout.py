@@ -149,3 +149,32 @@ def toplevel(path: Path) -> Path:
             "REPO_BARE" if b"work tree" in done.stderr else "REPO_NOT_FOUND", f"{path} is not inside a working tree"
         )
     return Path(done.stdout.decode().strip())
+
+
+def checkouts_of(common_dir: Path, branch: str) -> list[Path]:
+    """Every worktree (the main one included) that has ``branch`` (``refs/heads/...``) checked out."""
+    done = _git(common_dir, "worktree", "list", "--porcelain")
+    if done.returncode != 0:
+        raise AgentOpsError("GIT_FAILED", f"git worktree list failed: {done.stderr.decode(errors='replace')}")
+    found: list[Path] = []
+    path: Path | None = None
+    for line in done.stdout.decode(errors="replace").splitlines():
+        if line.startswith("worktree "):
+            path = Path(line[len("worktree ") :])
+        elif line == f"branch {branch}" and path is not None and (path / ".git").exists():
+            found.append(path)
+    return found
+
+
+def move_checkout(worktree: Path, old: str, new: str) -> None:
+    """Bring a clean checkout of a branch that moved from ``old`` to ``new`` up to ``new``: index and files.
+
+    git's ``receive.denyCurrentBranch=updateInstead`` does the same for a push: a two-way ``read-tree -m -u``,
+    which refuses rather than overwrite a local change (``GIT_FAILED`` then, with nothing changed).
+    """
+    done = _git(worktree, "read-tree", "-m", "-u", old, new)
+    if done.returncode != 0:
+        raise AgentOpsError(
+            "GIT_FAILED", f"cannot update the checkout {worktree} to {new[:12]}: {done.stderr.decode(errors='replace')}"
+        )
+    _git(worktree, "update-index", "-q", "--refresh")

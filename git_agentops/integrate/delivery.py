@@ -119,7 +119,12 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     if refused is not None:
         return refused
     task = view.task(handoff.worker.task_id or "")
-    outcome = _verify(ctx, store, handoff, worktree, task)
+    try:
+        outcome = _verify(ctx, store, handoff, worktree, task)
+    except AgentOpsError as exc:  # the environment is wrong (VERIFY_ENV_OUTSIDE...): say so, as the answer
+        return _refusal(
+            handoff, exc.code, f"{handoff.head[:12]} could not be verified: {exc.message}", {}, handoff.head
+        )
     refused = _untouched_by_verification(handoff, worktree) or _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused

@@ -34,9 +34,9 @@ from typing import Any, Final
 
 import pygit2
 
-from ..canonical import canonical_bytes, sha256_hex
+from ..canonical import sha256_hex
 from ..errors import AgentOpsError
-from ..gitstore.checkout import Head
+from ..gitstore.checkout import checkouts_of, dirty_paths, move_checkout
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
@@ -48,17 +48,14 @@ from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
 from ..receipts.build import integration_receipt, signing_keys, usage_record
-from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
-from ..runs.jobs import Integrated, JobContext, Refusal, Request
-from ..verify.core import verify_checkout
-from ..verify.evidence import EvidenceStore
+from ..runs.jobs import Integrated, JobContext, Refusal, Wait
+from .gate import gate
 from .merge import ChainResult, merge_chain
-from .reviews import diff_text, review_input, run_reviews
+from .record import ZERO_DIGEST, advance, fail
 
 MAX_PUBLISH_ATTEMPTS: Final = 3
-ZERO_DIGEST: Final = "0" * 64
 
 
 def check_finalize(worker: Worker, run: Run, tasks: dict[str, Task]) -> None:
@@ -76,59 +73,10 @@ def check_finalize(worker: Worker, run: Run, tasks: dict[str, Task]) -> None:
         )
 
 
-# -- the record --------------------------------------------------------------------------------------------------------
-
-
-def _advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: Any) -> Run:
-    """Write the next state of the integration record (one journal commit), then pass the fault point."""
-
-    def update(change: Change, view: runstate.RunView) -> Run:
-        run = view.run()
-        current = run.integration or Integration(IntegrationStatus.REQUESTED)
-        run = replace(run, integration=current.advanced(**fields))
-        runstate.put_run(change, run)
-        return run
-
-    data = {k: (str(v) if isinstance(v, IntegrationStatus) else v) for k, v in fields.items()}
-    run = runstate.mutate(
-        runstate.journal(store, ctx.run_id),
-        update,
-        Event(code, summary, {_camel(k): v for k, v in data.items() if k not in ("reviews", "verification")}),
-    )
-    if "status" in fields:
-        ctx.fault(f"integration:{fields['status']}")
-    return run
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def _fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[str, Any]) -> Refusal:
-    """Record the failure and refuse the finalize request it answers."""
-    run = runstate.read(store, ctx.run_id).run()
-    info = (run.integration.request if run.integration else None) or {}
-    _advance(
-        ctx, store, "INTEGRATION_FAILED", f"integration failed: {code}", status=IntegrationStatus.FAILED, failure=code
-    )
-    request = Request(
-        {
-            "requestId": info.get("requestId", "finalize"),
-            "workerId": run.coordinator_id,
-            "generation": info.get("generation", 1),
-            "action": "finalize",
-        },
-        info.get("requestDigest", ZERO_DIGEST),
-        info.get("rawDigest", ZERO_DIGEST),
-    )
-    return Refusal(code, message, request, detail, None)
-
-
 # -- the transaction ---------------------------------------------------------------------------------------------------
 
 
-def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal:
+def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
     """The integration job (see the module docstring), from wherever the record says it stopped."""
     view = runstate.read(store, ctx.run_id)
     run = view.run()
@@ -137,7 +85,7 @@ def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal:
     if status in BUILT and integration.candidate is not None:
         tip = read_ref(store, f"refs/heads/{run.target}")
         if tip is not None and _contains(store, tip, integration.candidate):
-            _advance(
+            advance(
                 ctx,
                 store,
                 "INTEGRATION_PUBLISHED",
@@ -146,13 +94,21 @@ def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal:
             )
             status = IntegrationStatus.PUBLISHED
     if status not in (IntegrationStatus.PUBLISHED, IntegrationStatus.RECEIPTED):
-        refused = _build_and_publish(ctx, store, view)
-        if refused is not None:
-            return refused
+        published: bool | Wait = False
+        gated = status is IntegrationStatus.REVIEWED and integration.candidate and integration.base
+        if gated and integration.base == read_ref(store, f"refs/heads/{run.target}"):  # gated already: publish it
+            assert integration.base is not None and integration.candidate is not None
+            published = _publish(ctx, store, run.target, integration.base, integration.candidate)
+        if isinstance(published, Wait):
+            return published
+        if not published:
+            refused = _build_and_publish(ctx, store, view)
+            if refused is not None:
+                return refused
     run = runstate.read(store, ctx.run_id).run()
     if run.integration is not None and run.integration.status is IntegrationStatus.PUBLISHED:
         receipt_digest = _add_receipt(ctx, store)
-        _advance(
+        advance(
             ctx,
             store,
             "INTEGRATION_RECEIPTED",
@@ -171,7 +127,7 @@ def _contains(store: Store, tip: str, commit: str) -> bool:
         return False
 
 
-def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) -> Refusal | None:
+def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) -> Refusal | Wait | None:
     """Build the candidate on the target's tip, gate it, and move the target to it by CAS; rebuild if it moved."""
     run = view.run()
     target_ref = f"refs/heads/{run.target}"
@@ -183,7 +139,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
     for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
         base = read_ref(store, target_ref)
         if base is None:
-            return _fail(ctx, store, "OBJECT_MISSING", f"the target branch {run.target} is gone", {})
+            return fail(ctx, store, "OBJECT_MISSING", f"the target branch {run.target} is gone", {})
         chain = merge_chain(
             store,
             base,
@@ -201,32 +157,62 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
             remove_detached_worktree(store, checkout)
         add_detached_worktree(store, checkout, candidate)
         try:
-            refused = _gate(ctx, store, checkout, run, root, candidate, base, chain.steps[-1].tree)
+            refused = gate(ctx, store, checkout, run, root, candidate, base, chain.steps[-1].tree)
         finally:
             remove_detached_worktree(store, checkout)
         if refused is not None:
             return refused
-        try:
-            update_ref(store, target_ref, candidate, base, f"agentops: integrate run {ctx.run_id}")
-        except RefConflict:
+        published = _publish(ctx, store, run.target, base, candidate)
+        if published is False:
             ctx.log(f"{run.target} moved while integrating; rebuilding the candidate (attempt {attempt})")
             continue
-        _advance(
-            ctx,
-            store,
-            "INTEGRATION_PUBLISHED",
-            f"{run.target} moved to {candidate[:12]}",
-            status=IntegrationStatus.PUBLISHED,
-            published_at=ctx.clock.now(),
-        )
-        return None
-    return _fail(
+        return published if isinstance(published, Wait) else None
+    return fail(
         ctx,
         store,
         "RUN_TARGET_CONTENDED",
         f"{run.target} kept moving: {MAX_PUBLISH_ATTEMPTS} candidates were rebuilt",
         {},
     )
+
+
+def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: str) -> bool | Wait:
+    """Step 4: move the target from ``base`` to ``candidate`` by CAS; False when it moved meanwhile.
+
+    A checkout of the target is kept consistent as git's ``updateInstead`` keeps it for a push: a clean one is
+    brought to the new tip (index and files) right after the CAS; a dirty one makes the run wait before the CAS
+    (``RUN_TARGET_CHECKED_OUT_DIRTY``, naming the worktree and its files), with the candidate kept.
+    """
+    target_ref = f"refs/heads/{target}"
+    checked_out = checkouts_of(store.common_dir, target_ref)
+    dirty = {worktree: paths for worktree in checked_out if (paths := dirty_paths(worktree, untracked=False))}
+    if dirty:
+        shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
+        reason = (
+            f"{target} is checked out with uncommitted changes ({shown}); publishing would leave them looking like "
+            f"the integration reversed. Commit or stash them, then 'git agentops-run resume {ctx.run_id}' "
+            f"(the candidate {candidate[:12]} is kept)"
+        )
+        ctx.log(f"waiting: {reason}")
+        return Wait("RUN_TARGET_CHECKED_OUT_DIRTY", reason)
+    try:
+        update_ref(store, target_ref, candidate, base, f"agentops: integrate run {ctx.run_id}")
+    except RefConflict:
+        return False
+    for worktree in checked_out:
+        try:
+            move_checkout(worktree, base, candidate)
+        except AgentOpsError as exc:  # changed between the check and the CAS: git refused to overwrite anything
+            ctx.log(f"{target} moved, but its checkout {worktree} could not follow: {exc.message}")
+    advance(
+        ctx,
+        store,
+        "INTEGRATION_PUBLISHED",
+        f"{target} moved to {candidate[:12]}" + (f"; {len(checked_out)} checkout(s) updated" if checked_out else ""),
+        status=IntegrationStatus.PUBLISHED,
+        published_at=ctx.clock.now(),
+    )
+    return True
 
 
 def _prepare(
@@ -236,7 +222,7 @@ def _prepare(
     steps = [{"label": s.label, "commit": s.commit, "parents": list(s.parents), "tree": s.tree} for s in chain.steps]
     candidate_ref = runstate.candidate_ref(ctx.run_id)
     update_ref(store, candidate_ref, candidate, read_ref(store, candidate_ref), "agentops: integration candidate")
-    _advance(
+    advance(
         ctx,
         store,
         "INTEGRATION_PREPARED",
@@ -259,7 +245,7 @@ def _conflict(ctx: JobContext, store: Store, base: str, chain: ChainResult, task
             other = step.label
             break
     title = tasks[label].title if label in tasks else label
-    return _fail(
+    return fail(
         ctx,
         store,
         "RUN_INTEGRATION_CONFLICT",
@@ -275,113 +261,6 @@ def _changed(store: Store, base: str, commit: str) -> set[str]:
     for delta in diff.deltas:
         paths.update(p for p in (delta.old_file.path, delta.new_file.path) if p)
     return paths
-
-
-def _gate(
-    ctx: JobContext, store: Store, checkout: Path, run: Run, root: Task | None, candidate: str, base: str, tree: str
-) -> Refusal | None:
-    """Steps 2 and 3: the policy's commands on the candidate, then the required reviews."""
-    outcome = verify_checkout(
-        EvidenceStore(store),
-        worktree=checkout,
-        policy=ctx.policy,
-        trust=ctx.trust,
-        environ=ctx.environ,
-        clock=ctx.clock,
-        task=root,
-        known_head=Head(candidate, tree, None),
-    )
-    if not outcome.passed:
-        lines = [
-            f"- {r['commandId']}: exit {r['exitCode']}{' (timed out)' if r['timedOut'] else ''}\n"
-            + r["tail"].rstrip()[-1200:]
-            for r in outcome.failures()
-        ]
-        return _fail(
-            ctx,
-            store,
-            "RUN_VERIFICATION_FAILED",
-            f"the integration candidate {candidate[:12]} failed verification:\n" + "\n".join(lines),
-            {"failed": sorted(r["commandId"] for r in outcome.failures())},
-        )
-    verification = [evidence_summary(r) for r in outcome.records]
-    _advance(
-        ctx,
-        store,
-        "INTEGRATION_VERIFIED",
-        f"candidate {candidate[:12]} verified",
-        status=IntegrationStatus.VERIFIED,
-        verification=verification,
-    )
-    reviews: list[dict[str, Any]] = []
-    if int(ctx.policy.doc["review"]["required"]) > 0:
-        refused, reviews = _review(ctx, store, checkout, run, candidate, base, verification)
-        if refused is not None:
-            return refused
-    _advance(
-        ctx,
-        store,
-        "INTEGRATION_REVIEWED",
-        f"candidate {candidate[:12]} reviewed",
-        status=IntegrationStatus.REVIEWED,
-        reviews=reviews,
-    )
-    return None
-
-
-def _review(
-    ctx: JobContext,
-    store: Store,
-    checkout: Path,
-    run: Run,
-    candidate: str,
-    base: str,
-    verification: list[dict[str, Any]],
-) -> tuple[Refusal | None, list[dict[str, Any]]]:
-    view = runstate.read(store, ctx.run_id)
-    doc = review_input(
-        goal=run.goal,
-        tasks=[t.to_json() for t in view.tasks().values()],
-        base=base,
-        candidate=candidate,
-        diff=diff_text(Path(run.repository), base, candidate),
-        evidence=verification,
-    )
-    recipe = runstate.recipe_path(store, ctx.run_id)
-    results = run_reviews(
-        ctx.policy,
-        checkout=checkout,
-        input_doc=doc,
-        environ=ctx.environ,
-        clock=ctx.clock,
-        recipe=recipe if recipe.exists() else None,
-        git_common_dir=store.common_dir,
-        log_dir=ctx.run_dir / "reviews",
-    )
-    blocking = {r.reviewer: r.blocking for r in results if r.blocking}
-    reviews = [r.to_json() for r in results]
-    if blocking:
-        findings = "\n".join(f"- {name}: {item}" for name, items in blocking.items() for item in items)
-        return (
-            _fail(
-                ctx,
-                store,
-                "RUN_REVIEW_BLOCKED",
-                f"review blocked the candidate {candidate[:12]}:\n{findings}",
-                {"reviewers": sorted(blocking)},
-            ),
-            reviews,
-        )
-
-    def keep(change: Change) -> None:
-        for result in results:
-            if result.report is not None:
-                change.put_artifact(canonical_bytes(result.report) + b"\n")
-
-    runstate.journal(store, ctx.run_id).mutate(
-        keep, Event("REVIEWS_RECORDED", f"{len(results)} review(s)", {"reviews": reviews})
-    )
-    return None, reviews
 
 
 def _add_receipt(ctx: JobContext, store: Store) -> str:

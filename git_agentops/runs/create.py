@@ -182,3 +182,18 @@ def create_run(
     ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock)
     ensure_setup(where.path, policy.setup, environ=environ, clock=clock, last_user_resume=None)
     return run_id
+
+
+def target_warnings(store: Store, target: str) -> list[str]:
+    """Checkouts of the target with uncommitted changes: the run will wait before publishing until they are gone."""
+    from ..gitstore.checkout import checkouts_of, dirty_paths
+
+    warnings = []
+    for worktree in checkouts_of(store.common_dir, f"refs/heads/{target}"):
+        paths = dirty_paths(worktree, untracked=False)
+        if paths:
+            warnings.append(
+                f"{target} is checked out at {worktree} with uncommitted changes ({', '.join(paths[:5])}); the run "
+                "will wait before publishing until they are committed or stashed (RUN_TARGET_CHECKED_OUT_DIRTY)"
+            )
+    return warnings

@@ -9,6 +9,7 @@ which the loop acts on:
 * :class:`Provisioned`, :class:`Delivered`, :class:`Integrated` -- the job did what it was for (it already wrote
   every state change and answered the worker);
 * :class:`Block` -- a rule stopped the worker's task (a dependency conflict, a setup failure): block it;
+* :class:`Wait` -- a person must act first (commit or stash the checked-out target): the run waits, blocked;
 * :class:`Refusal` -- the job refused a request it had accepted (a handoff that failed verification, a finalize
   whose integration failed): record the refusal as that request's answer, and fail the worker, which restarts.
 """
@@ -87,6 +88,15 @@ class Block:
 
 
 @dataclass(frozen=True, slots=True)
+class Wait:
+    """The run cannot go on until a person acts (a dirty checkout of the target): it waits, blocked with the
+    reason, with nothing lost; ``git agentops-run resume`` continues where it stopped."""
+
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Refusal:
     """The job refused ``request`` after accepting it; ``head`` is what the worker had (for no-progress)."""
 
@@ -97,4 +107,4 @@ class Refusal:
     head: str | None = None
 
 
-JobResult = Provisioned | Delivered | Integrated | Block | Refusal
+JobResult = Provisioned | Delivered | Integrated | Block | Wait | Refusal

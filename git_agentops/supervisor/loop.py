@@ -52,7 +52,7 @@ from ..model.run import (
 from ..policy.trust import Verdict
 from ..protocol import mailbox
 from ..runs import state as runstate
-from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal
+from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
 from . import requests, scheduler
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
@@ -384,6 +384,8 @@ class Supervisor:
         match result:
             case Block(code, reason):
                 self.workers.block(worker_id, code, reason)
+            case Wait(code, reason):
+                self._set_status(RunStatus.BLOCKED, f"{code}: {reason}", disable=True)
             case Refusal(code, message, request, detail, head):
                 response = requests.refuse_accepted(self, worker_id, request, AgentOpsError(code, message[:8000]))
                 worker = self.state.workers().get(worker_id)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
+from ..envs.probe import probe
 from ..errors import AgentOpsError
 from ..gitstore.checkout import Head, dirty_paths, head, head_and_changes
 from ..model.policy import CommandSpec, Policy
@@ -50,6 +51,7 @@ class Outcome:
     tree: str
     records: list[dict[str, Any]] = field(default_factory=list)
     notes_commit: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -122,7 +124,9 @@ def verify_checkout(
     """Run (or reuse) every planned command on the clean HEAD of ``worktree`` and record evidence.
 
     Raises ``POLICY_UNTRUSTED``, ``VERIFY_DIRTY``, ``VERIFY_NO_COMMIT``, ``VERIFY_NO_COMMANDS``,
-    ``TASK_RUNNER_UNKNOWN``. A failing command is not an exception: it is a record with ``passed: false``.
+    ``TASK_RUNNER_UNKNOWN``, and ``VERIFY_ENV_OUTSIDE`` when the pre-flight finds the project's code resolving
+    outside the checkout (:mod:`git_agentops.envs.probe`). A failing command is not an exception: it is a record
+    with ``passed: false``.
     """
     require_trusted(trust)
     planned = plan(policy, task)
@@ -139,12 +143,13 @@ def verify_checkout(
             "evidence is about a commit: commit or clean them first",
             details={"paths": dirty},
         )
-    outcome = Outcome(start.commit, start.tree)
+    environment = probe(worktree, [p.command.argv for p in planned], scrub_environment(environ), clock=clock)
+    outcome = Outcome(start.commit, start.tree, environment=environment.to_json())
     total = len(planned)
     for index, item in enumerate(planned, start=1):
         command = item.command
         env = scrub_environment(environ, command.env)
-        env_digest = environment_digest(env)
+        env_digest = environment_digest(env, environment.to_json())
         task_id = task.id if task is not None else None
         if not fresh:
             hit = evidence.cached(
@@ -190,6 +195,7 @@ def verify_checkout(
             commit=start.commit,
             policy_hash=policy.config_hash,
             env_digest=env_digest,
+            environment=environment.to_json(),
             task_id=task_id,
             criteria=item.criteria,
         )

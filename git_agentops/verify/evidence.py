@@ -39,8 +39,12 @@ if TYPE_CHECKING:
 TAIL_CHARS: Final = 4096
 
 
-def environment_digest(env: Mapping[str, str]) -> str:
-    return digest(dict(env))
+def environment_digest(env: Mapping[str, str], environment: Mapping[str, Any] | None = None) -> str:
+    """What a reusable result must share with its reuse: the command's variables and, when known, the environment
+    it ran in (lockfile digest, interpreter version, installed set: :mod:`git_agentops.envs.probe`)."""
+    if environment is None:
+        return digest(dict(env))
+    return digest({"vars": dict(env), "environment": dict(environment)})
 
 
 _ORPHAN_KEY_END: Final = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
@@ -85,8 +89,10 @@ def make_record(
     env_digest: str,
     task_id: str | None,
     criteria: Sequence[str],
+    environment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """One evidence record (``schemas/evidence-record.schema.json``) of a command that ran."""
+    record = {
         "commandId": command.id,
         "kind": kind,
         "argvDigest": command.argv_digest,
@@ -114,6 +120,9 @@ def make_record(
         "criteria": list(criteria),
         "toolkitVersion": __version__,
     }
+    if environment is not None:
+        record["environment"] = dict(environment)
+    return record
 
 
 def parse_records(data: bytes | None, *, what: str) -> list[dict[str, Any]]:

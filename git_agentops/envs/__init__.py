@@ -1,0 +1,1 @@
+"""Environments that belong to the checkout being verified: made by setup inside it, paid for once per lockfile."""
