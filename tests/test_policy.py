@@ -250,7 +250,16 @@ def test_init_detects_project_and_writes_a_valid_policy(run_cli: Any, tmp_path: 
     plan = json.loads(dry.stdout)
     assert dry.returncode == 0 and not (repo / ".agentops" / "policy.toml").exists()
     assert [d["id"] for d in plan["detected"]] == ["tests", "lint", "go-test", "make-check"]
-    assert plan["detected"][1]["argv"] == ["ruff", "check", "."]  # python's lint wins the id; yarn lint is dropped
+    # ruff is configured but not installed by setup: commented out, so the yarn lint (installed by setup) gets the id
+    assert plan["detected"][0]["argv"] == [".agentops/venv/bin/python", "-m", "pytest", "-q"]
+    assert plan["detected"][1]["argv"] == ["yarn", "run", "lint"]
+    assert [(d["id"], d["argv"][2]) for d in plan["disabled"]] == [("lint-ruff", "ruff")]
+    assert plan["setup"] == [
+        ["git", "agentops-env", "python", "--with", "pytest"],
+        ["git", "agentops-env", "node"],
+        ["git", "agentops-env", "go"],
+    ]
+    assert plan["detected"][3]["argv"] == 'PATH="$PWD/.agentops/venv/bin:$PATH" make check'
     no_tty = run_cli("git", "agentops-init", cwd=repo)
     assert no_tty.returncode == 3 and "CONFIRMATION_REQUIRED" in no_tty.stderr
     assert not (repo / ".agentops" / "policy.toml").exists()
@@ -259,7 +268,7 @@ def test_init_detects_project_and_writes_a_valid_policy(run_cli: Any, tmp_path: 
     text = (repo / ".agentops" / "policy.toml").read_text()
     assert text.startswith("# git-agentops policy") and check_text(text)[1] == []
     exclude = (repo / ".git" / "info" / "exclude").read_text()
-    assert ".agentops/worktrees/" in exclude and ".agentops/mailbox/" in exclude
+    assert ".agentops/worktrees/" in exclude and ".agentops/mailbox/" in exclude and ".agentops/venv/" in exclude
     again = run_cli("git", "agentops-init", "--yes", cwd=repo)
     assert again.returncode == 3 and "POLICY_EXISTS" in again.stderr
     forced = run_cli("git", "agentops-init", "--yes", "--force", cwd=repo)
@@ -271,3 +280,122 @@ def test_the_readme_policy_example_is_valid() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     assert check_text(example)[1] == []
+
+
+# -- init: setup steps and commands in the checkout's own environment ---------------------------------------------
+
+
+def _init_plan(run_cli: Any, tmp_path: Path, files: dict[str, str], *, bare_path: bool = False) -> dict[str, Any]:
+    """init's plan for a project; ``bare_path``: with nothing on PATH but git and the toolkit."""
+    import shutil
+
+    from .conftest import make_repo
+
+    repo = make_repo(tmp_path / "proj", files=files)
+    env = None
+    if bare_path:
+        bin_dir = tmp_path / "bare-bin"
+        bin_dir.mkdir()
+        for program in ("git", "git-agentops-init"):
+            (bin_dir / program).symlink_to(shutil.which(program) or program)
+        env = {"PATH": str(bin_dir)}
+    done = run_cli("git", "agentops-init", "--dry-run", "--json", cwd=repo, env=env)
+    assert done.returncode == 0, done.stderr
+    plan: dict[str, Any] = json.loads(done.stdout)
+    return plan
+
+
+SRC_LAYOUT = {
+    "pyproject.toml": (
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "flaskish"\nversion = "1"\ndependencies = ["werkzeug>=3"]\n'
+        '[project.optional-dependencies]\ntest = ["pytest", "asgiref"]\n'
+        '[dependency-groups]\ndev = ["ruff", {include-group = "typing"}]\ntyping = ["pyright"]\n'
+        "[tool.pytest.ini_options]\n[tool.ruff]\n[tool.mypy]\n"
+    ),
+    "src/flaskish/__init__.py": "",
+}
+
+
+def test_init_python_project_uses_the_checkouts_venv_and_comments_out_tools_setup_will_not_install(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    from git_agentops.policy.starter import propose, render, starter_policy
+
+    plan = _init_plan(run_cli, tmp_path, SRC_LAYOUT)
+    assert plan["setup"] == [["git", "agentops-env", "python", "--extra", "test", "--extra", "dev"]]
+    assert plan["runHere"] == ["git agentops-env python --extra test --extra dev"]
+    assert [(d["id"], d["argv"]) for d in plan["detected"]] == [
+        ("tests", [".agentops/venv/bin/python", "-m", "pytest", "-q"]),
+        ("lint", [".agentops/venv/bin/python", "-m", "ruff", "check", "."]),  # ruff is in the dev group
+    ]
+    assert [(d["id"], d["reason"]) for d in plan["disabled"]] == [
+        (
+            "types",
+            'mypy is not installed in .agentops/venv (add it to the "dev" extra, or use --with mypy in the setup step)',
+        )
+    ]
+    root = tmp_path / "proj"
+    proposal = propose(root, path="")
+    text = render(starter_policy(root, target="main", proposal=proposal), proposal.disabled)
+    doc, problems = check_text(text)
+    assert problems == [] and doc is not None
+    assert [(s["argv"], s["timeout"]) for s in doc["worktree"]["setup"]] == [(plan["setup"][0], 1800)]
+    assert [c["id"] for c in doc["verify"]["commands"]] == ["tests", "lint"]
+    block = text.split("# [[verify.commands]]  # not enabled: mypy is not installed", 1)[1]
+    assert '# id = "types"' in block
+    policy, disabled = text.split("\n# [[verify.commands]]", 1)
+    uncommented = policy + ("\n# [[verify.commands]]" + disabled).replace("\n# ", "\n")  # enabling = uncommenting
+    enabled, problems = check_text(uncommented)
+    assert problems == [] and enabled is not None
+    assert [c["id"] for c in enabled["verify"]["commands"]] == ["tests", "lint", "types"]
+
+
+def test_init_adds_pytest_when_the_project_configures_it_but_installs_it_nowhere(run_cli: Any, tmp_path: Path) -> None:
+    plan = _init_plan(
+        run_cli,
+        tmp_path,
+        {"pyproject.toml": "[project]\nname = 'p'\nversion = '1'\n[tool.pytest.ini_options]\n", "p/__init__.py": ""},
+    )
+    assert plan["setup"] == [["git", "agentops-env", "python", "--with", "pytest"]]
+    pinned = _init_plan(
+        run_cli,
+        tmp_path / "pinned",
+        {
+            "pyproject.toml": "[project]\nname = 'p'\nversion = '1'\n[tool.ruff]\n",
+            "requirements/tests.txt": "pytest==8.3.0\nruff==0.6.0\n",
+            "tests/conftest.py": "",
+        },
+    )
+    assert pinned["setup"] == [["git", "agentops-env", "python"]]  # the pinned test requirements have both
+    assert [d["id"] for d in pinned["detected"]] == ["tests", "lint"]
+
+
+def test_init_node_cargo_and_go_setups(run_cli: Any, tmp_path: Path) -> None:
+    plan = _init_plan(
+        run_cli,
+        tmp_path,
+        {
+            "package.json": json.dumps({"scripts": {"test": "vitest", "typecheck": "tsc"}}),
+            "pnpm-lock.yaml": "",
+            "Cargo.toml": "[package]\nname = 'x'\n",
+            "Cargo.lock": "",
+            "go.mod": "module x\n",
+            ".golangci.yml": "",
+        },
+        bare_path=True,
+    )
+    assert plan["setup"] == [
+        ["git", "agentops-env", "node"],
+        ["git", "agentops-env", "cargo"],
+        ["git", "agentops-env", "go"],
+    ]
+    assert [(d["id"], d["argv"]) for d in plan["detected"]] == [
+        ("tests", ["pnpm", "run", "test"]),
+        ("types", ["pnpm", "run", "typecheck"]),
+        ("cargo-test", ["cargo", "test", "--locked"]),
+        ("go-test", ["go", "test", "./..."]),
+    ]
+    assert [(d["id"], d["reason"]) for d in plan["disabled"]] == [("go-lint", "golangci-lint is not on PATH")]
+    library = _init_plan(run_cli, tmp_path / "lib", {"Cargo.toml": "[package]\nname = 'x'\n"})
+    assert library["detected"][0]["argv"] == ["cargo", "test"]  # no Cargo.lock: --locked would fail

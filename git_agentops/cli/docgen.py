@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import CODES
 
-COMMANDS = ("run", "init", "policy", "verify", "request", "receipt", "hook", "sync", "doctor")
+COMMANDS = ("run", "init", "policy", "verify", "env", "request", "receipt", "hook", "sync", "doctor")
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- error-codes:begin -->", "<!-- error-codes:end -->"
 

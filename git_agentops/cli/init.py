@@ -1,9 +1,14 @@
 """``git agentops-init``: write a starter ``.agentops/policy.toml`` for this project, or install its hooks.
 
-Detects the project's own test and check commands (pytest, package.json scripts with the package manager of its
-lockfile, Cargo, go.mod, Makefile test/check targets), prints the policy and every change before making it, and
-adds ``.agentops/worktrees/`` and ``.agentops/mailbox/`` to ``info/exclude``. An existing policy is never
-replaced without ``--force``. Nothing in the policy runs until you commit it and 'git agentops-policy trust' it.
+Detects the project's own test and check commands (pytest, ruff, mypy, package.json scripts with the package
+manager of its lockfile, Cargo, go.mod, Makefile test/check targets) and the setup steps that make each
+checkout's own environment ('git agentops-env python|node|cargo|go'): a Python project's commands run
+.agentops/venv/bin/python, with the project installed from that checkout, never the main checkout's editable
+install. A lint or type tool that setup will not install is written commented out, with the reason. Prints the
+policy and every change before making it, and adds .agentops/worktrees/, .agentops/mailbox/, .agentops/venv/
+(and the like) to info/exclude. An existing policy is never replaced without --force. Nothing in the policy runs
+until you commit it and 'git agentops-policy trust' it; run its setup steps once in your own checkout so that
+'git agentops-verify' works there too.
 
 --hooks installs the pre-commit, pre-merge-commit, post-merge, pre-push and reference-transaction shims into
 $GIT_COMMON_DIR/hooks, or into core.hooksPath when it is set (a relative one resolves against the top of the
@@ -39,7 +44,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..gitstore.checkout import head
     from ..model.policy import POLICY_PATH
     from ..policy.load import check_text
-    from ..policy.starter import add_excludes, detect, detect_agents, missing_excludes, render, starter_policy
+    from ..policy.starter import add_excludes, detect_agents, missing_excludes, propose, render, starter_policy
 
     if args.hooks or args.uninstall_hooks or args.server:
         return _hooks(args, ctx)
@@ -54,18 +59,23 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         branch = None
     target = branch.removeprefix("refs/heads/") if branch else "main"
     agents = detect_agents(ctx.env.get("PATH"))
-    doc = starter_policy(root, target=target, agents=agents)
-    text = render(doc)
+    proposal = propose(root, path=ctx.env.get("PATH"))
+    doc = starter_policy(root, target=target, agents=agents, proposal=proposal)
+    text = render(doc, proposal.disabled)
     _, problems = check_text(text)
     if problems:  # a bug in the starter, never the user's fault
         raise AgentOpsError("POLICY_INVALID", f"the generated policy is invalid: {problems[0].message}")
     exclude_file = store.common_dir / "info" / "exclude"
     excludes = missing_excludes(exclude_file)
-    detected = detect(root)
+    detected = proposal.commands
+    run_here = proposal.setup_commands()
     plan = {
         "policy": str(policy_file),
         "replaces": policy_file.exists(),
         "detected": [d.to_json() for d in detected],
+        "disabled": [d.to_json() for d in proposal.disabled],
+        "setup": [list(step) for step in proposal.setup],
+        "runHere": run_here,
         "agents": [{"kind": a.kind, "path": a.path, "version": a.version} for a in agents],
         "excludes": {"file": str(exclude_file), "add": excludes},
         "dryRun": args.dry_run,
@@ -75,6 +85,8 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out(text)
         if not detected:
             ctx.out("No test or check command was detected: add [[verify.commands]] before trusting the policy.")
+        for off in proposal.disabled:
+            ctx.out(f"Not enabled: {off.command.id} ({off.reason}).")
         for agent in agents:
             ctx.out(f"Found the agent CLI {agent.kind} at {agent.path} ({agent.version}).")
         if not agents:
@@ -95,6 +107,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         [
             f"wrote {policy_file}",
             f"next: review it, 'git add {POLICY_PATH} && git commit', then 'git agentops-policy trust'",
+            *(f"run the setup once here (worker worktrees run it themselves): {c}" for c in run_here),
         ],
     )
     return 0

@@ -60,16 +60,64 @@ def _check(args: argparse.Namespace, ctx: Context) -> int:
     doc, problems = check_text(text)
     if doc is not None:
         policy = Policy.from_effective(doc, source)
+        programs, warnings = _program_warnings(doc, text, source, ctx)
         ctx.emit(
-            {"ok": True, "file": source, "configHash": policy.config_hash, "problems": []},
-            f"{source}: OK (config hash {policy.config_hash})",
+            {
+                "ok": True,
+                "file": source,
+                "configHash": policy.config_hash,
+                "problems": [],
+                "warnings": warnings,
+                "programs": programs,
+            },
+            [w["rendered"] for w in warnings] + [f"{source}: OK (config hash {policy.config_hash})"],
         )
-        return 0
+        return 0  # warnings do not change the answer: the policy is valid
     ctx.emit(
         {"ok": False, "file": source, "problems": [p.to_json(source) for p in problems]},
         [p.render(source) for p in problems] + [f"{len(problems)} problem(s) in {source}"],
     )
     return 1
+
+
+def _program_warnings(
+    doc: dict[str, Any], text: str, source: str, ctx: Context
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each required command's program: found, made by setup, or missing (a ``POLICY_PROGRAM_MISSING`` warning).
+
+    A valid policy whose test command names a program that is not there fails its first verification with
+    "could not start"; saying so at check time is cheaper. Shell commands are the shell's business and not looked
+    at. Programs are looked for on this ``PATH`` (verification keeps it) and relative to the top of this checkout.
+    """
+    from ..envs.tools import program_status
+    from ..policy.load import locate
+
+    try:
+        root = ctx.worktree()
+    except AgentOpsError:
+        root = ctx.cwd
+    setup = [step["argv"] for step in doc.get("worktree", {}).get("setup", [])]
+    programs, warnings = [], []
+    for index, command in enumerate(doc.get("verify", {}).get("commands", [])):
+        argv = command["argv"]
+        if not command.get("required", True) or command.get("shell") or not isinstance(argv, list):
+            continue
+        status = program_status(argv, root=root, path=ctx.env.get("PATH"), setup_argvs=setup)
+        programs.append({"id": command["id"], **status.to_json()})
+        if status.status == "missing":
+            where = f"$.verify.commands[{index}].argv[0]"
+            line = locate(text, ("verify", "commands", index, "argv"))
+            rendered = f"warning[POLICY_PROGRAM_MISSING]: {source}:{line or '?'}: {where}: {status.detail}"
+            warnings.append(
+                {
+                    "code": "POLICY_PROGRAM_MISSING",
+                    "jsonPath": where,
+                    "line": line,
+                    "message": status.detail,
+                    "rendered": rendered,
+                }
+            )
+    return programs, warnings
 
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:

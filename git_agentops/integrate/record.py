@@ -20,7 +20,6 @@ from ..runs.jobs import JobContext, Refusal, Request
 ZERO_DIGEST: Final = "0" * 64
 
 
-
 def advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: Any) -> Run:
     """Write the next state of the integration record (one journal commit), then pass the fault point."""
 
@@ -65,5 +64,3 @@ def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[st
         info.get("rawDigest", ZERO_DIGEST),
     )
     return Refusal(code, message, request, detail, None)
-
-
