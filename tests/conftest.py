@@ -80,6 +80,9 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
         monkeypatch.setenv(f"GIT_{who}_DATE", FIXED_DATE)
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    from git_agentops.gitstore.safegit import set_base_environment
+
+    set_base_environment(os.environ)  # what the CLI boundary does for the toolkit's own git calls
     empty = home / "empty-system-config"
     empty.mkdir()
     levels = pygit2.enums.ConfigLevel

@@ -30,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from .. import __version__
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, AgentOpsError
+from ..gitstore.safegit import set_base_environment
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -205,6 +206,7 @@ def run(parser: Parser, handler: Handler, argv: Sequence[str] | None = None) -> 
     wants_json = "--json" in args_list
     env = dict(os.environ)
     cwd = Path.cwd()
+    set_base_environment(env)  # the toolkit's own git calls start from it (gitstore.safegit)
     try:
         try:
             args = parser.parse_args(args_list)

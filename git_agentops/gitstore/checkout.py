@@ -1,8 +1,9 @@
 """Questions about a checkout that git answers best: is it clean, what is HEAD.
 
 Cleanliness is asked of ``git status`` itself rather than re-implemented, so that every ignore source
-(``.gitignore``, ``info/exclude``, ``core.excludesFile``), submodules, the untracked cache and fsmonitor all
-count exactly as they do for the user.
+(``.gitignore``, ``info/exclude``, the person's global ``core.excludesFile``) and submodules count exactly as they
+do for the user. Every call is neutralised (:mod:`.safegit`): no fsmonitor, hook or driver an agent configured
+runs inside the toolkit's git.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from ..errors import AgentOpsError
+from .safegit import run_git
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +27,7 @@ class Head:
 
 
 def _git(worktree: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    try:
-        return subprocess.run(["git", *args], cwd=worktree, capture_output=True, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise AgentOpsError("GIT_FAILED", f"git {args[0]} could not run in {worktree}: {exc}") from exc
+    return run_git(worktree, *args)  # neutralised: an agent's fsmonitor or filter driver never runs here
 
 
 def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> list[str]:
@@ -57,8 +57,44 @@ def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> l
     return paths
 
 
-def head_and_changes(worktree: Path, *, untracked: bool = True, limit: int = 50) -> tuple[str | None, list[str]]:
-    """(HEAD commit or None, changed paths) from one ``git status --porcelain=v2 --branch`` call."""
+ARTIFACT_DIRS: Final = frozenset(
+    {
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".tox",
+        ".nox",
+        "htmlcov",
+        "node_modules",
+        ".venv",
+        ".eggs",
+        "build",
+        "dist",
+        "target",
+    }
+)
+ARTIFACT_SUFFIXES: Final = (".pyc", ".pyo", ".egg-info", ".coverage")
+
+
+def is_artifact(path: str) -> bool:
+    """Whether an *untracked* path is what running a project's tools leaves behind (caches, bytecode, installs).
+
+    Such a file is not part of any commit, and verification happens in a checkout of the commit, so it cannot
+    change a result; refusing a handoff for it would ask the agent to clean up after its own test run.
+    """
+    parts = path.rstrip("/").split("/")
+    return any(p in ARTIFACT_DIRS or p.endswith(ARTIFACT_SUFFIXES) for p in parts)
+
+
+def head_and_changes(
+    worktree: Path, *, untracked: bool = True, limit: int = 50, skip_artifacts: bool = False
+) -> tuple[str | None, list[str]]:
+    """(HEAD commit or None, changed paths) from one ``git status --porcelain=v2 --branch`` call.
+
+    ``skip_artifacts`` leaves out untracked paths that :func:`is_artifact` recognises (never a tracked change).
+    """
     done = _git(
         worktree,
         "status",
@@ -83,7 +119,9 @@ def head_and_changes(worktree: Path, *, untracked: bool = True, limit: int = 50)
             paths.append(entry.split(b" ", 9)[-1].decode(errors="replace"))
             next(fields, None)  # the rename's source path
         elif entry[:2] == b"? ":
-            paths.append(entry[2:].decode(errors="replace"))
+            path = entry[2:].decode(errors="replace")
+            if not (skip_artifacts and is_artifact(path)):
+                paths.append(path)
     return commit, paths[:limit]
 
 

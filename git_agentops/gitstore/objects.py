@@ -16,7 +16,6 @@ of its merge into the object database (and nothing else), for the merges whose r
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ import pygit2
 
 from ..errors import AgentOpsError
 from .repo import Store
+from .safegit import run_git
 
 TreeChange = tuple[str, int] | None
 """A tree entry to set, ``(object id, file mode)``, or None to remove the name."""
@@ -114,10 +114,7 @@ def git_merge_tree(store: Store, ours: str, theirs: str, *, unrelated: bool = Fa
     if unrelated:
         argv.append("--allow-unrelated-histories")
     cwd = store.workdir or store.git_dir
-    try:
-        done = subprocess.run([*argv, ours, theirs], cwd=cwd, capture_output=True, check=False, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AgentOpsError("GIT_FAILED", f"git merge-tree could not run: {exc}") from exc
+    done = run_git(cwd, *argv[1:], ours, theirs, timeout=600)  # neutralised: no agent-configured merge driver runs
     if done.returncode not in (0, 1):
         message = done.stderr.decode("utf-8", "replace").strip()
         raise AgentOpsError("GIT_FAILED", f"git merge-tree failed ({done.returncode}): {message}")

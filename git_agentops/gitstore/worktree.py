@@ -15,6 +15,7 @@ import pygit2
 
 from ..errors import AgentOpsError
 from .repo import Store
+from .safegit import run_git
 
 
 def add_worktree(store: Store, *, name: str, path: Path, branch: str) -> Path:
@@ -67,19 +68,11 @@ def worktree_names(store: Store) -> list[str]:
 
 def add_detached_worktree(store: Store, path: Path, commit: str) -> None:
     """A throwaway detached checkout of ``commit`` at ``path`` (for verifying a candidate nobody works on)."""
-    import subprocess
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["git", "worktree", "add", "--detach", "--quiet", str(path), commit],
-        cwd=store.common_dir,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_git(store.common_dir, "worktree", "add", "--detach", "--quiet", str(path), commit, timeout=600)
     if done.returncode != 0:
-        raise AgentOpsError("GIT_FAILED", f"cannot check {commit[:12]} out at {path}: {done.stderr.strip()}")
+        error = done.stderr.decode(errors="replace").strip()
+        raise AgentOpsError("GIT_FAILED", f"cannot check {commit[:12]} out at {path}: {error}")
 
 
 def remove_detached_worktree(store: Store, path: Path) -> None:
@@ -87,15 +80,7 @@ def remove_detached_worktree(store: Store, path: Path) -> None:
 
     ``git worktree remove --force``, then whatever is left at ``path`` is deleted and ``git worktree prune`` runs.
     """
-    import subprocess
-
-    subprocess.run(
-        ["git", "worktree", "remove", "--force", str(path)],
-        cwd=store.common_dir,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
+    run_git(store.common_dir, "worktree", "remove", "--force", str(path), timeout=600)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
-    subprocess.run(["git", "worktree", "prune"], cwd=store.common_dir, capture_output=True, timeout=600, check=False)
+    run_git(store.common_dir, "worktree", "prune", timeout=600)

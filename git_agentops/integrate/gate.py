@@ -1,17 +1,19 @@
-"""The candidate's gate: its setup and verification in its own checkout, then the reviews the policy requires.
+"""The candidate's gate: its verification in the supervisor's clean checkout of it, then the required reviews.
 
-Steps 2 (**verified**) and 3 (**reviewed**) of the integration (:mod:`.pipeline`). The candidate gets its own
-environment, as every verified checkout does, so the commands test the candidate's code.
+Steps 2 (**verified**) and 3 (**reviewed**) of the integration (:mod:`.pipeline`). The candidate is verified like
+every handoff (:func:`git_agentops.runs.proof.prove`, slot ``candidate``): its own setup, exactly its files, and
+reuse only of evidence the supervisor produced in a clean checkout and can authenticate -- so a single delivery
+onto an unchanged target, whose tree is the delivery's, costs nothing, and a forged evidence note costs the
+forger nothing but a re-run. The reviewers then read the same checkout.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
-from ..gitstore.checkout import Head
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.integration import IntegrationStatus
@@ -20,33 +22,17 @@ from ..model.task import Task
 from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refusal
-from ..runs.workspaces import ensure_setup
-from ..verify.core import verify_checkout
-from ..verify.evidence import EvidenceStore
+from ..runs.proof import prove, slot_checkout
 from .record import advance, fail
 from .reviews import diff_text, review_input, run_reviews
 
+CANDIDATE_SLOT: Final = "candidate"
 
-def gate(
-    ctx: JobContext, store: Store, checkout: Path, run: Run, root: Task | None, candidate: str, base: str, tree: str
-) -> Refusal | None:
-    """Steps 2 and 3: the setup and the policy's commands in the candidate's checkout, then the reviews.
 
-    The candidate gets its own environment, as every verified checkout does: its setup steps run first, so the
-    commands test the candidate's code, not an environment left by another checkout.
-    """
+def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: str, base: str) -> Refusal | None:
+    """Steps 2 and 3: the policy's commands on the candidate in a clean checkout, then the reviews."""
     try:
-        ensure_setup(checkout, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, last_user_resume=None)
-        outcome = verify_checkout(
-            EvidenceStore(store),
-            worktree=checkout,
-            policy=ctx.policy,
-            trust=ctx.trust,
-            environ=ctx.environ,
-            clock=ctx.clock,
-            task=root,
-            known_head=Head(candidate, tree, None),
-        )
+        outcome = prove(ctx, store, slot=CANDIDATE_SLOT, commit=candidate, task=root)
     except AgentOpsError as exc:
         return fail(ctx, store, exc.code, f"the candidate {candidate[:12]} could not be verified: {exc.message}", {})
     if not outcome.passed:
@@ -73,6 +59,7 @@ def gate(
     )
     reviews: list[dict[str, Any]] = []
     if int(ctx.policy.doc["review"]["required"]) > 0:
+        checkout = slot_checkout(ctx, store, CANDIDATE_SLOT).root
         refused, reviews = _review(ctx, store, checkout, run, candidate, base, verification)
         if refused is not None:
             return refused

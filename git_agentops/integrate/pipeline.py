@@ -7,8 +7,9 @@ transaction:
 1. **prepared** -- merge every frozen delivery, in dependency order with ties broken by plan order, into the
    target's current tip, in memory, one merge commit per delivery; ``refs/agentops/runs/<run>/candidate`` -> the
    last one. A conflict is ``RUN_INTEGRATION_CONFLICT`` naming both tasks and the paths;
-2. **verified** -- the policy's commands on a temporary detached checkout of the candidate (the evidence cache by
-   tree id applies, so a candidate whose tree was already verified costs nothing);
+2. **verified** -- the policy's commands on the supervisor's clean checkout of the candidate (:mod:`.gate`; the
+   evidence cache by tree id applies to what the supervisor itself produced and can authenticate, so a candidate
+   whose tree was already verified at a handoff costs nothing);
 3. **reviewed** -- the required reviewers judge it (:mod:`.reviews`); a blocking finding is ``RUN_REVIEW_BLOCKED``;
 4. **published** -- compare-and-swap of ``refs/heads/<target>`` from the base to the candidate; if the target
    moved meanwhile, the candidate is rebuilt on the new tip and re-verified (at most three times, then
@@ -42,7 +43,7 @@ from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
-from ..gitstore.worktree import add_detached_worktree, remove_detached_worktree, remove_worktree
+from ..gitstore.worktree import remove_worktree
 from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus
@@ -51,6 +52,7 @@ from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Integrated, JobContext, Refusal, Wait
+from ..runs.proof import remove_slots
 from .gate import gate
 from .merge import ChainResult, merge_chain
 from .record import ZERO_DIGEST, advance, fail
@@ -152,14 +154,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
             return _conflict(ctx, store, base, chain, tasks)
         candidate = chain.head
         _prepare(ctx, store, base, candidate, chain, order, attempt)
-        checkout = ctx.run_dir / f"candidate-{candidate[:12]}"
-        if checkout.exists():
-            remove_detached_worktree(store, checkout)
-        add_detached_worktree(store, checkout, candidate)
-        try:
-            refused = gate(ctx, store, checkout, run, root, candidate, base, chain.steps[-1].tree)
-        finally:
-            remove_detached_worktree(store, checkout)
+        refused = gate(ctx, store, run, root, candidate, base)
         if refused is not None:
             return refused
         published = _publish(ctx, store, run.target, base, candidate)
@@ -356,3 +351,4 @@ def _clean_up(store: Store, ctx: JobContext, run: Run, workers: list[Worker], re
     root = Path(run.repository) / ctx.policy.worktree_root / ctx.run_id
     if root.is_dir() and not any(root.iterdir()):
         shutil.rmtree(root, ignore_errors=True)
+    remove_slots(ctx.environ, store, ctx.run_id)

@@ -22,7 +22,6 @@ reviewer wrote no valid report.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any, Final
 from ..canonical import canonical_bytes, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.safegit import run_git
 from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec
 from ..model.policy import Policy
 from ..process.command import CommandResult, run_command
@@ -72,13 +72,7 @@ class Review:
 
 def diff_text(repo_dir: Path, base: str, candidate: str) -> str:
     """``git diff --stat --patch base..candidate``, cut at 512 KiB (the reviewer can read the checkout itself)."""
-    done = subprocess.run(
-        ["git", "diff", "--stat", "--patch", f"{base}..{candidate}"],
-        cwd=repo_dir,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_git(repo_dir, "diff", "--no-ext-diff", "--no-textconv", "--stat", "--patch", f"{base}..{candidate}")
     text = done.stdout[:MAX_DIFF].decode("utf-8", errors="replace")
     return text + ("\n[diff truncated]\n" if len(done.stdout) > MAX_DIFF else "")
 

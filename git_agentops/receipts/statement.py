@@ -70,6 +70,10 @@ _EVIDENCE_FIELDS: Final = (
     "tree",
     "commit",
     "taskId",
+    "cached",
+    "cachedFrom",
+    "producer",
+    "checkout",
 )
 
 
@@ -93,8 +97,9 @@ def task_record(task: Task) -> dict[str, Any]:
 def evidence_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     """The predicate's summary of one evidence record (``schemas/evidence-record.schema.json``).
 
-    Keeps what a verifier judges -- command, argv digest, exit code, test counts, output digest, tree -- and
-    drops the redacted output tail, timings and environment digest.
+    Keeps what a verifier judges -- command, argv digest, exit code, test counts, output digest, tree, and whether
+    the result was fresh or reused (``cached``, ``cachedFrom``) and who produced it where -- and drops the
+    redacted output tail, timings and environment digest.
     """
     return {key: record[key] for key in _EVIDENCE_FIELDS if key in record}
 

@@ -124,11 +124,25 @@ def ensure_setup(
             "'git agentops-run resume' to run it again",
         )
     write_private_json(admin, SETUP_ATTEMPT, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
+    run_setup_steps(path, steps, environ=environ, clock=clock)
+    write_private_json(admin, SETUP_COMPLETE, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
+    return "ran"
+
+
+def run_setup_steps(
+    path: Path,
+    steps: tuple[CommandSpec, ...],
+    *,
+    environ: Mapping[str, str],
+    clock: Clock,
+    extra_env: Mapping[str, str] | None = None,
+) -> None:
+    """Run each setup step in ``path``, in order; ``RUN_SETUP_FAILED`` naming the first that failed."""
     for index, step in enumerate(steps):
         result = run_command(
             step.argv,
             cwd=path,
-            env=scrub_environment(environ, step.env),
+            env={**scrub_environment(environ, step.env), **(extra_env or {})},
             timeout=step.timeout,
             shell=step.shell,
             clock=clock,
@@ -137,5 +151,3 @@ def ensure_setup(
             why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
             tail = result.tail.decode(errors="replace")[-1500:]
             raise AgentOpsError("RUN_SETUP_FAILED", f"setup step {index} in {path} {why}\n{tail}")
-    write_private_json(admin, SETUP_COMPLETE, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
-    return "ran"

@@ -1,16 +1,25 @@
-"""Verify a checkout: run the trusted policy's commands on a clean commit and record evidence.
+"""Verify a commit: run the trusted policy's commands on exactly its files and record evidence.
+
+Two places, one procedure:
+
+* :func:`verify_checkout` -- ``git agentops-verify``, in the caller's own worktree. It refuses a dirty checkout
+  (``VERIFY_DIRTY``), but whatever git ignores there is present, so its records say ``checkout: worktree`` and a
+  run never reuses them.
+* :func:`verify_clean` -- the supervisor's handoffs and final gate, in a checkout it made from the commit
+  (:mod:`git_agentops.gitstore.clean`): nothing but the commit's files, re-hashed before and after, and git config
+  the agents cannot touch. Its records say ``producer: supervisor, checkout: clean``.
 
 Order of operations, and why:
 
 1. **Trust first.** Nothing from a policy runs unless the user trusted that exact policy (``POLICY_UNTRUSTED``).
-2. **A clean, committed checkout** (``VERIFY_DIRTY``): evidence is about a commit, so the files the commands see
-   must be exactly that commit's tree.
-3. **Each command** runs with its argv (no shell unless the policy says so), in the worktree root, in a scrubbed
-   environment, in its own process group, under its timeout -- unless a passing record for the same tree,
-   argv, policy and environment is already cached (see :mod:`.evidence`).
-4. **Re-check** that HEAD did not move and no tracked file changed while the commands ran; otherwise the results
-   describe no commit and nothing is recorded (``VERIFY_DIRTY``).
-5. **Record** every result as evidence notes on the commit (and passing ones on the tree).
+2. **A checkout that is exactly the commit**: evidence is about a commit, so the files the commands see must be
+   exactly that commit's tree.
+3. **Each command** runs with its argv (no shell unless the policy says so), in the checkout root, in a scrubbed
+   environment, in its own process group, under its timeout -- unless a passing, authenticated record for the same
+   tree, argv, policy and environment is already cached (see :mod:`.evidence`).
+4. **Re-check** that no tracked file changed while the commands ran; otherwise the results describe no commit and
+   nothing is recorded (``VERIFY_DIRTY`` in place, ``VERIFY_CHECKOUT_CHANGED`` in a clean checkout).
+5. **Record** every result, MAC'd, as evidence notes on the commit (and passing ones on the tree).
 
 The outcome passes when every *required* command passed.
 """
@@ -20,22 +29,35 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..clock import Clock
 from ..envs.probe import probe
 from ..errors import AgentOpsError
 from ..gitstore.checkout import Head, dirty_paths, head, head_and_changes
+from ..gitstore.clean import CleanCheckout
 from ..model.policy import CommandSpec, Policy
 from ..policy.trust import Verdict, require_trusted
 from ..process.command import run_command, scrub_environment
-from .evidence import EvidenceStore, cached_copy, environment_digest, make_record, stored_tail
+from .evidence import (
+    FOR_RUNS,
+    SUPERVISOR,
+    EvidenceStore,
+    Provenance,
+    cached_copy,
+    environment_digest,
+    make_record,
+    stored_tail,
+)
+from .made import MadeFiles, untracked_files
 from .parsers import parse_counts
 
 if TYPE_CHECKING:
     from ..model.task import Task
 
 Progress = Callable[[str], None]
+PERSON: Final = Provenance("person", "worktree")
+AGENT: Final = Provenance("agent", "worktree")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +142,13 @@ def verify_checkout(
     progress: Progress | None = None,
     grace: float = 3.0,
     known_head: Head | None = None,
+    provenance: Provenance = PERSON,
 ) -> Outcome:
-    """Run (or reuse) every planned command on the clean HEAD of ``worktree`` and record evidence.
+    """Run (or reuse) every planned command on the clean HEAD of the caller's ``worktree``; record evidence.
+
+    This is ``git agentops-verify``: it runs where the person (or an agent) is, so its records say so
+    (``checkout: worktree``) and runs never reuse them. Untracked files that an earlier verification of this
+    checkout created (``tests/__pycache__/``...) and that are unchanged since are not dirt (:mod:`.made`).
 
     Raises ``POLICY_UNTRUSTED``, ``VERIFY_DIRTY``, ``VERIFY_NO_COMMIT``, ``VERIFY_NO_COMMANDS``,
     ``TASK_RUNNER_UNKNOWN``, and ``VERIFY_ENV_OUTSIDE`` when the pre-flight finds the project's code resolving
@@ -129,13 +156,10 @@ def verify_checkout(
     with ``passed: false``.
     """
     require_trusted(trust)
-    planned = plan(policy, task)
-    if not planned:
-        raise AgentOpsError(
-            "VERIFY_NO_COMMANDS", f"{policy.source} defines no [[verify.commands]]: there is nothing to verify"
-        )
+    planned = _planned(policy, task)
     start = known_head or head(worktree)
-    dirty = dirty_paths(worktree)
+    made = MadeFiles.load(worktree)
+    dirty = made.not_dirt(dirty_paths(worktree))
     if dirty:
         raise AgentOpsError(
             "VERIFY_DIRTY",
@@ -143,65 +167,23 @@ def verify_checkout(
             "evidence is about a commit: commit or clean them first",
             details={"paths": dirty},
         )
-    environment = probe(worktree, [p.command.argv for p in planned], scrub_environment(environ), clock=clock)
-    outcome = Outcome(start.commit, start.tree, environment=environment.to_json())
-    total = len(planned)
-    for index, item in enumerate(planned, start=1):
-        command = item.command
-        env = scrub_environment(environ, command.env)
-        env_digest = environment_digest(env, environment.to_json())
-        task_id = task.id if task is not None else None
-        if not fresh:
-            hit = evidence.cached(
-                start.tree, argv_digest=command.argv_digest, policy_hash=policy.config_hash, env_digest=env_digest
-            )
-            if hit is not None:
-                record = cached_copy(
-                    hit,
-                    commit=start.commit,
-                    command=command,
-                    task_id=task_id,
-                    criteria=item.criteria,
-                    started_at=clock.now(),
-                )
-                outcome.records.append(record)
-                if progress:
-                    progress(f"[{index}/{total}] {describe(record)}")
-                continue
-        if progress:
-            progress(f"[{index}/{total}] {command.id}: running {command.description or _shown(command)}")
-        result = run_command(
-            command.argv, cwd=worktree, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock
-        )
-        tests, parse_error = None, None
-        try:
-            seen = result.output + result.tail if result.truncated else result.output
-            counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=worktree)
-            tests = counts.to_json() if counts is not None else None
-        except AgentOpsError as exc:
-            parse_error = f"{exc.code}: {exc.message}"
-        passed = result.ok and parse_error is None and not (tests is not None and (tests["failed"] or tests["errors"]))
-        record = make_record(
-            command=command,
-            kind=item.kind,
-            result=result,
-            passed=passed,
-            tests=tests,
-            parse_error=parse_error,
-            tail=stored_tail(
-                result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
-            ),
-            tree=start.tree,
-            commit=start.commit,
-            policy_hash=policy.config_hash,
-            env_digest=env_digest,
-            environment=environment.to_json(),
-            task_id=task_id,
-            criteria=item.criteria,
-        )
-        outcome.records.append(record)
-        if progress:
-            progress(f"[{index}/{total}] {describe(record)}")
+    before = set(untracked_files(worktree))
+    outcome = _run_all(
+        evidence,
+        planned,
+        cwd=worktree,
+        commit=start.commit,
+        tree=start.tree,
+        policy=policy,
+        environ=environ,
+        clock=clock,
+        task=task,
+        fresh=fresh,
+        progress=progress,
+        grace=grace,
+        provenance=provenance,
+        accept=None,
+    )
     ran = any(not r["cached"] for r in outcome.records)
     after, changed = head_and_changes(worktree, untracked=False) if ran else (start.commit, [])
     if after != start.commit or changed:  # when nothing ran, nothing can have changed the checkout
@@ -211,8 +193,182 @@ def verify_checkout(
             f"the checkout changed while verifying ({what}); nothing was recorded -- a verification command must "
             "not modify tracked files",
         )
+    if ran:
+        made.remember([p for p in untracked_files(worktree) if p not in before])
     outcome.notes_commit = evidence.record(start.commit, start.tree, outcome.records)
     return outcome
+
+
+def verify_clean(
+    evidence: EvidenceStore,
+    checkout: CleanCheckout,
+    *,
+    commit: str,
+    tree: str,
+    policy: Policy,
+    trust: Verdict,
+    environ: Mapping[str, str],
+    clock: Clock,
+    task: Task | None = None,
+    progress: Progress | None = None,
+    grace: float = 3.0,
+) -> Outcome:
+    """Run (or reuse) every planned command in a supervisor-owned clean checkout of ``commit``; record evidence.
+
+    The checkout must hold exactly ``commit`` (:meth:`CleanCheckout.inspect` was clean); afterwards its tracked
+    files are re-hashed and must be unchanged (``VERIFY_CHECKOUT_CHANGED``, nothing recorded). Only records the
+    supervisor produced in a clean checkout are reused. The commands' git reads no global or system config.
+    """
+    require_trusted(trust)
+    planned = _planned(policy, task)
+    outcome = _run_all(
+        evidence,
+        planned,
+        cwd=checkout.root,
+        commit=commit,
+        tree=tree,
+        policy=policy,
+        environ=environ,
+        clock=clock,
+        task=task,
+        fresh=False,
+        progress=progress,
+        grace=grace,
+        provenance=SUPERVISOR,
+        accept=FOR_RUNS,
+        git_env=checkout.command_git_env(),
+    )
+    if any(not r["cached"] for r in outcome.records):
+        drift = checkout.inspect(commit, extras=False)
+        if not drift.clean:
+            raise AgentOpsError(
+                "VERIFY_CHECKOUT_CHANGED",
+                f"the verification commands changed the commit's files ({drift.describe()}); nothing was recorded "
+                "-- a verification command must not modify tracked files",
+                details={"changed": list(drift.changed)},
+            )
+    outcome.notes_commit = evidence.record(commit, tree, outcome.records)
+    return outcome
+
+
+def _planned(policy: Policy, task: Task | None) -> list[Planned]:
+    planned = plan(policy, task)
+    if not planned:
+        raise AgentOpsError(
+            "VERIFY_NO_COMMANDS", f"{policy.source} defines no [[verify.commands]]: there is nothing to verify"
+        )
+    return planned
+
+
+def _run_all(
+    evidence: EvidenceStore,
+    planned: list[Planned],
+    *,
+    cwd: Path,
+    commit: str,
+    tree: str,
+    policy: Policy,
+    environ: Mapping[str, str],
+    clock: Clock,
+    task: Task | None,
+    fresh: bool,
+    progress: Progress | None,
+    grace: float,
+    provenance: Provenance,
+    accept: frozenset[Provenance] | None,
+    git_env: Mapping[str, str] | None = None,
+) -> Outcome:
+    """The pre-flight, then each planned command run or reused, as records (not yet stored)."""
+    environment = probe(cwd, [p.command.argv for p in planned], scrub_environment(environ), clock=clock)
+    outcome = Outcome(commit, tree, environment=environment.to_json())
+    total = len(planned)
+    task_id = task.id if task is not None else None
+    for index, item in enumerate(planned, start=1):
+        command = item.command
+        env = scrub_environment(environ, command.env)
+        env_digest = environment_digest(env, environment.to_json())
+        hit = None
+        if not fresh:
+            hit = evidence.cached(
+                tree,
+                argv_digest=command.argv_digest,
+                policy_hash=policy.config_hash,
+                env_digest=env_digest,
+                accept=accept,
+            )
+        if hit is not None:
+            record = cached_copy(
+                hit, commit=commit, command=command, task_id=task_id, criteria=item.criteria, started_at=clock.now()
+            )
+        else:
+            if progress:
+                progress(f"[{index}/{total}] {command.id}: running {command.description or _shown(command)}")
+            record = _run_one(
+                item,
+                cwd=cwd,
+                env={**env, **(git_env or {})},
+                env_digest=env_digest,
+                commit=commit,
+                tree=tree,
+                policy=policy,
+                environment=environment.to_json(),
+                task_id=task_id,
+                clock=clock,
+                grace=grace,
+                provenance=provenance,
+            )
+        outcome.records.append(record)
+        if progress:
+            progress(f"[{index}/{total}] {describe(record)}")
+    return outcome
+
+
+def _run_one(
+    item: Planned,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    env_digest: str,
+    commit: str,
+    tree: str,
+    policy: Policy,
+    environment: Mapping[str, Any],
+    task_id: str | None,
+    clock: Clock,
+    grace: float,
+    provenance: Provenance,
+) -> dict[str, Any]:
+    command = item.command
+    result = run_command(
+        command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock
+    )
+    tests, parse_error = None, None
+    try:
+        seen = result.output + result.tail if result.truncated else result.output
+        counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=cwd)
+        tests = counts.to_json() if counts is not None else None
+    except AgentOpsError as exc:
+        parse_error = f"{exc.code}: {exc.message}"
+    passed = result.ok and parse_error is None and not (tests is not None and (tests["failed"] or tests["errors"]))
+    return make_record(
+        command=command,
+        kind=item.kind,
+        result=result,
+        passed=passed,
+        tests=tests,
+        parse_error=parse_error,
+        tail=stored_tail(
+            result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
+        ),
+        tree=tree,
+        commit=commit,
+        policy_hash=policy.config_hash,
+        env_digest=env_digest,
+        environment=environment,
+        task_id=task_id,
+        criteria=item.criteria,
+        provenance=provenance,
+    )
 
 
 def _redact(text: str, patterns: tuple[str, ...]) -> str:

@@ -12,9 +12,14 @@ digest, policy hash and environment digest reuses it instead of running the comm
 this), and records a new evidence line on the new commit marked ``cached`` with the commit it came from. The key
 is the tree, not the commit, because the tree is what the command saw.
 
-Trust model: any process that can write this repository's object database can write notes, so the cache is
-exactly as trustworthy as the repository it lives in -- the same as every other local ref. CI does not trust
-local evidence: it re-verifies receipts, which seal the records they rely on.
+**Provenance and authentication.** Any process that can write the object database can write notes -- a worker
+agent wrote a passing record with an all-zero output digest, and the gate ran nothing. So each record says who
+produced it (``producer``: the supervisor, a person, or an agent calling ``git agentops-verify``) and where
+(``checkout``: a clean checkout the supervisor made from the commit, or the caller's worktree), and carries a MAC
+(``mac``, :mod:`git_agentops.gitstore.keys`) over everything else. A record whose MAC does not check is never
+reused. A run reuses only what the supervisor produced in a clean checkout (:data:`FOR_RUNS`); a person's
+verification reuses any authenticated record. CI does not trust local evidence at all: it checks receipts, which
+seal the summaries they rely on, each saying whether its result was fresh or reused and from which commit.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__
@@ -29,6 +36,7 @@ from ..canonical import canonical_bytes, digest
 from ..clock import iso8601
 from ..errors import AgentOpsError
 from ..gitstore.backend import ObjectBackend
+from ..gitstore.keys import Keyring, keyring
 from ..gitstore.notes import EVIDENCE_REF, Notes
 from ..model.policy import CommandSpec
 from ..schema import documents
@@ -37,6 +45,20 @@ if TYPE_CHECKING:
     from ..gitstore.repo import Store
 
 TAIL_CHARS: Final = 4096
+MAC_PURPOSE: Final = "evidence"
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Who produced a record and where: ``supervisor``/``person``/``agent``, ``clean``/``worktree``."""
+
+    producer: str
+    checkout: str
+
+
+SUPERVISOR: Final = Provenance("supervisor", "clean")
+FOR_RUNS: Final = frozenset({SUPERVISOR})
+"""The provenance a run (handoff, final gate) accepts for reuse."""
 
 
 def environment_digest(env: Mapping[str, str], environment: Mapping[str, Any] | None = None) -> str:
@@ -90,8 +112,9 @@ def make_record(
     task_id: str | None,
     criteria: Sequence[str],
     environment: Mapping[str, Any] | None = None,
+    provenance: Provenance | None = None,
 ) -> dict[str, Any]:
-    """One evidence record (``schemas/evidence-record.schema.json``) of a command that ran."""
+    """One evidence record (``schemas/evidence-record.schema.json``) of a command that ran (not yet MAC'd)."""
     record = {
         "commandId": command.id,
         "kind": kind,
@@ -122,7 +145,24 @@ def make_record(
     }
     if environment is not None:
         record["environment"] = dict(environment)
+    if provenance is not None:
+        record["producer"], record["checkout"] = provenance.producer, provenance.checkout
     return record
+
+
+def _mac_input(record: Mapping[str, Any]) -> bytes:
+    return canonical_bytes({k: v for k, v in record.items() if k != "mac"})
+
+
+def seal_record(record: dict[str, Any], keys: Keyring) -> dict[str, Any]:
+    """``record`` with its MAC (replacing any it had)."""
+    record["mac"] = keys.mac(MAC_PURPOSE, _mac_input(record))
+    return record
+
+
+def authentic(record: Mapping[str, Any], keys: Keyring) -> bool:
+    """Whether this repository's toolkit wrote ``record`` exactly as it is."""
+    return keys.check(MAC_PURPOSE, _mac_input(record), record.get("mac"))
 
 
 def parse_records(data: bytes | None, *, what: str) -> list[dict[str, Any]]:
@@ -141,20 +181,37 @@ def parse_records(data: bytes | None, *, what: str) -> list[dict[str, Any]]:
 
 
 class EvidenceStore:
-    """Evidence notes of one repository (through pygit2 or git plumbing)."""
+    """Evidence notes of one repository (through pygit2 or git plumbing), authenticated with its MAC key."""
 
-    def __init__(self, store: Store | ObjectBackend) -> None:
+    def __init__(self, store: Store | ObjectBackend, private_dir: Path) -> None:
         self.notes = Notes(store, EVIDENCE_REF)
+        self.keys = keyring(private_dir)
 
     def for_commit(self, commit: str) -> list[dict[str, Any]]:
         return parse_records(self.notes.read(commit), what=f"evidence of {commit}")
 
-    def cached(self, tree: str, *, argv_digest: str, policy_hash: str, env_digest: str) -> dict[str, Any] | None:
-        """A passing record for this tree and exactly this command, policy and environment (newest first)."""
+    def authentic_for_commit(self, commit: str) -> list[dict[str, Any]]:
+        """The records on ``commit`` this repository's toolkit wrote (forged or damaged lines left out)."""
+        return [r for r in self.for_commit(commit) if authentic(r, self.keys)]
+
+    def cached(
+        self,
+        tree: str,
+        *,
+        argv_digest: str,
+        policy_hash: str,
+        env_digest: str,
+        accept: frozenset[Provenance] | None = None,
+    ) -> dict[str, Any] | None:
+        """A passing, authenticated record for this tree and exactly this command, policy and environment
+        (newest first); with ``accept``, only one of those provenances."""
         entries = parse_records(self.notes.read(tree), what=f"evidence cache of tree {tree}")
         for entry in entries[::-1]:
+            if accept is not None and Provenance(entry.get("producer", ""), entry.get("checkout", "")) not in accept:
+                continue
             if (
-                entry["passed"] is True
+                authentic(entry, self.keys)
+                and entry["passed"] is True
                 and entry["tree"] == tree
                 and entry["argvDigest"] == argv_digest
                 and entry["policyConfigHash"] == policy_hash
@@ -170,6 +227,7 @@ class EvidenceStore:
             return None
         lines: dict[str, bytes] = {}
         for record in records:
+            seal_record(record, self.keys)
             documents.validate(record, "evidence-record", what=f"evidence record {record['commandId']}")
             line = canonical_bytes(record) + b"\n"
             lines[commit] = lines.get(commit, b"") + line
@@ -189,6 +247,7 @@ def cached_copy(
 ) -> dict[str, Any]:
     """The evidence line for a cache hit: the cached result, attributed to this commit and this command."""
     copy: dict[str, Any] = json.loads(json.dumps(record))
+    copy.pop("mac", None)
     copy.update(
         {
             "commandId": command.id,

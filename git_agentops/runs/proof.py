@@ -1,0 +1,204 @@
+"""Proof: the supervisor verifies a commit in a clean checkout of its own, never in an agent's worktree.
+
+Every handoff and the final gate call :func:`prove`. It keeps one clean checkout per *slot* -- one per worker, one
+for the integration candidate -- under ``$XDG_CACHE_HOME/git-agentops/verify/<repository>/<run>/<slot>/``
+(:func:`slots_dir`, :mod:`git_agentops.gitstore.clean`), so a worker's second handoff rewrites only the files that
+changed:
+
+1. **populate** the slot with exactly the commit (``read-tree -u``, ``clean -ffdx``), then **inspect** it by
+   content: a tracked file that differs, or any file the commit does not have, is rewritten once and, if it is
+   still there, refused (``VERIFY_CHECKOUT_CHANGED``: something is writing into the supervisor's checkout);
+2. **setup**, cached: the policy's setup steps run in the slot when they, a manifest or lockfile of the commit
+   (:data:`MANIFESTS`, :data:`~git_agentops.envs.project.LOCKFILES`) or the set of its top-level Python packages
+   changed since the slot was last set up -- otherwise what setup made (the venv, ``*.egg-info``, ``node_modules``:
+   the paths it created, recorded right after it ran) is kept. A setup step must not change tracked files;
+3. **guard above**: no file that tools discover by walking up from where they run (a ``conftest.py``,
+   ``pytest.ini``, ``node_modules``...) was planted in the directories above the checkout (:func:`_guard_above`);
+4. **verify** (:func:`git_agentops.verify.core.verify_clean`): the commands, then the tracked files re-hashed.
+
+Why the cache is safe: what setup installs depends on the setup steps and on the files that declare dependencies,
+which are all in the key; the project's own code is installed editable, so its changes need no new setup. A
+change the key cannot see (a ``setup.py`` that reads another file, say) is what ``git agentops-run resume``
+after deleting the slot fixes; the slot is only a cache, deleting it is always safe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from ..canonical import canonical_bytes, digest, sha256_hex
+from ..envs.project import LOCKFILES, python_packages
+from ..errors import AgentOpsError
+from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, remove_tree
+from ..gitstore.private import read_private, write_private
+from ..gitstore.repo import Store
+from ..model.task import Task
+from ..schema import documents
+from ..verify.core import Outcome, verify_clean
+from ..verify.evidence import EvidenceStore
+from .jobs import JobContext
+from .workspaces import run_setup_steps, setup_hash
+
+MANIFESTS: Final = (
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "package.json",
+    "Cargo.toml",
+    "go.mod",
+    "Gemfile",
+    "Gemfile.lock",
+    "composer.json",
+    "composer.lock",
+)
+SETUP_RECORD: Final = "agentops-setup.json"
+ABOVE_RECORD: Final = "above.json"
+
+
+def slots_dir(environ: Mapping[str, str], store: Store, run_id: str) -> Path:
+    """Where a run's clean checkouts live: ``$XDG_CACHE_HOME/git-agentops/verify/<repository>/<run>/``.
+
+    Not under the repository: a checkout inside the main checkout has the main checkout above it, and tools that
+    walk up from where they run (pytest's rootdir and ``conftest.py`` search, node's ``node_modules``, Cargo
+    workspaces) would find the person's files there -- or files an agent planted there.
+    """
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    repository = sha256_hex(os.path.realpath(store.common_dir))[:16]
+    return Path(cache) / "git-agentops" / "verify" / repository / run_id
+
+
+def slot_checkout(ctx: JobContext, store: Store, slot: str) -> CleanCheckout:
+    """The clean checkout of ``slot`` (a worker id, or ``candidate``)."""
+    return CleanCheckout(
+        slots_dir(ctx.environ, store, ctx.run_id) / slot,
+        store.common_dir / "objects",
+        identity=(store.identity.name, store.identity.email),
+    )
+
+
+def prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task | None) -> Outcome:
+    """Verify ``commit`` in the clean checkout of ``slot`` (see the module docstring).
+
+    Raises ``VERIFY_CHECKOUT_CHANGED``, ``RUN_SETUP_FAILED``, ``GIT_FAILED`` and what verification raises.
+    """
+    checkout = slot_checkout(ctx, store, slot)
+    tree = str(store.resolve_commit(commit).tree_id)
+    record = _setup_record(checkout)
+    checkout.kept = tuple(record["kept"]) if record else ()
+    checkout.populate(commit)
+    key = setup_key(ctx, checkout, commit) if ctx.policy.setup else None
+    if record is not None and record["key"] != key:  # what setup made belongs to another key: gone
+        checkout.kept = ()
+        checkout.populate(commit)
+        _forget_setup(checkout)
+    _require_exact(checkout, commit, when="before the commands")
+    _guard_above(ctx, store, checkout)
+    if key is not None and (record is None or record["key"] != key):
+        _forget_setup(checkout)
+        run_setup_steps(
+            checkout.root, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, extra_env=checkout.command_git_env()
+        )
+        drift = checkout.inspect(commit)
+        if drift.changed:
+            raise AgentOpsError(
+                "VERIFY_CHECKOUT_CHANGED",
+                f"a setup step changed the commit's files in {checkout.root} ({drift.describe()}); setup may add "
+                "files but not change tracked ones",
+            )
+        checkout.kept = tuple(collapse(drift.extra, _tracked_dirs(checkout, commit)))
+        _save_setup(checkout, key)
+        ctx.log(f"set up the verification checkout {slot} ({len(checkout.kept)} path(s) made by setup kept)")
+    return verify_clean(
+        EvidenceStore(store, store.private_dir()),
+        checkout,
+        commit=commit,
+        tree=tree,
+        policy=ctx.policy,
+        trust=ctx.trust,
+        environ=ctx.environ,
+        clock=ctx.clock,
+        task=task,
+    )
+
+
+def _require_exact(checkout: CleanCheckout, commit: str, *, when: str) -> None:
+    drift = checkout.inspect(commit)
+    if drift.clean:
+        return
+    checkout.rewrite()
+    drift = checkout.inspect(commit)
+    if not drift.clean:
+        raise AgentOpsError(
+            "VERIFY_CHECKOUT_CHANGED",
+            f"the verification checkout {checkout.root} does not hold exactly {commit[:12]} {when} "
+            f"({drift.describe()}), even after rewriting it: something is writing into it",
+            details={"changed": list(drift.changed), "extra": list(drift.extra)},
+        )
+
+
+def _guard_above(ctx: JobContext, store: Store, checkout: CleanCheckout) -> None:
+    """``VERIFY_CHECKOUT_CHANGED`` when a file tools discover by walking up (:data:`DISCOVERED`) is in one of the
+    toolkit's own directories above the checkout (it never makes one), or appeared or changed in a directory
+    further up since the run's first verification."""
+    found = discoverable_above(checkout.root)
+    ours = str(slots_dir(ctx.environ, store, ctx.run_id).parent.parent) + os.sep
+    planted = sorted(p for p in found if p.startswith(ours))
+    snapshot = checkout.root.parent / ABOVE_RECORD
+    others = {p: f for p, f in found.items() if not p.startswith(ours)}
+    known = _read_json(snapshot)
+    if known is None:
+        write_private(snapshot.parent, snapshot.name, canonical_bytes(others) + b"\n")
+        known = others
+    moved = sorted(p for p, f in others.items() if known.get(p) != f)
+    if planted or moved:
+        raise AgentOpsError(
+            "VERIFY_CHECKOUT_CHANGED",
+            f"files that tools find by walking up from {checkout.root} were planted above it: "
+            f"{', '.join((planted + moved)[:8])}; remove them (they are not the commit's) and resume the run",
+            details={"paths": planted + moved},
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = read_private(path.parent, path.name) if path.parent.is_dir() else None
+        doc = documents.parse_json(data, what=str(path)) if data else None
+    except AgentOpsError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def setup_key(ctx: JobContext, checkout: CleanCheckout, commit: str) -> str:
+    """What setup's result depends on: the steps, the commit's manifests and lockfiles, its Python packages."""
+    listing = checkout.blob_ids(commit, (*MANIFESTS, *LOCKFILES))
+    return digest({"steps": setup_hash(ctx.policy.setup), "files": listing, "packages": python_packages(checkout.root)})
+
+
+def _tracked_dirs(checkout: CleanCheckout, commit: str) -> set[str]:
+    return set(checkout.tree_dirs(commit))
+
+
+def _setup_record(checkout: CleanCheckout) -> dict[str, Any] | None:
+    doc = _read_json(checkout.git_dir / SETUP_RECORD)
+    if doc is None or not isinstance(doc.get("key"), str) or not isinstance(doc.get("kept"), list):
+        return None
+    if not all(isinstance(p, str) and p and ".." not in p.split("/") for p in doc["kept"]):
+        return None
+    return doc
+
+
+def _save_setup(checkout: CleanCheckout, key: str) -> None:
+    doc = {"key": key, "kept": list(checkout.kept)}
+    write_private(checkout.git_dir, SETUP_RECORD, canonical_bytes(doc) + b"\n")
+
+
+def _forget_setup(checkout: CleanCheckout) -> None:
+    (checkout.git_dir / SETUP_RECORD).unlink(missing_ok=True)
+
+
+def remove_slots(environ: Mapping[str, str], store: Store, run_id: str) -> None:
+    """Delete every clean checkout of a run (they are caches)."""
+    remove_tree(slots_dir(environ, store, run_id))
