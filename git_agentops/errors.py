@@ -63,6 +63,7 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "ARTIFACT_CORRUPT": _c(EXIT_REFUSED, "a stored artifact does not hash to its name"),
     "NOTE_EXISTS": _c(EXIT_REFUSED, "the object already has a note on this notes ref; notes are never overwritten"),
     "NOTES_CONTENDED": _c(EXIT_REFUSED, "adding a note kept losing the compare-and-swap until its deadline"),
+    "KEY_INVALID": _c(EXIT_REFUSED, "the repository's MAC key file is damaged (not 32 bytes)"),
     # documents, canonical JSON, seals
     "DOC_TOO_LARGE": _c(EXIT_REFUSED, "a document is over its size limit"),
     "JSON_INVALID": _c(EXIT_REFUSED, "not valid JSON (or duplicate keys, NaN/Infinity, bad UTF-8)"),
@@ -105,6 +106,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "VERIFY_NO_COMMANDS": _c(EXIT_REFUSED, "the policy defines no verification commands"),
     "VERIFY_FAILED": _c(EXIT_NEGATIVE, "a required verification command failed, timed out or could not start"),
     "VERIFY_PARSE_FAILED": _c(EXIT_REFUSED, "test counts could not be parsed (bad JUnit XML, missing report...)"),
+    "VERIFY_CHECKOUT_CHANGED": _c(
+        EXIT_REFUSED, "the supervisor's verification checkout did not hold exactly the commit, before or after"
+    ),
     "VERIFY_ENV_OUTSIDE": _c(
         EXIT_REFUSED, "the project's code resolves outside the checkout being verified (an editable install elsewhere)"
     ),
@@ -148,6 +152,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_DELIVERY_CHANGED": _c(EXIT_NEGATIVE, "HEAD or the contract changed during the handoff"),
     "RUN_NO_CHANGE_FILES": _c(EXIT_NEGATIVE, "a handoff without commits must name its sourceFiles"),
     "RUN_VERIFICATION_FAILED": _c(EXIT_NEGATIVE, "the delivery failed verification; the worker restarts"),
+    "RUN_DELIVERY_SECRET": _c(
+        EXIT_NEGATIVE, "the delivery's commits add a secret-shaped string or key file (path and rule, never the value)"
+    ),
     "RUN_NO_PROGRESS": _c(EXIT_NEGATIVE, "the same failure repeated without progress; the task is blocked"),
     "RUN_WORKER_EXITED": _c(EXIT_NEGATIVE, "the worker process exited without delivering"),
     "RUN_REQUEST_FAILED": _c(EXIT_NEGATIVE, "the supervisor failed while handling the request"),
@@ -162,6 +169,16 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
         EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"
     ),
+    "RUN_STATE_TAMPERED": _c(
+        EXIT_REFUSED, "a run ref holds a commit the supervisor did not write; the run is blocked, nothing is lost"
+    ),
+    "RUN_DELIVERY_PROTECTED_PATH": _c(
+        EXIT_NEGATIVE, "the delivery changes a protected path (.agentops/**, allowed_signers, CI, hooks)"
+    ),
+    "RUN_DELIVERY_MISMATCH": _c(
+        EXIT_REFUSED, "a delivery's state record, frozen ref, delivery note and evidence do not agree"
+    ),
+    "POLICY_TRUST_AGENT": _c(EXIT_REFUSED, "'policy trust' refuses to run inside an agent's environment"),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),
     # hooks (each refusal says what to do instead)

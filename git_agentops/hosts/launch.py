@@ -9,7 +9,8 @@ mistaken for the agent.
 Kinds and their default argv are described in :mod:`git_agentops.model.hosts` (the policy's effective form holds
 them, so ``policy trust`` shows exactly what runs). A launch that names a ``session`` uses the host's
 ``resume_argv`` with ``{session}`` filled in. Placeholders are replaced by exact name only, in argv elements and in
-``env`` values; in an ``env`` value holding JSON they are replaced inside its strings, JSON-escaped.
+``env`` values; in an ``env`` value holding JSON they are replaced inside its strings, JSON-escaped; in a
+``shell = true`` string they are replaced shell-quoted (and ``{prompt}``, free text, is refused there by the policy).
 
 Agents get the user's environment (they need their own credentials and configuration), minus any ``AGENTOPS_*``
 variable of the supervisor, plus the host's ``env`` from the policy -- unlike verification commands, which get a
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,7 +48,7 @@ class HostSpec:
     argv: tuple[str, ...] | str
     shell: bool
     env: Mapping[str, str]
-    resume_argv: tuple[str, ...] = ()
+    resume_argv: tuple[str, ...] | str = ()  # a string only for a shell host, like argv
     resume: bool = False
 
     @property
@@ -66,14 +68,15 @@ def host_spec(policy: Policy, name: str) -> HostSpec:
         raise AgentOpsError("RUN_HOST_UNKNOWN", f"no host {name!r} in the policy (known: scripted, {', '.join(hosts)})")
     host = hosts[name]
     argv = host.get("argv") or ()
+    resume = host.get("resume_argv") or ()
     return HostSpec(
         name,
         host["kind"],
         argv if isinstance(argv, str) else tuple(argv),
         bool(host.get("shell")),
         dict(host.get("env", {})),
-        tuple(host.get("resume_argv") or ()),
-        bool(host.get("resume")) and bool(host.get("resume_argv")),
+        resume if isinstance(resume, str) else tuple(resume),  # a string is one shell command, not its characters
+        bool(host.get("resume")) and bool(resume),
     )
 
 
@@ -158,7 +161,13 @@ def placeholders(launch: Launch) -> dict[str, str]:
 
 
 def command_for(spec: HostSpec, launch: Launch) -> tuple[list[str], bool]:
-    """The argv (or, for ``shell = true``, the one shell string) this launch runs."""
+    """The argv (or, for ``shell = true``, the one shell string) this launch runs.
+
+    In a list each placeholder fills (part of) one argv element, verbatim: no shell ever parses it. In a shell
+    string every value is substituted ``shlex.quote``-d, so a worktree path with a space or a quote, or a session id
+    a host reported, stays one word and runs nothing; the policy refuses ``{prompt}`` there anyway
+    (:func:`git_agentops.policy.load.shell_host_problems`), and quoting keeps an older cached policy safe too.
+    """
     if spec.kind == "scripted":
         return [sys.executable, "-m", "git_agentops.cli.agent"], False
     template = spec.resume_argv if launch.session and spec.resume_argv else spec.argv
@@ -166,7 +175,7 @@ def command_for(spec: HostSpec, launch: Launch) -> tuple[list[str], bool]:
         raise AgentOpsError("RUN_HOST_FAILED", f"host {spec.name!r} ({spec.kind}) has no argv")
     values = placeholders(launch)
     if isinstance(template, str):
-        return [fill(template, values)], True
+        return [fill(template, {name: shlex.quote(value) for name, value in values.items()})], True
     return [fill(arg, values) for arg in template], False
 
 

@@ -2,15 +2,16 @@
 
 A handoff is a pipeline that only goes downward:
 
-1. **check** (loop thread, :func:`check_handoff`) -- the checkout is clean and committed (``RUN_DELIVERY_DIRTY``);
-   a worker that committed nothing may deliver "no change" only by naming existing ``sourceFiles``
-   (``RUN_NO_CHANGE_FILES``);
+1. **check** (loop thread, :func:`check_handoff`) -- the checkout is committed (``RUN_DELIVERY_DIRTY`` for a
+   tracked change or an untracked file that is not a tool's artifact such as ``__pycache__/``); a worker that
+   committed nothing may deliver "no change" only by naming existing ``sourceFiles`` (``RUN_NO_CHANGE_FILES``);
 2. **stop** (the supervisor) -- the worker is marked ``handing-off`` and its process group stopped and confirmed
-   dead: from here on nothing can change the checkout behind the supervisor's back;
-3. **re-check** (:func:`deliver`, in a job, like everything below) -- HEAD, cleanliness and the contract are as
-   they were (``RUN_DELIVERY_CHANGED``);
-4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit,
-   recording evidence notes; then HEAD and cleanliness once more;
+   dead;
+3. **re-check** (:func:`deliver`, in a job, like everything below) -- HEAD and the contract are as they were
+   (``RUN_DELIVERY_CHANGED``); the diff carries no secret (:mod:`.secrets`);
+4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit, in
+   the supervisor's own clean checkout of it (:mod:`git_agentops.runs.proof`): nothing the agent left in its
+   worktree -- ignored files, ``--skip-worktree`` entries, a daemon swapping files -- can reach the commands;
 5. **record** -- the delivery record on the commit's note under ``refs/notes/agentops/deliveries``, then
    ``refs/agentops/runs/<run>/deliveries/<task>`` -> the commit, **create-only** (a delivery is never moved), then
    the task delivered in the same state commit as the request's idempotency record;
@@ -34,7 +35,7 @@ import pygit2
 from ..canonical import canonical_bytes, digest
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..gitstore.checkout import Head, head_and_changes
+from ..gitstore.checkout import head_and_changes
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import DELIVERIES_REF, Notes
 from ..gitstore.refs import create_ref, read_ref
@@ -45,9 +46,10 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Delivered, JobContext, Refusal, Request
+from ..runs.proof import prove
 from ..schema import documents
-from ..verify.core import Outcome, verify_checkout
-from ..verify.evidence import EvidenceStore
+from ..verify.core import Outcome
+from .secrets import secrets_refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +74,12 @@ def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str,
 
 
 def check_handoff(worktree: Path, *, base: str | None, source_files: Sequence[str]) -> str:
-    """The clean, committed HEAD of ``worktree``; ``RUN_DELIVERY_DIRTY``, ``RUN_NO_CHANGE_FILES``."""
-    head, changes = head_and_changes(worktree)
+    """The committed HEAD of ``worktree``; ``RUN_DELIVERY_DIRTY``, ``RUN_NO_CHANGE_FILES``.
+
+    Untracked artifacts of the project's tools (:func:`~git_agentops.gitstore.checkout.is_artifact`) are not
+    dirt: they are in no commit, and verification happens in a clean checkout of the commit anyway.
+    """
+    head, changes = head_and_changes(worktree, skip_artifacts=True)
     if head is None:
         raise AgentOpsError("RUN_DELIVERY_DIRTY", "the worktree has no commit")
     if changes:
@@ -118,14 +124,19 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _as_handed_off(handoff, worktree, worker_contract(view.run(), handoff.worker, view.tasks()))
     if refused is not None:
         return refused
+    refused = secrets_refusal(
+        store, ctx.policy, handoff.request, base=handoff.worker.base or view.run().base_commit, head=handoff.head
+    )
+    if refused is not None:
+        return refused
     task = view.task(handoff.worker.task_id or "")
     try:
-        outcome = _verify(ctx, store, handoff, worktree, task)
+        outcome = prove(ctx, store, slot=handoff.worker.worker_id, commit=handoff.head, task=task)
     except AgentOpsError as exc:  # the environment is wrong (VERIFY_ENV_OUTSIDE...): say so, as the answer
         return _refusal(
             handoff, exc.code, f"{handoff.head[:12]} could not be verified: {exc.message}", {}, handoff.head
         )
-    refused = _untouched_by_verification(handoff, worktree) or _verification_refusal(handoff, outcome)
+    refused = _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused
     note = _delivery_record(ctx, handoff, task.id, outcome)
@@ -153,40 +164,12 @@ def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, Any
 
 def _as_handed_off(handoff: Handoff, worktree: Path, contract: str) -> Refusal | None:
     """``RUN_DELIVERY_CHANGED`` when HEAD, the checkout or the contract is not what the handoff named."""
-    now_head, changes = head_and_changes(worktree)
+    now_head, changes = head_and_changes(worktree, skip_artifacts=True)
     if now_head == handoff.head and not changes and contract == handoff.contract:
         return None
     why = "HEAD moved" if now_head != handoff.head else ("the checkout changed" if changes else "the contract changed")
     return _refusal(
         handoff, "RUN_DELIVERY_CHANGED", f"{why} during the handoff; take a new handoff", {"why": why}, now_head
-    )
-
-
-def _untouched_by_verification(handoff: Handoff, worktree: Path) -> Refusal | None:
-    """``RUN_DELIVERY_CHANGED`` when HEAD moved or the checkout changed while the commands ran."""
-    now_head, changes = head_and_changes(worktree)
-    if now_head == handoff.head and not changes:
-        return None
-    return _refusal(
-        handoff,
-        "RUN_DELIVERY_CHANGED",
-        "the checkout changed during verification",
-        {"why": "changed during verification"},
-        now_head,
-    )
-
-
-def _verify(ctx: JobContext, store: Store, handoff: Handoff, worktree: Path, task: Task) -> Outcome:
-    tree = str(store.resolve_commit(handoff.head).tree_id)
-    return verify_checkout(
-        EvidenceStore(store),
-        worktree=worktree,
-        policy=ctx.policy,
-        trust=ctx.trust,
-        environ=ctx.environ,
-        clock=ctx.clock,
-        task=task,
-        known_head=Head(handoff.head, tree, None),
     )
 
 

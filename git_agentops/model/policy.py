@@ -20,6 +20,10 @@ DEFAULT_BUDGET: Final = "90m"
 DEFAULT_TIMEOUT: Final = 600.0
 DEFAULT_WORKTREE_ROOT: Final = ".agentops/worktrees"
 POLICY_PATH: Final = ".agentops/policy.toml"
+DEFAULT_SECRET_PATHS: Final = ("id_*", "!*.pub", "*.pem", "*.key", "*.p12", "*.pfx")
+"""File names a delivery may not add (``[guardrails] secret_paths``): private SSH keys but not their public
+halves, PEM files, private keys, PKCS#12 bundles. Like the built-in secret rules they are the toolkit's, not part
+of the effective policy, so they change no config hash."""
 
 _DURATION_PART: Final = re.compile(r"([0-9]+)([smhd])")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -235,8 +239,15 @@ class Policy:
 
     @property
     def secret_scanning(self) -> bool:
-        """Whether pre-commit scans staged additions for secrets (``guardrails.secret_scanning``, true by default)."""
+        """Whether staged additions (pre-commit) and deliveries (at handoff) are scanned for secrets
+        (``guardrails.secret_scanning``, true by default)."""
         return bool(self.doc["guardrails"]["secret_scanning"])
+
+    @property
+    def secret_paths(self) -> tuple[str, ...]:
+        """File-name patterns a delivery may not add (``guardrails.secret_paths``, :data:`DEFAULT_SECRET_PATHS`
+        when the policy names none); ``!`` negates and the last matching pattern decides."""
+        return tuple(self.doc["guardrails"].get("secret_paths", DEFAULT_SECRET_PATHS))
 
 
 def diff_paths(old: Any, new: Any, path: str = "$") -> Iterator[str]:

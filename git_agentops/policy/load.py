@@ -170,6 +170,7 @@ def _semantic(doc: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ..
     for name, host in hosts.items():
         if isinstance(host, dict) and host.get("kind") == "command" and "argv" not in host:
             yield ("POLICY_INVALID", ("hosts", name), "a host of kind 'command' needs argv")
+    yield from shell_host_problems(hosts)
     run = _table(doc, "run")
     target = run.get("target")
     if isinstance(target, str) and (problem := ref_name_problem(f"refs/heads/{target}")):
@@ -194,6 +195,73 @@ def _semantic(doc: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ..
                 re.compile(pattern)
             except re.error as exc:
                 yield (_LOOSE_CODE, ("guardrails", "deny_patterns", index), f"not a regular expression: {exc}")
+
+
+# Placeholders whose values are free text (a prompt holds whatever a person or a coordinator wrote), as opposed to
+# paths and ids, which the launcher shell-quotes into a shell string (:mod:`git_agentops.hosts.launch`).
+_FREE_TEXT: Final = ("prompt",)
+_PLACEHOLDER: Final = re.compile(r"\{([a-z_]+)\}")
+
+
+def shell_host_problems(hosts: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
+    """What is wrong with the shell strings of ``shell = true`` hosts (and any string ``resume_argv``).
+
+    A shell string is parsed by ``/bin/sh``: a ``{prompt}`` in it would run the ``$(...)`` and backticks of a task
+    title the coordinator chose, so it is refused; the file or the environment carries the prompt instead. Every
+    other placeholder is substituted shell-quoted, so one written inside quotes (``"{worktree}"``) would keep the
+    quotes as literal characters: refused too, with what to write instead. Defensive, like :func:`_semantic`:
+    checks only values of the right types.
+    """
+    for name, host in hosts.items():
+        if not isinstance(host, dict):
+            continue
+        resume = host.get("resume_argv")
+        if isinstance(resume, str) and host.get("shell") is not True:
+            yield (
+                "POLICY_SHELL_REQUIRED",
+                ("hosts", name, "resume_argv"),
+                "resume_argv is a single string, which only a shell can split: write a list, or say shell = true",
+            )
+        for key in ("argv", "resume_argv"):
+            value = host.get(key)
+            if not isinstance(value, str) or host.get("shell") is not True:
+                continue
+            where = ("hosts", name, key)
+            for placeholder in _PLACEHOLDER.finditer(value):
+                if placeholder.group(1) in _FREE_TEXT:
+                    yield (
+                        _LOOSE_CODE,
+                        where,
+                        f"{{{placeholder.group(1)}}} puts free text into a shell string, where $(...) and backticks "
+                        "in it would run: pass the file, {prompt_file}, or read $AGENTOPS_PROMPT (its path) instead",
+                    )
+                elif _quoted_at(value, placeholder.start()):
+                    yield (
+                        _LOOSE_CODE,
+                        where,
+                        f"{placeholder.group()} is inside quotes; the value is shell-quoted for you, so write it "
+                        f"bare ({placeholder.group()}, or --flag={placeholder.group()})",
+                    )
+
+
+def _quoted_at(text: str, position: int) -> bool:
+    """Whether ``position`` of a shell string is inside single or double quotes (or escaped by a backslash)."""
+    quote: str | None = None
+    index = 0
+    while index < position:
+        char = text[index]
+        if quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            index += 1
+            if index >= position:
+                return True
+        elif quote == '"':
+            quote = None if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        index += 1
+    return quote is not None
 
 
 def check_text(text: str) -> tuple[dict[str, Any] | None, list[Problem]]:
@@ -249,8 +317,11 @@ def policy_from_bytes(data: bytes, *, source: str = POLICY_PATH, cache_dir: Path
             cached = None
         if cached is not None:
             try:
-                return Policy.from_effective(json.loads(cached), source)
-            except (ValueError, AgentOpsError):
+                doc = json.loads(cached)
+                # an entry validated before a rule was added (the key is bytes and version) must not bypass it
+                if not any(shell_host_problems(doc.get("hosts") or {})):
+                    return Policy.from_effective(doc, source)
+            except (ValueError, AttributeError, AgentOpsError):
                 pass  # a damaged cache entry is simply recomputed
     try:
         text = data.decode("utf-8")

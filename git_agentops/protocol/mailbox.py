@@ -6,14 +6,21 @@
     <worktree>/.agentops/mailbox/response.json       written by the supervisor, carrying the request's id
 
 The directory is excluded from commits through ``info/exclude``. The worker controls its worktree, so the
-supervisor treats everything in it as hostile input: a request is *claimed* by renaming it away (so a newer
-request is never lost), read without following symlinks, size-limited to 128 KiB and required to be a regular
-file; a symlinked mailbox directory is refused rather than written through.
+supervisor treats everything in it as hostile input and follows nothing the worker placed: a request is *claimed*
+by renaming it away inside a directory descriptor opened without following symlinks (so a newer request is never
+lost, and a symlinked mailbox can never make it claim another worker's request), then checked on its own
+descriptor -- a regular file, not a hard link, at most 128 KiB (:func:`claim_request`). Instructions and
+responses are private files (:mod:`git_agentops.gitstore.private`): a symlink in their way is refused, never
+written through.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import os
+import stat
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,7 +30,7 @@ from typing import Any, Final
 
 from ..canonical import canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
-from ..gitstore.private import read_private, remove_private, write_private
+from ..gitstore.private import read_private, write_private
 from ..schema import documents
 
 MAILBOX: Final = ".agentops/mailbox"
@@ -33,6 +40,9 @@ CLAIMED: Final = f"{MAILBOX}/request.claimed"
 RESPONSE: Final = f"{MAILBOX}/response.json"
 PROMPT: Final = f"{MAILBOX}/prompt.md"
 MAX_REQUEST_BYTES: Final = 128 * 1024
+_REQUEST_NAME: Final = REQUEST.rsplit("/", 1)[1]
+_CLAIMED_NAME: Final = CLAIMED.rsplit("/", 1)[1]
+_DIGEST_LIMIT: Final = 64 * 1024 * 1024  # an oversized request is still answered by its digest up to this size
 
 
 # -- supervisor side ------------------------------------------------------------------------------------------------
@@ -55,60 +65,176 @@ def write_prompt(worktree: Path, text: str) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A request taken from a mailbox: its bytes, or the code of why it could not be read."""
+    """A request taken from a mailbox: its bytes, or the code of why it could not be read.
+
+    ``answerable`` is False when the mailbox directory itself is unusable (``.agentops`` replaced by a symlink or a
+    file): there is nowhere to write a response, and the refusal repeats until the worker repairs it.
+    """
 
     data: bytes | None
     digest: str
     error: AgentOpsError | None = None
+    answerable: bool = True
+
+
+class _Refused(Exception):
+    """Why a claim is refused, as the :class:`Claimed` to return (internal to :func:`claim_request`)."""
+
+    def __init__(
+        self, message: str, *, code: str = "RUN_REQUEST_INVALID", digest: str | None = None, answerable: bool = True
+    ) -> None:
+        super().__init__(message)
+        self.claimed = Claimed(None, digest or sha256_hex(message), AgentOpsError(code, message), answerable)
 
 
 def claim_request(worktree: Path) -> Claimed | None:
-    """Take the pending request, if any. Never raises for what the worker put there."""
-    source = worktree / REQUEST
+    """Take the pending request, if any. Never raises for what the worker put there.
+
+    Nothing the worker placed is followed: each directory from the worktree down is opened ``O_NOFOLLOW``
+    relative to its parent, the request is renamed within that directory's descriptor (so a newer request written
+    after the rename is a new file, never lost), and the claimed name is opened ``O_NOFOLLOW | O_NONBLOCK`` and
+    checked on the descriptor: a regular file (not a FIFO, socket or directory), one link only (a hard link would
+    be another file's content, such as another worker's request, whose ``requestId`` must never be recorded
+    here), at most :data:`MAX_REQUEST_BYTES`. A symlink in place of the mailbox directory is unlinked (the
+    directory is the supervisor's; what it pointed to is untouched) so that the refusal reaches the worker in a
+    real mailbox and is not repeated on every tick.
+    """
     try:
-        os.rename(source, worktree / CLAIMED)  # atomic: a request written after this is a new file
-    except FileNotFoundError:
+        fd = _open_mailbox(worktree)
+    except _Refused as refused:
+        return refused.claimed
+    if fd is None:
         return None
-    except OSError as exc:  # the mailbox itself is not a directory we can use
-        return Claimed(None, sha256_hex(str(exc)), AgentOpsError("RUN_REQUEST_INVALID", f"unusable mailbox: {exc}"))
     try:
-        data = read_private(worktree, CLAIMED, max_bytes=MAX_REQUEST_BYTES)
-    except AgentOpsError as exc:
-        if exc.code == "DOC_TOO_LARGE":  # still answer by the digest of what was written, so the writer sees it
-            error = AgentOpsError("RUN_REQUEST_TOO_LARGE", f"request refused: over {MAX_REQUEST_BYTES // 1024} KiB")
-            return Claimed(None, _digest_regular_file(worktree / CLAIMED) or sha256_hex(exc.message), error)
-        return Claimed(
-            None, sha256_hex(exc.message), AgentOpsError("RUN_REQUEST_INVALID", f"request refused: {exc.message}")
-        )
-    finally:
         try:
-            remove_private(worktree, CLAIMED)
-        except (OSError, AgentOpsError):
-            pass
-    if data is None:
-        return None
-    return Claimed(data, sha256_hex(data))
-
-
-def _digest_regular_file(path: Path, limit: int = 64 * 1024 * 1024) -> str | None:
-    """SHA-256 of a regular file (not following symlinks), read in chunks; None past ``limit`` bytes."""
-    import hashlib
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            os.rename(_REQUEST_NAME, _CLAIMED_NAME, src_dir_fd=fd, dst_dir_fd=fd)
+        except FileNotFoundError:
             return None
-        hasher = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            hasher.update(chunk)
-        return hasher.hexdigest()
+        except OSError as exc:  # e.g. request.json is a directory and a stale claimed one is in the way
+            _discard_claimed(fd)
+            return _Refused(
+                f"request refused: {REQUEST} cannot be claimed ({exc.strerror}); write it as a regular file"
+            ).claimed
+        try:
+            return _read_claimed(fd)
+        except _Refused as refused:
+            return refused.claimed
+        finally:
+            _discard_claimed(fd)
     finally:
         os.close(fd)
+
+
+def _open_mailbox(worktree: Path) -> int | None:
+    """A descriptor of ``<worktree>/.agentops/mailbox``, opened without following symlinks; None when missing."""
+    try:
+        fd = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None  # the worktree itself is gone: nothing to claim (the supervisor's own path, not the worker's)
+    parts = MAILBOX.split("/")
+    for index, part in enumerate(parts):
+        try:
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except FileNotFoundError:
+            os.close(fd)
+            return None
+        except OSError as exc:
+            refused = _mailbox_refusal(fd, "/".join(parts[: index + 1]), exc, last=index == len(parts) - 1)
+            os.close(fd)
+            raise refused from None
+        os.close(fd)
+        fd = next_fd
+    return fd
+
+
+def _mailbox_refusal(parent_fd: int, shown: str, error: OSError, *, last: bool) -> _Refused:
+    """Why ``shown`` cannot be entered, after unlinking it when it is a symlink in place of the mailbox itself."""
+    name = shown.rsplit("/", 1)[-1]
+    try:
+        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError as exc:
+        return _unanswerable(f"{shown} cannot be opened ({exc.strerror}); requests are not read")
+    if stat.S_ISDIR(info.st_mode):  # e.g. its permissions were taken away
+        return _unanswerable(f"{shown} cannot be opened ({error.strerror}); requests are not read until it can")
+    if not stat.S_ISLNK(info.st_mode):
+        return _unanswerable(f"{shown} is not a directory; restore it (requests are not read until then)")
+    if not last:
+        return _unanswerable(f"{shown} is a symlink; the supervisor never follows it: restore a real {shown} directory")
+    try:
+        os.unlink(name, dir_fd=parent_fd)  # the link itself, never what it points to
+    except OSError:
+        return _unanswerable(f"{shown} is a symlink; the supervisor never follows it and could not remove it")
+    return _Refused(
+        f"request refused: {shown} was a symlink, which the supervisor never follows; it removed the link "
+        "(its target is untouched) and answers in a real mailbox again"
+    )
+
+
+def _unanswerable(message: str) -> _Refused:
+    return _Refused(f"request refused: {message}", answerable=False)
+
+
+def _read_claimed(dir_fd: int) -> Claimed:
+    """The claimed file's bytes, checked on its descriptor (see :func:`claim_request`)."""
+    try:
+        fd = os.open(_CLAIMED_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Refused(
+                f"request refused: {REQUEST} is a symlink, which the supervisor never follows; write the request "
+                "itself as a regular file (git agentops-request does)"
+            ) from exc
+        raise _Refused(f"request refused: {REQUEST} cannot be read ({exc.strerror}); not a regular file") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused(f"request refused: {REQUEST} is not a regular file (a FIFO, socket or directory)")
+        if info.st_nlink > 1:
+            raise _Refused(
+                f"request refused: {REQUEST} is a hard link ({info.st_nlink} links), so its content belongs to "
+                "another file as well; it was not read: write a new file (git agentops-request does)"
+            )
+        too_large = f"request refused: over {MAX_REQUEST_BYTES // 1024} KiB"
+        if info.st_size > MAX_REQUEST_BYTES:  # still answer by the digest of what was written, so the writer sees it
+            raise _Refused(too_large, code="RUN_REQUEST_TOO_LARGE", digest=_digest_fd(fd))
+        data = _read_at_most(fd, MAX_REQUEST_BYTES + 1)
+        if len(data) > MAX_REQUEST_BYTES:
+            raise _Refused(too_large, code="RUN_REQUEST_TOO_LARGE", digest=_digest_fd(fd))
+        return Claimed(data, sha256_hex(data))
+    finally:
+        os.close(fd)
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit and (chunk := os.read(fd, min(1 << 16, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _digest_fd(fd: int) -> str | None:
+    """SHA-256 of the whole file behind ``fd``, read from its start in chunks; None past :data:`_DIGEST_LIMIT`."""
+    hasher = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        offset += len(chunk)
+        if offset > _DIGEST_LIMIT:
+            return None
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def _discard_claimed(dir_fd: int) -> None:
+    """Remove the claimed name (a hard link's other names keep their content); a directory is moved aside."""
+    try:
+        os.unlink(_CLAIMED_NAME, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:  # a directory: keep whatever the worker put in it, out of the way of the next claim
+        with contextlib.suppress(OSError):
+            os.rename(_CLAIMED_NAME, f"request.refused-{time.time_ns()}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def response(

@@ -3,7 +3,9 @@
 Order of checks, each answered in the worker's ``response.json`` with its code (never an exception that stops
 the supervisor or touches another worker):
 
-1. the file itself: a regular file, no symlink, at most 128 KiB (``RUN_REQUEST_INVALID``/``..._TOO_LARGE``);
+1. the file itself, claimed without following anything the worker placed: a regular file, no symlink (nor a
+   symlinked mailbox), no hard link, at most 128 KiB (``RUN_REQUEST_INVALID``/``..._TOO_LARGE``;
+   :func:`~git_agentops.protocol.mailbox.claim_request`);
 2. strict JSON and the request schema -- unknown fields refused (``RUN_REQUEST_INVALID``);
 3. idempotency: a ``requestId`` seen before replays its stored response when the canonical content is the same,
    and is ``RUN_REQUEST_ID_CONFLICT`` otherwise;
@@ -13,17 +15,36 @@ the supervisor or touches another worker):
 
 The effect of a request and its idempotency record are written in the **same** state commit (:func:`answer`), so
 a crash can never apply a request twice or lose its answer.
+
+Nothing a worker writes is believed, and nothing it writes is recorded raw: every agent-derived string that reaches
+a response, a state event or ``supervisor.log`` goes through :func:`~git_agentops.integrate.secrets.clean_text`
+(secrets redacted with the policy's patterns too, control characters escaped, cut to :data:`ID_LIMIT` /
+:data:`MESSAGE_LIMIT`), and a ``requestId`` that is not a valid id -- or is secret-shaped -- is never stored as
+one: it shows, cleaned, in the message only.
+
+Refusals are coalesced (:class:`Refusals`): a worker that writes garbage in a loop would otherwise add a state
+commit per request. Per worker and code, at most one ``REQUEST_REFUSED`` event is committed per
+:data:`REFUSAL_WINDOW` seconds of the supervisor's clock; the refusals held back meanwhile are counted in memory and
+written with the next event of that worker and code, or by :func:`flush_refusals` once the window ends, as
+``{"count": N, "since": t}`` -- ``count`` is how many refusals the event stands for, ``since`` when the first of
+them came. Every refusal is still answered in the mailbox with its code. A refusal by an action's own rules is the
+request's idempotency record and is always committed.
 """
 
 from __future__ import annotations
 
+import re
+import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..canonical import digest
+from ..clock import iso8601
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
+from ..integrate.secrets import clean_text
 from ..model.run import RunStatus, Worker, worker_contract
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -34,9 +55,24 @@ from .ports import Loop
 Action = Callable[[Loop, Worker, Request], dict[str, Any] | None]
 """An action handler: the response, or None when a job will answer (handoff, finalize)."""
 
+ID_LIMIT: Final = 200
+"""Characters of an agent-supplied id or summary kept in an event or a log line."""
+MESSAGE_LIMIT: Final = 2000
+"""Characters of an agent-derived message kept in an event."""
+RESPONSE_LIMIT: Final = 8000
+"""Characters of a refusal message kept in a response (and so in an idempotency record)."""
+REFUSAL_WINDOW: Final = 60.0
+"""Seconds of the supervisor's clock per worker and code with at most one ``REQUEST_REFUSED`` commit."""
+_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")  # the request schema's requestId
+
 
 def serve(loop: Loop, worker: Worker, actions: Mapping[str, Action]) -> bool:
-    """Take and answer at most one request from this worker's mailbox; True if there was one."""
+    """Take and answer at most one request from this worker's mailbox; True if there was one.
+
+    Refusals of this worker held back longer than the window are flushed first, so a storm's count is written
+    even while the loop does not call :func:`flush_refusals`.
+    """
+    refusals(loop).flush(loop, worker_id=worker.worker_id)
     worktree = Path(worker.worktree)
     claimed = mailbox.claim_request(worktree)
     if claimed is None:
@@ -44,11 +80,24 @@ def serve(loop: Loop, worker: Worker, actions: Mapping[str, Action]) -> bool:
     response = _respond(loop, worker, claimed, actions)
     if response is None:  # handed to a job, which answers when done
         return True
+    if not claimed.answerable:  # the mailbox itself is unusable: nowhere to answer, nothing was taken
+        return False
     try:
         mailbox.write_response(worktree, response)
     except AgentOpsError as exc:
-        loop.log(f"{worker.worker_id}: cannot write the response ({exc.code}): {exc.message}")
+        loop.log(
+            f"{worker.worker_id}: cannot write the response ({exc.code}): "
+            + clean_text(exc.message, ID_LIMIT, loop.policy.deny_patterns)
+        )
     return True
+
+
+def valid_request_id(value: object, patterns: tuple[str, ...] = ()) -> str | None:
+    """``value`` when it is a request id that may be stored as one -- the schema's shape and not secret-shaped
+    (``sk-ant-...`` fits the shape) -- else None."""
+    if not isinstance(value, str) or not _REQUEST_ID.fullmatch(value):
+        return None
+    return value if clean_text(value, ID_LIMIT, patterns) == value else None
 
 
 def _respond(
@@ -61,7 +110,19 @@ def _respond(
         doc = dict(documents.load(claimed.data, schema="request", what="request", max_bytes=mailbox.MAX_REQUEST_BYTES))
     except AgentOpsError as exc:
         code = "RUN_REQUEST_TOO_LARGE" if exc.code == "DOC_TOO_LARGE" else "RUN_REQUEST_INVALID"
-        return refuse(loop, worker, _peek_id(claimed.data), claimed.digest, AgentOpsError(code, exc.message))
+        peeked = _peek_id(claimed.data, loop.policy.deny_patterns)
+        return refuse(loop, worker, peeked, claimed.digest, AgentOpsError(code, exc.message))
+    if valid_request_id(doc["requestId"], loop.policy.deny_patterns) is None:
+        return refuse(
+            loop,
+            worker,
+            None,
+            claimed.digest,
+            AgentOpsError(
+                "RUN_REQUEST_INVALID",
+                f"requestId {doc['requestId']!r} is secret-shaped; use a random id (git agentops-request does)",
+            ),
+        )
     request = Request(doc, digest(doc), claimed.digest)
     previous = loop.state.view.request_record(request.request_id)
     if previous is not None:
@@ -116,13 +177,14 @@ def _respond(
         return refuse(loop, worker, request.request_id, claimed.digest, exc, recorded=request)
 
 
-def _peek_id(data: bytes) -> str | None:
+def _peek_id(data: bytes, patterns: tuple[str, ...]) -> str | None:
+    """The ``requestId`` of a request refused by the schema, when it is a valid id (so the writer can match its
+    answer); an invalid one stays in the message only."""
     try:
         doc = documents.parse_json(data, max_bytes=mailbox.MAX_REQUEST_BYTES)
     except AgentOpsError:
         return None
-    value = doc.get("requestId") if isinstance(doc, dict) else None
-    return value if isinstance(value, str) and len(value) <= 64 else None
+    return valid_request_id(doc.get("requestId") if isinstance(doc, dict) else None, patterns)
 
 
 def put_record(change: Change, request: Request, response: Mapping[str, Any], at: float) -> None:
@@ -152,31 +214,121 @@ def refuse(
     data: dict[str, Any] | None = None,
     recorded: Request | None = None,
 ) -> dict[str, Any]:
-    """Answer with ``error``'s code; a refusal by an action's own rules also becomes the request's record."""
-    response = mailbox.response(request_id, raw_digest, error.code, error.message, data)
+    """Answer with ``error``'s code; a refusal by an action's own rules also becomes the request's record.
+
+    The message is cleaned before it goes anywhere (the response, the event, the log); the event is coalesced
+    (see the module docstring) unless ``recorded`` makes it the request's idempotency record.
+    """
+    patterns = loop.policy.deny_patterns
+    request_id = valid_request_id(request_id, patterns)
+    message = clean_text(error.message, RESPONSE_LIMIT, patterns, multiline=True)
+    response = mailbox.response(request_id, raw_digest, error.code, message, data)
+    now = loop.ctx.clock.now()
+    refusal = {
+        "workerId": worker.worker_id,
+        "generation": worker.generation,
+        "code": error.code,
+        "requestId": request_id,
+        "requestDigest": raw_digest,
+        "message": clean_text(message, MESSAGE_LIMIT, patterns, multiline=True),
+    }
+    held = refusals(loop).admit(worker.worker_id, error.code, now, refusal, record=recorded is not None)
+    if held is None:
+        return response
 
     def note(change: Change, view: runstate.RunView) -> None:
         if recorded is not None:  # a refusal by the action's own rules is part of the request's idempotent story
-            put_record(change, recorded, response, loop.ctx.clock.now())
+            put_record(change, recorded, response, now)
 
+    _commit_refusal(loop, {**refusal, **held}, note)
+    return response
+
+
+def _commit_refusal(
+    loop: Loop, data: Mapping[str, Any], note: Callable[[Change, runstate.RunView], None] | None = None
+) -> None:
+    """The ``REQUEST_REFUSED`` state commit of ``data`` (with ``note``'s changes), and its log line."""
+    count = data.get("count")
+    also = f" ({count} refusals since {iso8601(data['since'])})" if count else ""
     runstate.mutate(
         loop.journal,
-        note,
-        Event(
-            "REQUEST_REFUSED",
-            f"{worker.worker_id}: {error.code}",
-            {
-                "workerId": worker.worker_id,
-                "generation": worker.generation,
-                "code": error.code,
-                "requestId": request_id,
-                "requestDigest": raw_digest,
-                "message": error.message[:2000],
-            },
-        ),
+        note or (lambda change, view: None),
+        Event("REQUEST_REFUSED", f"{data['workerId']}: {data['code']}{also}", dict(data)),
     )
-    loop.log(f"{worker.worker_id}: refused request ({error.code}): {error.message.splitlines()[0][:200]}")
-    return response
+    first_line = str(data["message"]).split("\n", 1)[0]
+    shown = clean_text(first_line, ID_LIMIT, loop.policy.deny_patterns)
+    loop.log(f"{data['workerId']}: refused request ({data['code']}){also}: {shown}")
+
+
+@dataclass(slots=True)
+class _Window:
+    """One worker and code: when its last event was committed, and the refusals held back since."""
+
+    opened: float
+    count: int = 0
+    since: float = 0.0
+    last: dict[str, Any] | None = None
+
+
+class Refusals:
+    """The refusal coalescer of one supervisor loop (in memory: a new supervisor starts with none held back)."""
+
+    def __init__(self) -> None:
+        self.windows: dict[tuple[str, str], _Window] = {}
+
+    def admit(
+        self, worker_id: str, code: str, now: float, refusal: dict[str, Any], *, record: bool
+    ) -> dict[str, Any] | None:
+        """None when this refusal is held back; otherwise the data to add to its event (the count it carries)."""
+        key = (worker_id, code)
+        window = self.windows.get(key)
+        if window is not None and not record and now - window.opened < REFUSAL_WINDOW:
+            if not window.count:
+                window.since = now
+            window.count += 1
+            window.last = refusal
+            return None
+        self.windows[key] = _Window(now)
+        if window is not None and window.count:
+            return {"count": window.count + 1, "since": window.since}
+        return {}
+
+    def due(self, now: float, *, worker_id: str | None = None, force: bool = False) -> list[dict[str, Any]]:
+        """The data of the events to commit for windows that ended holding refusals back (all, with ``force``); each
+        such window starts anew, and ended empty windows are forgotten."""
+        out = []
+        for key, window in list(self.windows.items()):
+            if worker_id is not None and key[0] != worker_id:
+                continue
+            ended = now - window.opened >= REFUSAL_WINDOW
+            if window.count and window.last is not None and (ended or force):
+                out.append({**window.last, "count": window.count, "since": window.since})
+                self.windows[key] = _Window(now)
+            elif ended and not window.count:
+                del self.windows[key]
+        return out
+
+    def flush(self, loop: Loop, *, worker_id: str | None = None, force: bool = False) -> None:
+        """Commit the events :meth:`due` returns."""
+        for data in self.due(loop.ctx.clock.now(), worker_id=worker_id, force=force):
+            _commit_refusal(loop, data)
+
+
+_REFUSALS: weakref.WeakKeyDictionary[Loop, Refusals] = weakref.WeakKeyDictionary()
+
+
+def refusals(loop: Loop) -> Refusals:
+    """The coalescer of ``loop`` (created on first use, gone with the loop)."""
+    found = _REFUSALS.get(loop)
+    if found is None:
+        found = _REFUSALS[loop] = Refusals()
+    return found
+
+
+def flush_refusals(loop: Loop, *, force: bool = False) -> None:
+    """Commit the count of every worker's refusals held back for a whole window; the loop calls it each tick
+    (and with ``force=True`` before it stops, so that no count is lost)."""
+    refusals(loop).flush(loop, force=force)
 
 
 def refuse_accepted(loop: Loop, worker_id: str, request: Request, error: AgentOpsError) -> dict[str, Any]:

@@ -1,0 +1,210 @@
+"""Deliveries are scanned for secrets before verification: what ``--no-verify`` skipped, the supervisor still refuses.
+
+The unit tests build real commits and scan them with :func:`scan_delivery`; the run has a child commit a freshly
+made private key with ``git commit --no-verify`` and hand it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from git_agentops.errors import CODES
+from git_agentops.gitstore.repo import Store
+from git_agentops.integrate import secrets
+from git_agentops.integrate.secrets import Finding, path_rule, scan_delivery, secrets_refusal
+from git_agentops.model.policy import DEFAULT_SECRET_PATHS, Policy, effective
+from git_agentops.runs.jobs import Request
+
+from .conftest import git
+from .helpers import HANDOFF, child, simple_child, ssh_key
+from .runkit import children_settled, cli, events, project, recipe, refs, start, stop, supervisor_log, wait_for
+
+TOKEN = "ghp_" + "Q" * 36
+
+
+def _commit(repo: Path, files: dict[str, str | bytes], message: str = "change") -> str:
+    for name, content in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def _scan(store: Store, base: str, head: str, **kwargs: object) -> list[tuple[str, str, int | None]]:
+    options: dict[str, object] = {"patterns": (), "path_rules": DEFAULT_SECRET_PATHS, **kwargs}
+    found = scan_delivery(store, base, head, **options)  # type: ignore[arg-type]
+    return [(f.path, f.rule, f.line) for f in found]
+
+
+def _private_key(tmp_path: Path) -> str:
+    return ssh_key(tmp_path / "made_key").read_text()
+
+
+def test_a_pem_private_key_in_a_text_file_is_found_with_its_line(tmp_path: Path, repo_path: Path, store: Store) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(repo_path, {"src/config.txt": "name = demo\n\n" + _private_key(tmp_path)})
+    assert _scan(store, base, head) == [("src/config.txt", "private-key", 3)]
+
+
+def test_an_ssh_key_file_is_found_by_name_and_content_and_its_public_half_is_not(
+    tmp_path: Path, repo_path: Path, store: Store
+) -> None:
+    key = ssh_key(tmp_path / "id_ed25519")
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(
+        repo_path,
+        {".ssh/id_ed25519": key.read_text(), ".ssh/id_ed25519.pub": key.with_suffix(".pub").read_text()},
+    )
+    assert _scan(store, base, head) == [
+        (".ssh/id_ed25519", "file name matches 'id_*'", None),
+        (".ssh/id_ed25519", "private-key", 1),
+    ]
+
+
+def test_a_p12_bundle_is_found_by_name_though_binary(repo_path: Path, store: Store) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(repo_path, {"certs/client.P12": os.urandom(2048), "certs/readme.md": "how to rotate\n"})
+    assert _scan(store, base, head) == [("certs/client.P12", "file name matches '*.p12'", None)]
+
+
+def test_a_policy_deny_pattern_is_a_rule_too(repo_path: Path, store: Store) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(repo_path, {"notes.md": "ok\nticket internal-123456 here\n"})
+    assert _scan(store, base, head, patterns=("internal-[0-9]{6}",)) == [("notes.md", "policy-0", 2)]
+    assert _scan(store, base, head) == []
+
+
+def test_a_clean_diff_has_no_findings(repo_path: Path, store: Store) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(repo_path, {"src/app.py": "def key():\n    return 'risk-free task-1234'\n", "id.txt": "x\n"})
+    assert _scan(store, base, head) == []
+    assert _scan(store, head, head) == []  # a no-change delivery adds nothing
+
+
+def test_a_secret_in_a_file_marked_binary_is_still_found(repo_path: Path, store: Store) -> None:
+    base = _commit(repo_path, {".gitattributes": "*.bin binary\n*.dat -diff -text\n"})
+    head = _commit(repo_path, {"blob.bin": b"\x00\x01\xff" * 100 + TOKEN.encode() + b"\x00\xfe", "x.dat": b"\0ok"})
+    assert _scan(store, base, head) == [("blob.bin", "github-token", 1)]
+
+
+def test_a_secret_removed_by_a_later_commit_is_still_in_the_history(
+    tmp_path: Path, repo_path: Path, store: Store
+) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    added = _commit(repo_path, {"deploy.txt": _private_key(tmp_path)}, "add")
+    git(repo_path, "rm", "-q", "deploy.txt")
+    git(repo_path, "commit", "-q", "--no-verify", "-m", "remove")
+    head = git(repo_path, "rev-parse", "HEAD")
+    [finding] = scan_delivery(store, base, head, patterns=(), path_rules=DEFAULT_SECRET_PATHS)
+    assert finding == Finding("deploy.txt", "private-key", 1, added[:12])
+
+
+def test_a_secret_already_in_the_base_is_not_the_deliverys(repo_path: Path, store: Store) -> None:
+    base = _commit(repo_path, {"fixtures.py": f"FAKE = '{TOKEN}'\n"})
+    head = _commit(repo_path, {"fixtures.py": f"# test data\nFAKE = '{TOKEN}'\nOTHER = 1\n"})
+    assert _scan(store, base, head) == []
+    newer = _commit(repo_path, {"fixtures.py": f"FAKE = '{TOKEN}'\nNEW = '{'ghp_' + 'R' * 36}'\n"})
+    assert _scan(store, head, newer) == [("fixtures.py", "github-token", 2)]
+
+
+def test_path_rules_negate_and_the_last_match_decides() -> None:
+    assert path_rule("a/id_rsa", DEFAULT_SECRET_PATHS) == "id_*"
+    assert path_rule("a/id_rsa.pub", DEFAULT_SECRET_PATHS) is None
+    assert path_rule("tls/SERVER.PEM", DEFAULT_SECRET_PATHS) == "*.pem"
+    assert path_rule("src/ident.py", DEFAULT_SECRET_PATHS) is None
+    rules = ("*.pem", "!tests/fixtures/*.pem", "secrets/*")
+    assert path_rule("tests/fixtures/ca.pem", rules) is None and path_rule("ca.pem", rules) == "*.pem"
+    assert path_rule("secrets/token", rules) == "secrets/*" and path_rule("other/token", rules) is None
+
+
+def test_a_blob_too_large_to_scan_is_reported_not_skipped(
+    monkeypatch: pytest.MonkeyPatch, repo_path: Path, store: Store
+) -> None:
+    monkeypatch.setattr(secrets, "MAX_BLOB_BYTES", 1024)
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(repo_path, {"data/big.csv": "a,b\n" * 1000, "small.txt": "fine\n"})
+    [(path, rule, line)] = _scan(store, base, head)
+    assert path == "data/big.csv" and rule.startswith("unscannable: 4000 bytes") and line is None
+
+
+def _policy(guardrails: dict[str, object]) -> Policy:
+    return Policy.from_effective(effective({"version": 1, "guardrails": guardrails}))
+
+
+def test_the_refusal_names_paths_and_rules_never_values_and_scanning_can_be_off(
+    tmp_path: Path, repo_path: Path, store: Store
+) -> None:
+    key = _private_key(tmp_path)
+    base = git(repo_path, "rev-parse", "HEAD")
+    head = _commit(repo_path, {"keys/deploy.key": key, f"{TOKEN}.txt": "named after a token\n", "a.txt": TOKEN})
+    request = Request({"requestId": "r-1"}, "0" * 64, "1" * 64)
+    refused = secrets_refusal(store, _policy({}), request, base=base, head=head)
+    assert refused is not None and refused.code == "RUN_DELIVERY_SECRET" and CODES[refused.code].exit_status == 1
+    assert "keys/deploy.key: file name matches '*.key'" in refused.message
+    assert "keys/deploy.key:1: private-key" in refused.message and "a.txt:1: github-token" in refused.message
+    assert "[REDACTED:github-token].txt: github-token in the path" in refused.message  # a path is published too
+    body = [line for line in key.splitlines() if "PRIVATE KEY" not in line]
+    assert TOKEN not in refused.message and not any(line in refused.message for line in body)
+    assert TOKEN not in json.dumps(refused.detail) and refused.head == head
+    assert secrets_refusal(store, _policy({"secret_scanning": False}), request, base=base, head=head) is None
+    narrowed = _policy({"secret_paths": ["*.pem"], "deny_patterns": ["named after"]})
+    again = secrets_refusal(store, narrowed, request, base=base, head=head)
+    assert again is not None and "'*.key'" not in again.message and "policy-0" in again.message
+
+
+# -- a real run ------------------------------------------------------------------------------------------------------
+
+KEYGEN = {"run": ["sh", "-c", "mkdir -p deploy && ssh-keygen -q -t ed25519 -N '' -C agent -f deploy/id_ed25519"]}
+ADD = {"run": ["git", "add", "-A"]}
+NO_VERIFY = {"run": ["git", "commit", "-q", "--no-verify", "-m", "Add the deploy key"]}
+
+
+@pytest.mark.slow
+def test_a_key_committed_with_no_verify_is_refused_and_never_delivered(tmp_path: Path) -> None:
+    repo = project(tmp_path)
+    keyed = child("k", "Keyed", [[KEYGEN, ADD, NO_VERIFY, HANDOFF], [HANDOFF]])
+    run_id = start(repo, recipe(tmp_path, keyed + simple_child("o", "src/o.txt", title="Other")))
+    try:
+        doc = wait_for(repo, run_id, children_settled, timeout=120)
+        tasks = {t["title"]: t for t in doc["tasks"] if t["parent"]}
+        assert tasks["Other"]["status"] == "delivered"
+        assert tasks["Keyed"]["status"] == "blocked" and "RUN_DELIVERY_SECRET" in tasks["Keyed"]["blockedReason"]
+        refusals = [e["data"] for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED"]
+        secret = [r for r in refusals if r["code"] == "RUN_DELIVERY_SECRET"]
+        assert len(secret) == 2, refusals  # the first handoff, and the same commit handed off again
+        message = secret[0]["message"]
+        assert "deploy/id_ed25519: file name matches 'id_*'" in message
+        assert "deploy/id_ed25519:1: private-key" in message and "id_ed25519.pub" not in message
+        commit = git(repo, "rev-parse", re.match(r"[0-9a-f]{12}", message).group())  # type: ignore[union-attr]
+    finally:
+        stop(repo, run_id)
+    delivered = refs(repo, f"refs/agentops/runs/{run_id}/deliveries/")
+    assert list(delivered.values()) == [tasks["Other"]["delivery"]] and commit not in delivered.values()
+    assert git(repo, "notes", "--ref=agentops/evidence", "show", commit, check=False) == ""  # never verified
+    key = git(repo, "show", f"{commit}:deploy/id_ed25519")
+    body = [line for line in key.splitlines() if line and "PRIVATE KEY" not in line]
+    assert body
+    shown = cli(repo, "agentops-run", "log", run_id).stdout + cli(repo, "agentops-run", "log", run_id, "--json").stdout
+    recorded = shown + supervisor_log(repo, run_id) + _state_text(repo, run_id)
+    assert "RUN_DELIVERY_SECRET" in shown
+    assert not any(line in recorded for line in body)
+
+
+def _state_text(repo: Path, run_id: str) -> str:
+    ref = f"refs/agentops/runs/{run_id}/state"
+    names = git(repo, "ls-tree", "-r", "--name-only", ref).splitlines()
+    done = subprocess.run(
+        ["git", "log", "--format=%B", ref], cwd=repo, capture_output=True, text=True, check=True, timeout=60
+    )
+    return "\n".join([*(git(repo, "show", f"{ref}:{name}") for name in names), done.stdout])
