@@ -9,14 +9,19 @@ from pathlib import Path
 
 import pygit2
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from git_agentops import canonical
+from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
+from git_agentops.gitstore.events import mac_input, split_mac
 from git_agentops.gitstore.journal import Change, Event, Journal, artifact_path
-from git_agentops.gitstore.repo import Store
+from git_agentops.gitstore.keys import keyring
+from git_agentops.gitstore.repo import Store, open_store
 from git_agentops.gitstore.retry import RetryPolicy
 
-from .conftest import git
+from .conftest import IDENTITY, git
 
 REF = "refs/agentops/runs/r1/state"
 PROCS = Path(__file__).with_name("procs.py")
@@ -94,7 +99,7 @@ def test_no_change_and_no_event_writes_nothing(store: Store) -> None:
     assert result.value == b"1" and result.commit is None
     assert journal.read().commit == first
     event_only = journal.mutate(lambda change: None, Event("NOTED", "a diagnostic with no state change"))
-    assert event_only.commit is not None and journal.read().tree_id == journal.read_at(first).tree_id  # type: ignore[arg-type]
+    assert event_only.commit is not None and journal.read().tree_id == journal.read_at(first).tree_id
 
 
 def test_function_error_aborts_without_writing(store: Store) -> None:
@@ -185,37 +190,82 @@ def test_json_documents_are_schema_checked_both_ways(store: Store) -> None:
     assert too_big.value.code == "DOC_TOO_LARGE"
 
 
-def test_a_ref_moved_by_git_cli_between_read_and_write_causes_retry_not_overwrite(
+def test_a_ref_moved_by_another_writer_between_read_and_write_causes_retry_not_overwrite(
     store: Store, repo_path: Path
 ) -> None:
     journal = Journal(store, REF)
     journal.mutate(_put("counter", b"0"), Event("SEED", "seed"))
+    other = Journal(open_store(repo_path, clock=FixedClock(start=5000.0), identity=IDENTITY), REF)
     calls: list[bytes | None] = []
 
     def bump(change: Change) -> None:
         value = change.get("counter")
         calls.append(value)
-        if len(calls) == 1:
-            # someone else appends a commit with the git CLI after our read, before our write
-            tip = git(repo_path, "rev-parse", REF)
-            blob = git(repo_path, "hash-object", "-w", "--stdin", input="41")
-            tree = git(repo_path, "mktree", input=f"100644 blob {blob}\tcounter\n")
-            other = git(
-                repo_path,
-                "commit-tree",
-                tree,
-                "-p",
-                tip,
-                "-m",
-                'OTHER: git cli\n\nAgentops-Event: {"code":"OTHER","data":{},"summary":"git cli","time":1}',
-            )
-            git(repo_path, "update-ref", REF, other, tip)
+        if len(calls) == 1:  # another toolkit process appends a commit after our read, before our write
+            other.mutate(_put("counter", b"41"), Event("OTHER", "another writer"))
         change.put("counter", str(int(value or b"0") + 1).encode())
 
     result = journal.mutate(bump, Event("BUMP", "bump"))
     assert result.attempts == 2 and calls == [b"0", b"41"]
-    assert journal.read().get("counter") == b"42"  # the CLI's write survived: we built on top of it
+    assert journal.read().get("counter") == b"42"  # the other write survived: we built on top of it
     assert [e.code for e in journal.log()] == ["BUMP", "OTHER", "SEED"]
+
+
+def test_a_commit_appended_with_the_git_cli_between_read_and_write_is_never_built_on(
+    store: Store, repo_path: Path
+) -> None:
+    """Invariant: mutate re-reads after a lost race, and a foreign tip ends it: RUN_STATE_TAMPERED, no write."""
+    journal = Journal(store, REF)
+    journal.mutate(_put("counter", b"0"), Event("SEED", "seed"))
+    appended: list[str] = []
+
+    def bump(change: Change) -> None:
+        if not appended:
+            tip = git(repo_path, "rev-parse", REF)
+            blob = git(repo_path, "hash-object", "-w", "--stdin", input="41")
+            tree = git(repo_path, "mktree", input=f"100644 blob {blob}\tcounter\n")
+            message = git(repo_path, "log", "-1", "--format=%B", REF)  # a copied event and a copied MAC
+            appended.append(git(repo_path, "commit-tree", tree, "-p", tip, "-m", message))
+            git(repo_path, "update-ref", REF, appended[0], tip)
+        change.put("counter", b"1")
+
+    with pytest.raises(AgentOpsError) as caught:
+        journal.mutate(bump, Event("BUMP", "bump"))
+    assert caught.value.code == "RUN_STATE_TAMPERED"
+    assert caught.value.details == {"ref": REF, "commit": appended[0]}
+    assert git(repo_path, "rev-parse", REF) == appended[0]  # nothing on top of it
+    assert [(e.code, e.foreign) for e in journal.log()] == [("SEED", True), ("SEED", False)]
+
+
+def test_every_commit_carries_a_mac_bound_to_ref_tree_parents_and_message(store: Store, repo_path: Path) -> None:
+    journal = Journal(store, REF)
+    first = journal.mutate(_put("a", b"1"), Event("ONE", "one", {"x": 1})).commit
+    second = journal.mutate(_put("a", b"2"), Event("TWO", "two")).commit
+    assert first is not None and second is not None
+    raw = store.repo[second].raw_message
+    message, mac = split_mac(raw) or (b"", "")
+    assert raw == message + f"Agentops-Mac: {mac}\n".encode()
+    assert message.decode().startswith("TWO: two\n\nAgentops-Event: ")
+    signed = mac_input(REF, git(repo_path, "rev-parse", f"{second}^{{tree}}"), [first], message.decode())
+    assert keyring(store.private_dir()).check("journal", signed, mac)
+    assert not keyring(store.private_dir()).check("journal", mac_input(REF.replace("r1", "r2"), *_rest(signed)), mac)
+    trailers = git(repo_path, "log", "-1", "--format=%(trailers:only,unfold)", REF).splitlines()
+    assert [t.split(":", 1)[0] for t in trailers] == ["Agentops-Event", "Agentops-Mac"]  # git reads both trailers
+    assert all(journal.is_authentic(store.repo[c]) for c in (first, second))
+
+
+@given(
+    message=st.text(alphabet=st.characters(blacklist_categories=["Cs"])),
+    parents=st.lists(st.text(alphabet="0123456789abcdef", min_size=40, max_size=40), max_size=2),
+)
+def test_the_mac_input_is_the_canonical_json_of_ref_tree_parents_and_message(message: str, parents: list[str]) -> None:
+    doc = {"message": message, "parents": parents, "ref": REF, "tree": "a" * 40}
+    assert mac_input(REF, "a" * 40, parents, message) == canonical.canonical_bytes(doc)
+
+
+def _rest(signed: bytes) -> tuple[str, list[str], str]:
+    doc = json.loads(signed)
+    return doc["tree"], doc["parents"], doc["message"]
 
 
 def test_contention_past_the_deadline_is_journal_contended(store: Store, repo_path: Path) -> None:
@@ -233,15 +283,21 @@ def test_contention_past_the_deadline_is_journal_contended(store: Store, repo_pa
     assert journal.read().get("x") == b"0"
 
 
-def test_corrupt_journal_commit_is_reported(store: Store, repo_path: Path) -> None:
+def test_a_commit_without_an_event_is_foreign_in_the_log_and_a_tree_tip_is_corrupt(
+    store: Store, repo_path: Path
+) -> None:
     journal = Journal(store, REF)
     journal.mutate(_put("x", b"0"), Event("SEED", "seed"))
     tip = git(repo_path, "rev-parse", REF)
     bad = git(repo_path, "commit-tree", f"{tip}^{{tree}}", "-p", tip, "-m", "no trailer here")
     git(repo_path, "update-ref", REF, bad, tip)
-    with pytest.raises(AgentOpsError) as caught:
-        list(journal.log())
-    assert caught.value.code == "JOURNAL_CORRUPT"
+    [foreign, seed] = list(journal.log())
+    assert (foreign.commit, foreign.code, foreign.summary, foreign.foreign) == (bad, "UNKNOWN", "no trailer here", True)
+    assert (seed.code, seed.foreign) == ("SEED", False)
+    with pytest.raises(AgentOpsError) as refused:
+        journal.read()
+    assert refused.value.code == "RUN_STATE_TAMPERED"
+    assert journal.read(verify=False).commit == bad  # forensics may look
     git(repo_path, "update-ref", REF, git(repo_path, "rev-parse", f"{tip}^{{tree}}"), bad)
     with pytest.raises(AgentOpsError) as not_commit:
         journal.read()
@@ -252,7 +308,7 @@ def test_store_output_is_readable_by_git_and_dulwich(store: Store, repo_path: Pa
     journal = Journal(store, REF)
     journal.mutate(_put("workers/w1.json", b'{"id":"w1"}\n'), Event("WORKER_ADDED", "worker w1 added", {"w": 1}))
     tip = journal.read().commit
-    assert git(repo_path, "cat-file", "-t", tip) == "commit"  # type: ignore[arg-type]
+    assert git(repo_path, "cat-file", "-t", tip) == "commit"
     assert git(repo_path, "cat-file", "-p", f"{tip}:workers/w1.json") == '{"id":"w1"}'
     assert "WORKER_ADDED: worker w1 added" in git(repo_path, "log", "--oneline", REF)
     assert git(repo_path, "ls-tree", "-r", "--name-only", REF) == "workers/w1.json"

@@ -11,29 +11,61 @@ as the only parent, and moves the ref from the old tip to the new commit by comp
 got there first, the *whole* operation -- read, function, write -- runs again with backoff and jitter until a
 deadline (``JOURNAL_CONTENDED``). The function must therefore be a pure function of the view it is given.
 An :class:`~git_agentops.errors.AgentOpsError` raised by the function aborts the mutation and writes nothing.
+
+**Authenticity.** Every commit written here carries an ``Agentops-Mac`` trailer (:mod:`.events`). The tip's tree
+*is* the state, so an authentic tip authenticates all of it: :meth:`Journal.read` and :meth:`Journal.mutate` refuse a
+foreign tip (``RUN_STATE_TAMPERED``); :meth:`Journal.log` shows foreign commits, marked; :meth:`Journal.restore`
+contains one by appending the newest authentic state again on top of it, the foreign commits kept as evidence.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 import pygit2
 
-from ..canonical import canonical_json, sha256_hex
+from ..canonical import sha256_hex
 from ..errors import AgentOpsError
 from ..schema import documents
+from .events import (
+    EVENT_TRAILER,
+    Entry,
+    Event,
+    Foreign,
+    JournalTampered,
+    find_foreign,
+    first_parent,
+    foreign_entry,
+    is_authentic,
+    parse_event,
+    remember,
+    seal,
+)
 from .refnames import RefConflict, check_ref_name
 from .refs import RefUpdate, _LockBusy, read_commit_ref, read_ref, try_update_refs
 from .repo import Store
 from .retry import DEFAULT_POLICY, Retry, RetryPolicy, RetryStats, run_with_retry
 
+__all__ = [
+    "EVENT_TRAILER",
+    "Change",
+    "Entry",
+    "Event",
+    "Foreign",
+    "Journal",
+    "JournalTampered",
+    "Mutation",
+    "Snapshot",
+    "artifact_path",
+    "check_path",
+    "parse_event",
+]
+
 T = TypeVar("T")
 
-EVENT_TRAILER: Final = "Agentops-Event: "
-_CODE_RE: Final = re.compile(r"[A-Z][A-Z0-9_]{1,63}")
 _BAD_PATH_CHARS: Final = re.compile(r"[\x00-\x1f\x7f\\]")
 _BLOB: Final = pygit2.enums.FileMode.BLOB
 _TREE: Final = pygit2.enums.FileMode.TREE
@@ -47,62 +79,6 @@ def check_path(path: str) -> tuple[str, ...]:
     if len(path) > 1024:
         raise AgentOpsError("JOURNAL_PATH_INVALID", f"journal path is over 1024 characters: {path[:40]!r}...")
     return parts
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """What a mutation did: a stable code, a one-line summary, and JSON data."""
-
-    code: str
-    summary: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def message(self, time: float) -> str:
-        """The commit message of this event at ``time``: ``<code>: <summary>``, a blank line, the trailer.
-
-        :func:`parse_event` reads the trailer back. The summary is whitespace-collapsed and cut to 200 characters;
-        ``ValueError`` unless ``code`` is UPPER_SNAKE_CASE.
-        """
-        if not _CODE_RE.fullmatch(self.code):
-            raise ValueError(f"event code {self.code!r} must be UPPER_SNAKE_CASE")
-        summary = " ".join(self.summary.split())[:200] or self.code
-        body = canonical_json({"code": self.code, "summary": summary, "data": dict(self.data), "time": time})
-        return f"{self.code}: {summary}\n\n{EVENT_TRAILER}{body}\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One commit of a journal, read back: the event and where it sits in the chain."""
-
-    commit: str
-    parent: str | None
-    code: str
-    summary: str
-    data: Mapping[str, Any]
-    time: float
-
-
-def parse_event(commit: pygit2.Commit) -> Entry:
-    """Read the event of a journal commit; ``JOURNAL_CORRUPT`` if it is not one the toolkit wrote."""
-    parents = commit.parent_ids
-    if len(parents) > 1:
-        raise AgentOpsError("JOURNAL_CORRUPT", f"journal commit {commit.id} is a merge; journals are linear")
-    trailer = None
-    for line in reversed(commit.message.splitlines()):
-        if line.startswith(EVENT_TRAILER):
-            trailer = line[len(EVENT_TRAILER) :]
-            break
-    if trailer is None:
-        raise AgentOpsError("JOURNAL_CORRUPT", f"journal commit {commit.id} has no {EVENT_TRAILER.strip()} trailer")
-    doc = documents.load(trailer.encode("utf-8"), schema="event", what=f"event of {commit.id}")
-    return Entry(
-        commit=str(commit.id),
-        parent=str(parents[0]) if parents else None,
-        code=doc["code"],
-        summary=doc["summary"],
-        data=doc["data"],
-        time=doc["time"],
-    )
 
 
 class Snapshot:
@@ -377,7 +353,7 @@ class Mutation(Generic[T]):
 
 
 class Journal:
-    """A commit-chain journal on ``ref``."""
+    """A commit-chain journal on ``ref`` whose commits carry the repository's MAC (see the module docstring)."""
 
     def __init__(self, store: Store, ref: str, *, retry: RetryPolicy = DEFAULT_POLICY) -> None:
         self.store = store
@@ -391,58 +367,120 @@ class Journal:
         """Whether the journal's ref exists (its first committed mutation creates it); ``REF_SYMBOLIC`` for a symref."""
         return read_ref(self.store, self.ref) is not None
 
-    def read(self) -> Snapshot:
-        """The current state (an empty snapshot when the journal does not exist yet)."""
-        return Snapshot(self.store, self._tip())
+    def is_authentic(self, commit: pygit2.Commit) -> bool:
+        """Whether the toolkit wrote ``commit`` on this journal (:func:`.events.is_authentic`; ``KEY_INVALID``)."""
+        return is_authentic(self.store, self.ref, commit)
+
+    def foreign(self) -> Foreign | None:
+        """None when the tip is authentic or absent; else what is foreign on the chain, and what is authentic below."""
+        return find_foreign(self.store, self.ref, self._tip())
+
+    def _checked(self, tip: pygit2.Commit | None) -> pygit2.Commit | None:
+        if tip is not None and not self.is_authentic(tip):
+            raise JournalTampered(self.ref, str(tip.id))
+        return tip
+
+    def read(self, *, verify: bool = True) -> Snapshot:
+        """The current state (an empty snapshot when the journal does not exist yet).
+
+        ``RUN_STATE_TAMPERED`` (:class:`JournalTampered`) when the tip is foreign; ``verify=False`` reads it
+        anyway, for forensics only -- nothing read that way may be acted on.
+        """
+        tip = self._tip()
+        return Snapshot(self.store, self._checked(tip) if verify else tip)
 
     def read_at(self, commit: str) -> Snapshot:
-        """The state as of ``commit`` (which must be on this journal's chain)."""
+        """The state as of ``commit`` (which must be on this journal's chain), unverified: history, for forensics."""
         obj: object = self.store.repo.get(commit)
         if not isinstance(obj, pygit2.Commit):
             raise AgentOpsError("OBJECT_MISSING", f"{commit} is not a commit in this repository")
         return Snapshot(self.store, obj)
 
+    def _append(self, tree: pygit2.Oid, parent: pygit2.Commit | None, event: Event) -> pygit2.Oid:
+        """Commit ``event`` (sealed with its MAC) on ``parent`` and move the ref there by CAS; :class:`Retry` when
+        the race is lost or the ref is locked."""
+        parents = [parent.id] if parent is not None else []
+        message = seal(
+            self.store, self.ref, str(tree), [str(p) for p in parents], event.message(self.store.clock.now())
+        )
+        signature = self.store.signature()
+        new = self.store.repo.create_commit(None, signature, signature, message, tree, parents)
+        remember(self.store, self.ref, str(new))
+        expected = str(parent.id) if parent is not None else None
+        try:
+            try_update_refs(self.store, [RefUpdate(self.ref, new, expected)], event.summary[:100])
+        except RefConflict as lost:
+            raise Retry(f"{self.ref} moved") from lost
+        except _LockBusy as busy:
+            raise Retry(f"{self.ref} locked") from busy
+        return new
+
     def mutate(self, fn: Callable[[Change], T], event: Event | None = None) -> Mutation[T]:
         """Apply ``fn`` to the current state and append the result by CAS, retrying the whole operation.
 
         ``fn`` may set ``change.event`` to replace ``event``. Nothing is committed when ``fn`` changed nothing
-        and there is no event. Raises ``JOURNAL_CONTENDED`` after the retry deadline, or whatever ``fn`` raises.
+        and there is no event. Raises ``RUN_STATE_TAMPERED`` (:class:`JournalTampered`; nothing is written) when
+        the tip is foreign, ``JOURNAL_CONTENDED`` after the retry deadline, or whatever ``fn`` raises.
         """
         stats = RetryStats()
 
         def attempt() -> tuple[T, str | None]:
-            tip = self._tip()
+            tip = self._checked(self._tip())
             change = Change(self.store, tip)
             change.event = event
             value = fn(change)
             if not change.changed and change.event is None:
                 return value, None
             tree = change.write_tree() if change.changed else (tip.tree_id if tip else change.write_tree())
-            now = self.store.clock.now()
-            chosen = change.event or Event("STATE_CHANGED", "state changed")
-            signature = self.store.signature()
-            parents = [tip.id] if tip is not None else []
-            new = self.store.repo.create_commit(None, signature, signature, chosen.message(now), tree, parents)
-            expected = str(tip.id) if tip is not None else None
-            try:
-                try_update_refs(self.store, [RefUpdate(self.ref, new, expected)], chosen.summary[:100])
-            except RefConflict as lost:
-                raise Retry(f"{self.ref} moved") from lost
-            except _LockBusy as busy:
-                raise Retry(f"{self.ref} locked") from busy
-            return value, str(new)
+            return value, str(self._append(tree, tip, change.event or Event("STATE_CHANGED", "state changed")))
 
         value, commit = run_with_retry(
             attempt, policy=self.retry, code="JOURNAL_CONTENDED", what=f"mutating {self.ref}", stats=stats
         )
         return Mutation(value, commit, stats.attempts)
 
+    def restore(self, fn: Callable[[Change, Foreign], T], event: Event) -> Mutation[T] | None:
+        """Contain a foreign tip: ``fn`` edits a view of the newest authentic commit below it, and the result is
+        appended *on top of the foreign tip* by CAS -- the foreign commits stay in the history as evidence and the
+        tip is authentic again. ``fn`` may set ``change.event`` to replace ``event``.
+
+        None when the tip is authentic (nothing to contain -- also when another writer contained it first).
+        ``RUN_STATE_TAMPERED`` (:class:`JournalTampered`) when no authentic commit is on the chain: nothing is
+        invented. ``JOURNAL_CONTENDED`` after the retry deadline.
+        """
+        stats = RetryStats()
+
+        def attempt() -> tuple[T, str] | None:
+            found = self.foreign()
+            if found is None:
+                return None
+            if found.authentic is None:
+                raise JournalTampered(
+                    self.ref,
+                    found.tip,
+                    f"{self.ref} is at {found.tip[:12]} and none of the {found.count} commits on its first-parent "
+                    "chain was written by this repository's toolkit: there is no state to restore",
+                )
+            tip: object = self.store.repo.get(found.tip)
+            base: object = self.store.repo.get(found.authentic)
+            assert isinstance(tip, pygit2.Commit) and isinstance(base, pygit2.Commit)
+            change = Change(self.store, base)
+            change.event = event
+            value = fn(change, found)
+            tree = change.write_tree() if change.changed else base.tree_id
+            return value, str(self._append(tree, tip, change.event or event))
+
+        done = run_with_retry(
+            attempt, policy=self.retry, code="JOURNAL_CONTENDED", what=f"restoring {self.ref}", stats=stats
+        )
+        return Mutation(done[0], done[1], stats.attempts) if done is not None else None
+
     def log(self, *, limit: int | None = None) -> Iterator[Entry]:
-        """Events newest first, following first parents from the tip."""
+        """Events newest first, following first parents from the tip; foreign commits too, marked ``foreign``
+        (:func:`.events.foreign_entry`). ``KEY_INVALID`` for a damaged key file."""
         commit = self._tip()
         count = 0
         while commit is not None and (limit is None or count < limit):
-            entry = parse_event(commit)
-            yield entry
+            yield parse_event(commit) if self.is_authentic(commit) else foreign_entry(commit)
             count += 1
-            commit = commit.parents[0] if commit.parents else None
+            commit = first_parent(self.store, commit)

@@ -5,7 +5,8 @@
   private files are staged; ``.agentops/policy.toml`` does not change (only the supervisor's policy
   synchronisation may, with ``AGENTOPS_POLICY_SYNC=1``). Secret scanning applies everywhere (see :mod:`.fast`).
 * **pre-merge-commit** / **post-merge** in a worker worktree: merged commits must be frozen deliveries of the
-  task's declared dependencies (post-merge cannot refuse: it records a diagnostic event on the run instead).
+  task's declared dependencies (post-merge cannot refuse: it warns, and the supervisor records the merge as
+  ``WORKER_FOREIGN_MERGE`` at handoff -- a hook runs in the agent's own git process and never writes run state).
 * **pre-push**: the integration target is pushed only to a commit with a valid receipt (the checks of
   ``git agentops-receipt verify``, offline); agentops refs and notes never move backwards or disappear.
 * **reference-transaction** / **pre-receive**: :func:`git_agentops.gitstore.refnames.namespace_rule` -- deliveries
@@ -198,7 +199,7 @@ def _merging(where: Where, hook: str) -> list[str] | None:
 
 def merge_refusals(where: Where, hook: str) -> tuple[list[tuple[str, str]], list[str]]:
     """Refusals for a merge in a worker worktree (``pre-merge-commit``, or ``pre-commit`` concluding a merge
-    that stopped), or for ``post-merge`` the diagnostic it recorded."""
+    that stopped), or for ``post-merge`` the warning it prints."""
     merging = _merging(where, hook)
     record = _record(where) if merging != [] else None
     if record is None:
@@ -222,9 +223,8 @@ def merge_refusals(where: Where, hook: str) -> tuple[list[tuple[str, str]], list
         f"{', '.join(c[:12] for c in foreign)} is not the frozen delivery of a dependency of this task "
         f"(allowed: {shown})"
     )
-    if hook == "post-merge":
-        _record_diagnostic(where, run_id, worker_id, what)
-        return [("HOOK_MERGE_NOT_DELIVERY", what + "; recorded on the run")], []
+    if hook == "post-merge":  # a warning only: a hook runs in the agent's process and never writes run state
+        return [("HOOK_MERGE_NOT_DELIVERY", what + "; the supervisor records it when this worker hands off")], []
     return [
         (
             "HOOK_MERGE_NOT_DELIVERY",
@@ -232,27 +232,6 @@ def merge_refusals(where: Where, hook: str) -> tuple[list[tuple[str, str]], list
             "for you when it provisions a task), or 'git merge --abort'",
         )
     ], []
-
-
-def _record_diagnostic(where: Where, run_id: str, worker_id: str, what: str) -> None:
-    """post-merge cannot refuse; it leaves a diagnostic event in the run's journal (pygit2 is fine here)."""
-    from ..clock import SystemClock
-    from ..errors import AgentOpsError
-    from ..gitstore.journal import Event, Journal
-    from ..gitstore.repo import open_store
-
-    try:
-        store = open_store(where.git_dir, clock=SystemClock())
-        Journal(store, f"refs/agentops/runs/{run_id}/state").mutate(
-            lambda change: None,
-            Event(
-                "HOOK_FOREIGN_MERGE",
-                f"{worker_id} merged a commit that is not a frozen delivery",
-                {"workerId": worker_id, "detail": what[:2000]},
-            ),
-        )
-    except AgentOpsError:
-        pass
 
 
 def check_ref_updates(where: Where, updates: Sequence[tuple[str, str | None, str]]) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ from .. import __version__
 from ..canonical import canonical_bytes
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..gitstore.journal import Change, Event, Journal
+from ..gitstore.journal import Change, Event, Journal, JournalTampered
 from ..gitstore.private import write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
@@ -79,7 +79,10 @@ def bound_policy(store: Store, run_id: str) -> Policy:
     """The policy a run was started with (not whatever the worktree holds now)."""
     from ..schema import documents
 
-    snapshot = Journal(store, runstate.policy_ref(run_id)).read()
+    try:
+        snapshot = Journal(store, runstate.policy_ref(run_id)).read()
+    except JournalTampered as exc:
+        raise runstate.tampered(exc, run_id) from exc
     data = snapshot.get("config.json")
     if data is None:
         raise AgentOpsError("RUN_NOT_FOUND", f"{run_id} has no policy binding")

@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 
 from ..canonical import sha256_hex
 from ..errors import AgentOpsError
-from ..gitstore.journal import Change, Event, Journal, Snapshot
+from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refnames import check_component
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
@@ -146,11 +146,26 @@ def journal(store: Store, run_id: str) -> Journal:
 
 
 def read(store: Store, run_id: str) -> RunView:
-    """The current state of a run; ``RUN_NOT_FOUND`` when there is no such run."""
-    view = RunView(journal(store, run_id).read())
+    """The current state of a run; ``RUN_NOT_FOUND`` when there is no such run, ``RUN_STATE_TAMPERED`` when its tip
+    is a commit the supervisor did not write (see :mod:`.tamper`)."""
+    try:
+        snapshot = journal(store, run_id).read()
+    except JournalTampered as exc:
+        raise tampered(exc, run_id) from exc
+    view = RunView(snapshot)
     if not view.exists:
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r} ('git agentops-run list' shows the runs)")
     return view
+
+
+def tampered(exc: JournalTampered, run_id: str) -> JournalTampered:
+    """``exc`` with what a person can do about it."""
+    return JournalTampered(
+        exc.ref,
+        exc.commit,
+        f"{exc.message}. 'git agentops-run log {run_id}' shows the foreign commits; the run's supervisor (or "
+        f"'git agentops-run resume {run_id}') restores the last state it wrote and blocks the run",
+    )
 
 
 def mutate(journal: Journal, fn: Callable[[Change, RunView], T], event: Event) -> T:

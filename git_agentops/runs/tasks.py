@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Final
 
 from ..errors import AgentOpsError
-from ..gitstore.journal import Change, Event, Journal, Snapshot
+from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
 from ..model.task import Criterion, Task, revise
@@ -52,12 +52,20 @@ def all_current(view: Snapshot) -> Iterator[Task]:
 
 
 def find(store: Store, task_id: str) -> tuple[str, Task]:
-    """Find a task in any run's state journal: (run id, current revision). ``TASK_NOT_FOUND``."""
+    """Find a task in any run's state journal: (run id, current revision). ``TASK_NOT_FOUND``, or
+    ``RUN_STATE_TAMPERED`` when it is in no readable run and some run's state has a foreign tip."""
+    tampered: JournalTampered | None = None
     for ref in sorted(list_refs(store, "refs/agentops/runs/")):
         if ref.endswith("/state"):
-            snapshot = Journal(store, ref).read()
+            try:
+                snapshot = Journal(store, ref).read()
+            except JournalTampered as exc:  # unreadable; say so if the task is not found elsewhere
+                tampered = tampered or exc
+                continue
             if snapshot.list(f"{PREFIX}/{task_id}") if task_id.startswith("task-") and "/" not in task_id else []:
                 return ref.split("/")[3], current(snapshot, task_id)
+    if tampered is not None:
+        raise tampered
     raise AgentOpsError("TASK_NOT_FOUND", f"no run has a task {task_id!r} ('git agentops-run status' lists tasks)")
 
 

@@ -15,17 +15,21 @@ request's answer. ``handoff`` and ``finalize`` answer from their job.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
 from ..canonical import digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..integrate.delivery import Handoff, check_handoff, deliver
 from ..integrate.pipeline import check_finalize, integrate
+from ..integrate.secrets import clean_text
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
 from ..model.task import Criterion, TaskStatus, check_runners, new_task
@@ -181,7 +185,7 @@ def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
     mailbox.write_response(Path(worker.worktree), response)  # before the asker is stopped with everyone else
     loop.state.refresh()
     loop.stop_all(WorkerStatus.FENCED, f"awaiting the answer to {question_id}")
-    loop.log(f"{worker.worker_id} asks ({question_id}): {prompt}")
+    loop.log(f"{worker.worker_id} asks ({question_id}): {clean_text(prompt, 200, loop.ctx.policy.deny_patterns)}")
     return response
 
 
@@ -191,6 +195,7 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
         raise AgentOpsError("RUN_COORDINATOR_FINALIZE_REQUIRED", "the coordinator finalizes; it does not hand off")
     source_files = tuple(request.doc.get("sourceFiles") or ())
     head = check_handoff(Path(worker.worktree), base=worker.base, source_files=source_files)
+    _note_foreign_merges(loop, worker, head)
     job = Handoff(
         worker=worker,
         request=request,
@@ -214,6 +219,38 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
     )
     ctx = loop.ctx
     loop.submit(worker.worker_id, lambda store: deliver(ctx, store, job))
+
+
+def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
+    """Record ``WORKER_FOREIGN_MERGE`` when the commits a child hands off merge in anything but the frozen
+    deliveries of its task's dependencies -- what the ``post-merge`` hook can only warn about (a hook runs in the
+    agent's own git process, so it never writes run state; the supervisor notes it here)."""
+    tasks = loop.state.tasks()
+    task = tasks.get(worker.task_id or "")
+    allowed = {
+        str((tasks[d].extra.get("delivery") or {}).get("commit"))
+        for d in (task.dependencies if task is not None else ())
+        if d in tasks
+    }
+    repo = loop.state.store.repo
+    try:
+        walker = repo.walk(pygit2.Oid(hex=head), pygit2.enums.SortMode.TOPOLOGICAL)
+        if worker.base:
+            walker.hide(pygit2.Oid(hex=worker.base))
+        foreign = [str(p) for c in itertools.islice(walker, 1000) for p in c.parent_ids[1:] if str(p) not in allowed]
+    except (KeyError, ValueError, pygit2.GitError):  # an object this repository does not have
+        return
+    if foreign:
+        runstate.mutate(
+            loop.journal,
+            lambda change, view: None,
+            Event(
+                "WORKER_FOREIGN_MERGE",
+                f"{worker.worker_id} hands off {head[:12]}, which merges {', '.join(c[:12] for c in foreign[:5])}: "
+                "not the frozen delivery of a dependency",
+                {"workerId": worker.worker_id, "head": head, "commits": foreign[:20]},
+            ),
+        )
 
 
 def finalize(loop: Loop, worker: Worker, request: Request) -> None:
