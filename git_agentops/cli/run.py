@@ -24,10 +24,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run, subcommands
+
+if TYPE_CHECKING:
+    from ..runs.controls import Stopped
+    from ..supervisor.loop import Supervisor
 
 
 def build_parser() -> Parser:
@@ -107,8 +111,9 @@ def _logger(ctx: Context, run_dir: Path) -> Any:
     return log
 
 
-def _supervise(ctx: Context, run_id: str) -> str:
-    from ..policy.trust import TrustStore, require_trusted
+def _supervisor(ctx: Context, run_id: str) -> Supervisor:
+    """The run's supervisor, not serving yet; it refuses an untrusted policy itself, after stopping leftovers."""
+    from ..policy.trust import TrustStore
     from ..runs.create import bound_policy
     from ..runs.state import run_dir
     from ..supervisor.loop import Supervisor
@@ -116,13 +121,7 @@ def _supervise(ctx: Context, run_id: str) -> str:
     store = ctx.store()
     policy = bound_policy(store, run_id)
     verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), policy)
-    require_trusted(verdict)
-
-    def terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminate)
-    supervisor = Supervisor(
+    return Supervisor(
         store,
         run_id,
         policy=policy,
@@ -131,7 +130,44 @@ def _supervise(ctx: Context, run_id: str) -> str:
         clock=ctx.clock,
         log=_logger(ctx, run_dir(store, run_id)),
     )
+
+
+def _supervise(ctx: Context, run_id: str) -> str:
+    supervisor = _supervisor(ctx, run_id)
+
+    def terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
     return str(supervisor.serve())
+
+
+def _stop_agents(ctx: Context, run_id: str, why: str, *, wait: float = 15.0) -> list[Stopped] | None:
+    """After pause/stop: wait for the run's supervisor to stop its workers and exit, then stop what is left running
+    (everything, when its supervisor had died). None when the supervisor is still busy after ``wait`` seconds."""
+    try:
+        supervisor = _supervisor(ctx, run_id)
+    except AgentOpsError as exc:  # the run is stopped all the same; only its processes could not be looked at
+        ctx.warn(exc.code, f"could not look for agent processes left running: {exc.message}")
+        return None
+    deadline = time.monotonic() + wait
+    while (stopped := supervisor.stop_unsupervised(why)) is None:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+    return stopped
+
+
+def _child_error(output: str, returncode: int) -> AgentOpsError:
+    """Why a supervisor that was just spawned exited at once: its own ``error[CODE]: message`` where it printed one."""
+    from ..errors import CODES
+
+    at = output.rfind("error[")
+    head, _, message = output[at:].partition("]: ")
+    code = head.removeprefix("error[")
+    if at >= 0 and (at == 0 or output[at - 1] == "\n") and code in CODES:
+        return AgentOpsError(code, message.strip())
+    return AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor exited at once ({returncode}):\n{output[-2000:]}")
 
 
 def _exit_for(status: str) -> int:
@@ -139,9 +175,13 @@ def _exit_for(status: str) -> int:
 
 
 def _spawn_supervisor(ctx: Context, run_id: str) -> int:
-    """Start a detached supervisor and wait until it holds the run's lock."""
+    """Start a detached supervisor and wait until it serves the run (its ``RUN_SUPERVISOR_START`` is recorded).
+
+    Holding the lock is not enough: a supervisor refusing the run holds it too, while it stops what a dead one left
+    running. A refusal is raised as the supervisor's own error.
+    """
     from ..gitstore.private import file_lock
-    from ..runs.state import run_dir
+    from ..runs.state import journal, run_dir
 
     directory = run_dir(ctx.store(), run_id)
     directory.mkdir(parents=True, exist_ok=True)
@@ -152,7 +192,10 @@ def _spawn_supervisor(ctx: Context, run_id: str) -> int:
         if exc.code == "LOCK_HELD":
             raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}") from exc
         raise
+    events = journal(ctx.store(), run_id)
+    before = next((entry.commit for entry in events.log(limit=1)), None)
     out = os.open(directory / "supervisor.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    offset = os.fstat(out).st_size
     try:
         child = subprocess.Popen(
             [sys.executable, "-m", "git_agentops.cli.run", "supervise", run_id],
@@ -170,15 +213,14 @@ def _spawn_supervisor(ctx: Context, run_id: str) -> int:
         if child.poll() is not None:
             if child.returncode in (0, 1):  # it served the run and the run ended (complete, or blocked...) already
                 return child.pid
-            tail = (directory / "supervisor.out").read_text("utf-8", errors="replace")[-2000:]
-            raise AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor exited at once ({child.returncode}):\n{tail}")
-        try:
-            with file_lock(directory, "supervisor.lock", blocking=False):
-                pass
-        except AgentOpsError as exc:
-            if exc.code == "LOCK_HELD":
+            with (directory / "supervisor.out").open("rb") as handle:
+                handle.seek(offset)
+                raise _child_error(handle.read().decode("utf-8", "replace"), child.returncode)
+        for entry in events.log(limit=256):
+            if entry.commit == before:
+                break
+            if entry.code == "RUN_SUPERVISOR_START" and entry.data.get("pid") == child.pid:
                 return child.pid
-            raise
         time.sleep(0.05)
     raise AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor of {run_id} did not start within 30 s")
 
@@ -296,12 +338,23 @@ def _log(args: argparse.Namespace, ctx: Context) -> int:
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {args.run_id!r}")
     entries = list(journal.log(limit=args.limit or None))[::-1]
     docs: list[dict[str, Any]] = [
-        {"commit": e.commit, "code": e.code, "summary": e.summary, "data": dict(e.data), "time": e.time}
+        {
+            "commit": e.commit,
+            "code": e.code,
+            "summary": e.summary,
+            "data": dict(e.data),
+            "time": e.time,
+            "foreign": e.foreign,  # not written by the supervisor: what it claims was never acted on
+        }
         for e in entries
     ]
-    ctx.emit(
-        {"runId": args.run_id, "events": docs}, [f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}" for d in docs]
-    )
+    lines = [
+        f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}"
+        if not d["foreign"]
+        else f"{iso8601(d['time'])}  [foreign] {d['commit'][:12]} {d['code']}: {d['summary']}"
+        for d in docs
+    ]
+    ctx.emit({"runId": args.run_id, "events": docs}, lines)
     return 0
 
 
@@ -327,6 +380,13 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
         result = runs.resume(store, args.run_id, ctx.clock, add_budget=seconds, add_cost_usd=dollars, add_tokens=tokens)
     doc: dict[str, Any] = {"runId": args.run_id, "status": str(result.status)}
     lines = [f"{args.run_id}: {result.status}"]
+    if args.command in ("pause", "stop"):
+        stopped = _stop_agents(ctx, args.run_id, f"the run was {'paused' if args.command == 'pause' else 'stopped'}")
+        doc["stoppedProcesses"] = [s.to_json() for s in stopped] if stopped is not None else None
+        if stopped is None:
+            lines.append("its supervisor is still finishing a job; it stops the rest of the run when the job ends")
+        elif stopped:
+            lines.append(runs.stopped_note(stopped))
     if args.command in ("resume", "answer") and not getattr(args, "no_supervise", False):
         try:
             doc["supervisorPid"] = _spawn_supervisor(ctx, args.run_id)

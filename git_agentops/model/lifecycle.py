@@ -15,16 +15,25 @@ An integration that fails restarts the coordinator with the failure as its diagn
 repeated failure still blocks). Exiting before planning the root task, exiting after planning no child, exiting
 with a status other than 0, and exiting when nothing can run any more stay failures, as does a child that exits
 without handing off. Each event is identified by a key recorded on the coordinator when it is woken for it
-(``woken_for``), so it wakes the coordinator exactly once. Pure functions over run state.
+(``woken_for``), so it wakes the coordinator exactly once.
+
+**Supervisor restarts are not the agent's failures.** When a supervisor dies (``kill -9``, a crash, a reboot), the
+next one stops the generations it left behind and starts new ones, so their old processes are fenced off; but
+:func:`interrupted` records that as an interruption, not a failure: the worker's failures, diagnostic, session and
+usage stay as they were, and the allowance of :data:`~.run.MAX_GENERATIONS` counts only the agent's own failed
+generations (:func:`failed_generations`: an exit without delivering, a refused handoff, a failed job), as the
+no-progress fingerprints do. The next generation is told why it starts (:func:`restart_wake`), including what an
+interrupted wake was for: those events were marked handled when it was woken, so they would not wake it again.
+Pure functions over run state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
-from .run import Run, Worker
+from .run import MAX_GENERATIONS, Role, Run, Worker, WorkerStatus
 from .task import Task, TaskStatus
 
 
@@ -107,3 +116,53 @@ def wake_events(
                 )
             )
     return found
+
+
+# -- supervisor restarts ------------------------------------------------------------------------------------------
+
+INTERRUPTED: Final = "interrupted"
+"""The worker ``extra`` key naming the generation a supervisor restart stopped (until the next one starts)."""
+
+
+def failed_generations(worker: Worker) -> int:
+    """How many of the worker's generations failed by the agent's own doing (one per generation, however many
+    failures it recorded). Supervisor restarts and wakes record none, so they never count."""
+    return len({failure.generation for failure in worker.failures})
+
+
+def allowance_spent(worker: Worker) -> bool:
+    """Whether the worker used up its :data:`~.run.MAX_GENERATIONS` failed generations (it is then blocked)."""
+    return failed_generations(worker) >= MAX_GENERATIONS
+
+
+def interrupted(worker: Worker, reason: str) -> Worker:
+    """The worker after a supervisor (restarting, or refusing the run) stopped the generation a dead one left behind.
+
+    ``stopped`` with no process, so the next supervisor that serves the run starts a new generation; nothing is
+    counted against it. ``reason`` and what the generation was doing are kept for :func:`restart_wake`.
+    """
+    mark = {"generation": worker.generation, "status": str(worker.status), "reason": reason}
+    return replace(worker, status=WorkerStatus.STOPPED, process=None, extra={**worker.extra, INTERRUPTED: mark})
+
+
+def restart_wake(worker: Worker) -> str | None:
+    """What the generation after an interrupted one is told (None when the last one was not interrupted).
+
+    The lines of an interrupted wake come first: its events are in ``woken_for`` already and wake nobody again. The
+    line about an earlier interruption is not repeated: only the last one is told.
+    """
+    mark = worker.extra.get(INTERRUPTED)
+    if not isinstance(mark, dict):
+        return None
+    earlier = str(worker.extra.get("wake") or "").splitlines()
+    lines = [line for line in earlier if not line.startswith(_RESTARTED)]
+    handing_off = mark.get("status") == WorkerStatus.HANDING_OFF and worker.role is Role.CHILD
+    doing = "Its handoff was not judged yet: hand off again. " if handing_off else ""
+    lines.append(
+        f"{_RESTARTED} ({mark.get('generation')}) before it finished ({mark.get('reason')}); this is not counted "
+        f"as your failure. {doing}Your commits are kept: carry on from your worktree's HEAD."
+    )
+    return "\n".join(lines)
+
+
+_RESTARTED: Final = "- The supervisor stopped your previous generation"

@@ -1,22 +1,42 @@
-"""The user's controls over a run -- pause, stop, resume, answer -- and what ``run status`` shows.
+"""The user's controls over a run -- pause, stop, resume, answer -- what ``run status`` shows, and stopping the
+agent processes nobody supervises any more.
 
 Controls are compare-and-swap state changes a running supervisor notices on its next tick; ``resume`` also
 records a *user resume*, which resets the restart-storm window and allows an interrupted setup to be replayed.
+
+Agents outlive a supervisor that dies (each leads its own session), so whoever takes the run's supervisor lock
+next -- a new supervisor, one refusing to serve the run, or ``run stop`` -- stops what the dead one left running:
+each worker's recorded process group (:func:`stop_group`, safe against pid reuse), then any other process whose
+environment names the run (:func:`run_processes`: a generation launched but not recorded yet, a reviewer).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model.run import Role, Run, RunStatus, WorkerStatus, total_usage, used_seconds
+from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, total_usage, used_seconds
 from ..model.task import TaskStatus
+from ..process.groups import (
+    KILL_SETTLE,
+    TICK,
+    ProcessIdentity,
+    group_members,
+    is_alive,
+    process_identity,
+    terminate_group,
+)
 from . import state as runstate
+from . import tamper
 from . import tasks as taskbook
 
 
@@ -24,6 +44,17 @@ def _control(store: Store, run_id: str, code: str, summary: str, fn: Callable[[C
     journal = runstate.journal(store, run_id)
     if not journal.exists():
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r}")
+    # a person's control applies to the state the supervisor wrote: a foreign tip is contained first, and a resume
+    # that met one is refused once, so that accepting the restored state is a decision made knowing it
+    contained = tamper.contain(store, run_id)
+    restored = all(c.restored for c in contained)
+    if contained and (code == "RUN_RESUMED" or not restored):
+        raise AgentOpsError(
+            "RUN_STATE_TAMPERED",
+            " ".join(c.describe() + "." for c in contained)
+            + (" Resume again to accept the restored state." if restored else ""),
+            details={"contained": [c.data() for c in contained]},
+        )
     return runstate.mutate(journal, fn, Event(code, summary, {"runId": run_id}))
 
 
@@ -168,3 +199,127 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
         ],
         "questions": [q for q in view.questions()],
     }
+
+
+# -- agent processes nobody supervises ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """An agent's process group stopped because no supervisor serves it any more."""
+
+    worker_id: str
+    generation: int | None
+    pid: int  # the group's id too: every agent leads its own session and process group
+    survivors: tuple[int, ...] = ()  # alive after SIGKILL (stuck in the kernel); normally none
+
+    def describe(self) -> str:
+        """``worker generation N (pid P)``, and any survivor."""
+        generation = f" generation {self.generation}" if self.generation is not None else ""
+        lost = f"; pids {', '.join(map(str, self.survivors))} survived SIGKILL" if self.survivors else ""
+        return f"{self.worker_id}{generation} (pid {self.pid}){lost}"
+
+    def to_json(self) -> dict[str, Any]:
+        """As event data and ``--json`` output."""
+        return {
+            "workerId": self.worker_id,
+            "generation": self.generation,
+            "pid": self.pid,
+            "pgid": self.pid,
+            "survivors": list(self.survivors),
+        }
+
+
+def stopped_note(stopped: Sequence[Stopped]) -> str:
+    """What a refusal or ``run stop`` says about the agent processes it stopped."""
+    if not stopped:
+        return "no agent process was left running"
+    shown = "; ".join(s.describe() for s in stopped)
+    return f"stopped {len(stopped)} agent process group(s) no supervisor was serving any more: {shown}"
+
+
+def stop_group(process: ProcessRef, *, grace: float) -> tuple[int, ...] | None:
+    """Stop the process group a worker generation runs as: SIGTERM, ``grace``, SIGKILL, then look again.
+
+    None when nothing of it runs; otherwise the pids still alive afterwards (normally none). The group's id is the
+    agent's pid. Its leader is known by pid + start time; once it has exited, the members that started after it are
+    still its group (a pid is not given out again while a group of that id exists). A leader slot held by a process
+    with another start time means the pid was reused: that group is someone else's and is left alone.
+    """
+    leader = process_identity(process.pid)
+    if leader is not None and leader.start_time != process.start_time:
+        return None
+    if not any(_started_since(pid, process.start_time) for pid in group_members(process.pid)):
+        return None
+    terminate_group(process.pid, grace=grace)
+    return tuple(group_members(process.pid))
+
+
+def _started_since(pid: int, start_time: int) -> bool:
+    identity = process_identity(pid)
+    return identity is not None and identity.start_time >= start_time
+
+
+def run_processes(run_id: str) -> list[tuple[ProcessIdentity, str, int | None]]:
+    """Live processes whose environment names this run, as (identity, worker id, generation).
+
+    Every agent carries ``AGENTOPS_RUN_ID`` (:func:`~git_agentops.hosts.launch.agent_environment`) and so does what
+    it starts, unless it scrubs its environment. This process and its ancestors never count. Linux: reads ``/proc``.
+    """
+    own = _ancestors()
+    found = []
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit() or int(entry.name) in own:
+                continue
+            try:
+                raw = Path("/proc", entry.name, "environ").read_bytes()
+            except OSError:  # gone, or another user's
+                continue
+            env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+            if env.get(b"AGENTOPS_RUN_ID") != run_id.encode():
+                continue
+            identity = process_identity(int(entry.name))
+            if identity is None:
+                continue
+            generation = env.get(b"AGENTOPS_GENERATION", b"")
+            worker = env.get(b"AGENTOPS_WORKER_ID", b"?").decode("utf-8", "replace")
+            found.append((identity, worker, int(generation) if generation.isdigit() else None))
+    return found
+
+
+def stop_stray(identity: ProcessIdentity, *, grace: float) -> tuple[int, ...] | None:
+    """Stop one process :func:`run_processes` found: its whole group when it leads one, otherwise it alone."""
+    try:
+        leads = os.getpgid(identity.pid) == identity.pid
+    except ProcessLookupError:
+        return None
+    if leads:
+        return stop_group(ProcessRef(identity.pid, identity.start_time), grace=grace)
+    if not is_alive(identity):
+        return None
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_SETTLE)):
+        if not is_alive(identity):
+            return ()
+        try:
+            os.kill(identity.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return ()
+        due = time.monotonic() + wait
+        while is_alive(identity) and time.monotonic() < due:
+            time.sleep(TICK)
+    return (identity.pid,) if is_alive(identity) else ()
+
+
+def _ancestors() -> set[int]:
+    pids = {os.getpid()}
+    pid = os.getpid()
+    while pid > 1:
+        try:
+            status = Path("/proc", str(pid), "status").read_text("ascii", "replace")
+        except OSError:
+            break
+        line = next((row for row in status.splitlines() if row.startswith("PPid:")), "PPid: 0")
+        pid = int(line.split()[1])
+        pids.add(pid)
+    return pids

@@ -6,6 +6,12 @@ lock with the process. Everything it knows is in the run's journal, so a new sup
 one stopped: at start it stops any worker process the old one left behind (pid + start time), adopts a delivery
 whose ref was created just before a crash, closes the budget interval the crash left open at the last
 heartbeat, and restarts workers with a **new generation**, so nothing an old generation does can be published.
+Being restarted is not the workers' failure: it uses none of their allowance (:mod:`git_agentops.model.lifecycle`).
+
+A supervisor that will not serve the run -- its policy is not trusted, the run is not active, or it restarted too
+often (``RUN_RESTART_STORM``) -- still stops the agent processes a dead one left behind before it refuses, records
+that (``WORKER_LEFTOVER_STOPPED``, ``RUN_SUPERVISOR_REFUSED``) and says so in its refusal; so does
+:meth:`Supervisor.stop_unsupervised`, which ``run stop`` and ``run pause`` use when no supervisor is left.
 
 Each tick (every ``poll`` seconds) it: obeys the run status (paused/stopping/blocked/budget-limited end it,
 awaiting-input idles it), charges the budget, reaps exited workers (:mod:`.workers`), acts on finished jobs,
@@ -17,6 +23,7 @@ that get a frozen :class:`~git_agentops.runs.jobs.JobContext`, never the supervi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import traceback
@@ -49,9 +56,10 @@ from ..model.run import (
     total_usage,
     used_seconds,
 )
-from ..policy.trust import Verdict
+from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
+from ..runs.controls import Stopped, stopped_note
 from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
 from . import requests, scheduler
 from .actions import ACTIONS, auto_finalize
@@ -88,7 +96,7 @@ class Supervisor:
         self.poll = poll
         self._log = log or (lambda message: None)
         self.dir = runstate.run_dir(store, run_id)
-        self.state = StateCache(store, run_id)
+        self.state = StateCache(store, run_id, log=self.log)
         self.jobs: dict[str, Future[JobResult]] = {}  # worker id -> its provisioning, handoff or integration job
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentops-job")
         self.ctx = JobContext(
@@ -182,21 +190,34 @@ class Supervisor:
     def _serve_locked(self) -> RunStatus:
         run = self.state.run()
         if run.status is RunStatus.COMPLETE:
+            self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why="the run is complete")
             return run.status
+        try:
+            require_trusted(self.ctx.trust)
+        except AgentOpsError as exc:
+            raise self._refuse(exc) from None
         if run.disable_restart or run.status in STOPPED_RUN:
-            raise AgentOpsError(
-                "RUN_NOT_ACTIVE",
-                f"run {self.run_id} is {run.status}{' (' + run.status_reason + ')' if run.status_reason else ''}; "
-                f"'git agentops-run resume {self.run_id}' continues it",
+            raise self._refuse(
+                AgentOpsError(
+                    "RUN_NOT_ACTIVE",
+                    f"run {self.run_id} is {run.status}{' (' + run.status_reason + ')' if run.status_reason else ''}; "
+                    f"'git agentops-run resume {self.run_id}' continues it",
+                )
             )
         self._startup()
         try:
             return self._loop()
+        except AgentOpsError as exc:
+            if exc.code != "RUN_STATE_TAMPERED":
+                raise
+            return self._tampered(exc)
         except KeyboardInterrupt:
             self.log("interrupted: stopping workers; 'git agentops-run supervise' continues the run")
             self.stop_all(WorkerStatus.STOPPED, "the supervisor was interrupted")
             raise
         finally:
+            with contextlib.suppress(AgentOpsError):
+                requests.flush_refusals(self, force=True)  # no coalesced count is lost on a clean stop
             self._close_budget()
 
     def _startup(self) -> None:
@@ -208,7 +229,13 @@ class Supervisor:
                 "RUN_RESTART_STORM: more than 3 supervisor starts within 5 minutes since the last resume",
                 disable=True,
             )
-            raise AgentOpsError("RUN_RESTART_STORM", f"run {self.run_id} restarted too often; it is now blocked")
+            raise self._refuse(
+                AgentOpsError(
+                    "RUN_RESTART_STORM",
+                    f"run {self.run_id} restarted too often; it is now blocked ('git agentops-run resume "
+                    f"{self.run_id}' continues it)",
+                )
+            )
 
         def start(change: Change, view: runstate.RunView) -> None:
             run = view.run()
@@ -229,6 +256,37 @@ class Supervisor:
         if self._resume_integration():
             self.log("resuming an interrupted integration")
         self.state.refresh()
+
+    def stop_unsupervised(self, why: str) -> list[Stopped] | None:
+        """Without serving the run, stop the agent processes a dead supervisor left (``WORKER_LEFTOVER_STOPPED``).
+
+        Holds the run's lock meanwhile; None, doing nothing, while a supervisor holds it (it stops its own).
+        """
+        try:
+            with file_lock(self.dir, "supervisor.lock", blocking=False):
+                return self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why=why)
+        except AgentOpsError as exc:
+            if exc.code == "LOCK_HELD":
+                return None
+            raise
+
+    def _refuse(self, error: AgentOpsError) -> AgentOpsError:
+        """Not serving the run: first stop what a dead supervisor left running, record it, and say so in ``error``."""
+        stopped: list[Stopped] = self.workers.reconcile(
+            event="WORKER_LEFTOVER_STOPPED", why=f"the supervisor refused to serve the run ({error.code})"
+        )
+        note = stopped_note(stopped)
+        runstate.mutate(
+            self.journal,
+            lambda change, view: None,
+            Event(
+                "RUN_SUPERVISOR_REFUSED",
+                f"supervisor {os.getpid()} refused to serve the run ({error.code}); {note}",
+                {"code": error.code, "message": error.message[:2000], "stopped": [s.to_json() for s in stopped]},
+            ),
+        )
+        self.log(f"refused ({error.code}); {note}")
+        return AgentOpsError(error.code, f"{error.message}; {note}", details=error.details)
 
     def _resume_integration(self) -> bool:
         """After a supervisor restart: roll an interrupted integration forward. True if one was pending."""
@@ -255,6 +313,7 @@ class Supervisor:
                 self.stop_all(WorkerStatus.STOPPED, "run complete")
                 return run.status
             if run.disable_restart or run.status in STOPPED_RUN:
+                self.stop_all(WorkerStatus.STOPPED, f"run {run.status}")  # now: the jobs may take minutes
                 self._wait_jobs()
                 self.stop_all(WorkerStatus.STOPPED, f"run {run.status}")
                 self.state.refresh()
@@ -272,6 +331,7 @@ class Supervisor:
                 time.sleep(self.poll)
                 continue
             served = self._serve_requests()  # first: a waiting agent should not wait for provisioning
+            requests.flush_refusals(self)  # the coalesced counts of refusals whose window has passed
             self.workers.restart()
             scheduler.schedule(self)
             self.briefing.refresh(self.busy)
@@ -407,3 +467,24 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 -- _collect_jobs records it as the worker's failure
                 self.log(f"a job ended with {type(exc).__name__}")
         self._collect_jobs()
+
+    # -- run state the supervisor did not write ------------------------------------------------------------------------
+    def _tampered(self, exc: AgentOpsError) -> RunStatus:
+        """A write met a foreign tip (one the state cache reads it contains itself, :mod:`.cache`): contain it, then
+        stop as any blocked run stops -- jobs waited for, every worker stopped. A tip that cannot be contained (no
+        commit the supervisor wrote is left) gives nothing to stand on: the generations this supervisor started are
+        killed, and the error stands."""
+        for _ in range(5):
+            self.log(str(exc))
+            try:
+                self.state.refresh()  # contains it: the last authentic state, the run blocked
+                return self._loop()  # sees the run blocked: waits for the jobs and stops every worker
+            except AgentOpsError as again:
+                if again.code != "RUN_STATE_TAMPERED":
+                    raise
+                exc = again
+        from ..process.groups import terminate_group
+
+        for proc in list(self.workers.procs.values()):
+            terminate_group(proc.pid, grace=self.workers.grace)
+        raise exc

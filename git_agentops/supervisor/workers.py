@@ -10,8 +10,11 @@
   that failed at once is dropped and the worker starts afresh;
 * **wake** -- an idle coordinator starts again (a new generation, its session resumed where the host can) once
   for each event that needs it;
+* **reconcile** -- a supervisor that takes over stops the process groups a dead one left running (or, refusing the
+  run, stops them and leaves it): an interruption, never the agent's failure (:func:`~git_agentops.model.lifecycle.
+  interrupted`); the next generation is told why it starts;
 * **fail** -- record the failure; restart with a diagnostic, unless the same failure repeated without progress,
-  which blocks;
+  which blocks, or the worker failed :data:`~git_agentops.model.run.MAX_GENERATIONS` generations;
 * **block** -- the worker, its task and every task depending on it (and the run, for the coordinator).
 
 Everything here runs in the loop thread.
@@ -34,10 +37,17 @@ from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
 from ..hosts.launch import Launch, generation_output, host_spec, start
 from ..hosts.output import parse as parse_output
-from ..model.lifecycle import Wake, idle_problem
+from ..model.lifecycle import (
+    INTERRUPTED,
+    Wake,
+    allowance_spent,
+    failed_generations,
+    idle_problem,
+    interrupted,
+    restart_wake,
+)
 from ..model.policy import Policy
 from ..model.run import (
-    MAX_GENERATIONS,
     Failure,
     ProcessRef,
     Role,
@@ -51,10 +61,11 @@ from ..model.run import (
     with_usage,
 )
 from ..model.task import TaskStatus
-from ..process.groups import ProcessIdentity, is_alive, terminate_group
+from ..process.groups import ProcessIdentity, is_alive
 from ..protocol import instructions, mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
+from ..runs.controls import Stopped, run_processes, stop_group, stop_stray
 from .briefing import Briefing
 from .cache import StateCache
 
@@ -112,8 +123,8 @@ class Workers:
         """
         proc = self.procs.pop(worker.worker_id, None)
         had_process = proc is not None or worker.process is not None
-        if worker.process is not None and is_alive(ProcessIdentity(worker.process.pid, worker.process.start_time)):
-            terminate_group(worker.process.pid, grace=self.grace)
+        if worker.process is not None:
+            stop_group(worker.process, grace=self.grace)
         if proc is not None:
             try:
                 proc.wait(timeout=self.grace + 2)
@@ -169,20 +180,43 @@ class Workers:
                     **accounted,
                 )
 
-    def reconcile(self) -> None:
-        """After a supervisor restart: stop whatever the old supervisor's generations left running."""
-        for worker in self.state.workers().values():
-            if worker.process is not None or worker.status in (*ALIVE, WorkerStatus.HANDING_OFF):
-                accounted = self.kill(worker)
-                self.set(
-                    worker.worker_id,
-                    status=WorkerStatus.STOPPED,
-                    process=None,
-                    diagnostic=worker.diagnostic,
-                    event="WORKER_RECONCILED",
-                    summary=f"{worker.worker_id} generation {worker.generation} stopped after a supervisor restart",
-                    **accounted,
-                )
+    def reconcile(
+        self, *, event: str = "WORKER_RECONCILED", why: str = "the previous supervisor died"
+    ) -> list[Stopped]:
+        """Stop whatever the generations of a dead supervisor left running; returns the groups that still ran.
+
+        Run by the supervisor that takes the run's lock (to serve it, or refusing to: then ``event`` and ``why`` say
+        so). Each such worker is :func:`~git_agentops.model.lifecycle.interrupted` -- not failed -- by ``event``;
+        then any other process naming the run (launched but not recorded yet, a reviewer) is stopped as well.
+        """
+        stopped: list[Stopped] = []
+        self.state.refresh()
+        for worker in list(self.state.workers().values()):
+            process = worker.process
+            if process is None and worker.status not in (*ALIVE, WorkerStatus.HANDING_OFF):
+                continue
+            data: dict[str, Any] = {"workerId": worker.worker_id, "generation": worker.generation, "reason": why}
+            what = f"{worker.worker_id} generation {worker.generation}"
+            survivors = stop_group(process, grace=self.grace) if process is not None else None
+            if process is not None and survivors is not None:
+                stopped.append(Stopped(worker.worker_id, worker.generation, process.pid, survivors))
+                data["process"] = stopped[-1].to_json()
+                what += f" (pid {process.pid}, still running)"
+            changes = self.account(worker) if process is not None else {}
+            self._interrupt(worker.worker_id, why, changes, Event(event, f"{what} stopped: {why}", data))
+        for identity, worker_id, generation in run_processes(self.run_id):
+            survivors = stop_stray(identity, grace=self.grace)
+            if survivors is not None:
+                stopped.append(Stopped(worker_id, generation, identity.pid, survivors))
+                self.note(worker_id, event, f"{stopped[-1].describe()}, not in the run state, stopped: {why}")
+        self.state.refresh()
+        return stopped
+
+    def _interrupt(self, worker_id: str, why: str, changes: Mapping[str, Any], event: Event) -> None:
+        def update(change: Change, view: runstate.RunView) -> None:
+            runstate.put_worker(change, replace(interrupted(view.worker(worker_id), why), **changes))
+
+        runstate.mutate(self.state.journal, update, event)
 
     # -- generations ---------------------------------------------------------------------------------------------------
     def start(self, worker_id: str, *, wake: list[Wake] | None = None) -> None:
@@ -199,9 +233,10 @@ class Workers:
             if run.status is not RunStatus.ACTIVE or run.disable_restart:
                 raise AgentOpsError("RUN_NOT_ACTIVE", f"run is {run.status}; no new generation starts")
             current = view.worker(worker_id)
-            extra = {k: v for k, v in current.extra.items() if k not in ("wake", "resumed")}
-            if wake:
-                extra["wake"] = "\n".join(f"- {event.reason}" for event in wake)
+            extra = {k: v for k, v in current.extra.items() if k not in ("wake", "resumed", INTERRUPTED)}
+            told = [f"- {event.reason}" for event in wake or ()] + [line for line in [restart_wake(current)] if line]
+            if told:
+                extra["wake"] = "\n".join(told)
             if spec.resume and current.session:
                 extra["resumed"] = current.session
             worker = replace(
@@ -258,11 +293,12 @@ class Workers:
             if worker.worker_id in self.jobs:
                 continue
             if worker.status in (WorkerStatus.ASSIGNED, WorkerStatus.STOPPED, WorkerStatus.FENCED):
-                if len(worker.failures) >= MAX_GENERATIONS:
+                if allowance_spent(worker):
                     self.block(
                         worker.worker_id,
                         "RUN_NO_PROGRESS",
-                        f"{worker.worker_id} failed {MAX_GENERATIONS} generations without delivering",
+                        f"{worker.worker_id} failed {failed_generations(worker)} generations without delivering "
+                        "(supervisor restarts not counted)",
                     )
                     continue
                 try:
@@ -303,6 +339,8 @@ class Workers:
                 ):
                     continue
                 exit_code = None
+            if worker.process is not None:
+                stop_group(worker.process, grace=self.grace)  # what it left running in its group dies with it
             self._ended(worker, exit_code, self.account(worker))
         self.state.refresh()
 
