@@ -18,14 +18,15 @@ A handoff is a pipeline that only goes downward:
 6. **answer** -- ``RUN_WORKER_DELIVERED`` in the worker's mailbox.
 
 A crash between the note and the state commit leaves an orphan delivery ref; the next supervisor adopts it when
-the delivery note names this run and task (:func:`adopt_orphans`). A failed step returns a
+the delivery note authenticates and its commit verifies again (:func:`adopt_orphans`); a foreign delivery ref is
+quarantined, never obeyed and never in the honest delivery's way (:mod:`.custody`). A failed step returns a
 :class:`~git_agentops.runs.jobs.Refusal`: the supervisor records it as the request's answer and restarts the
 worker with a new generation and the failure as its diagnostic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.checkout import head_and_changes
 from ..gitstore.journal import Change, Event
+from ..gitstore.keys import keyring
 from ..gitstore.notes import DELIVERIES_REF, Notes
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
@@ -47,8 +49,9 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Delivered, JobContext, Refusal, Request
 from ..runs.proof import prove
-from ..schema import documents
 from ..verify.core import Outcome
+from . import custody
+from .custody import seal_note
 from .secrets import secrets_refusal
 
 
@@ -139,7 +142,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused
-    note = _delivery_record(ctx, handoff, task.id, outcome)
+    note = _delivery_record(ctx, store, handoff, task.id, outcome)
     ctx.fault("delivery:verified")
     # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
     Notes(store, DELIVERIES_REF).append(
@@ -216,9 +219,9 @@ def _failed_commands(records: list[dict[str, Any]]) -> list[list[str]]:
     return sorted(out)
 
 
-def _delivery_record(ctx: JobContext, handoff: Handoff, task_id: str, outcome: Outcome) -> dict[str, Any]:
+def _delivery_record(ctx: JobContext, store: Store, handoff: Handoff, task_id: str, outcome: Outcome) -> dict[str, Any]:
     worker = handoff.worker
-    return {
+    record = {
         "runId": ctx.run_id,
         "taskId": task_id,
         "workerId": worker.worker_id,
@@ -232,23 +235,37 @@ def _delivery_record(ctx: JobContext, handoff: Handoff, task_id: str, outcome: O
         "noChange": handoff.head == worker.base,
         "sourceFiles": list(handoff.source_files),
     }
+    return seal_note(record, keyring(store.private_dir()))
 
 
 def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff) -> Refusal | None:
-    """Create the frozen delivery ref, create-only; ``RUN_DELIVERY_CHANGED`` when it names another commit."""
+    """Create the frozen delivery ref, create-only.
+
+    A ref already there is an earlier delivery of this task only if an authentic delivery note says so
+    (``RUN_DELIVERY_CHANGED``: deliveries are never moved); anything else is someone else's -- a worker that
+    created its neighbour's delivery ref to block it -- and is quarantined (:func:`custody.quarantine`) so the
+    honest delivery goes on.
+    """
     ref = runstate.delivery_ref(run_id, task_id)
-    if (
-        create_ref(store, ref, handoff.head, f"agentops: frozen delivery of {task_id}")
-        or read_ref(store, ref) == handoff.head
-    ):
-        return None
-    return _refusal(
-        handoff,
-        "RUN_DELIVERY_CHANGED",
-        f"{ref} already points at another commit; deliveries are never moved",
-        {"why": "ref"},
-        handoff.head,
-    )
+    for _ in range(3):
+        if create_ref(store, ref, handoff.head, f"agentops: frozen delivery of {task_id}"):
+            return None
+        existing = read_ref(store, ref)
+        if existing == handoff.head or existing is None:
+            continue
+        if custody.note_for(store, existing, run_id, task_id) is not None:
+            return _refusal(
+                handoff,
+                "RUN_DELIVERY_CHANGED",
+                f"{ref} already points at another delivery of this task; deliveries are never moved",
+                {"why": "ref"},
+                handoff.head,
+            )
+        if custody.quarantine(
+            store, run_id, ref, existing, handoff.head, "created by someone else before the delivery"
+        ):
+            return None
+    return _refusal(handoff, "RUN_DELIVERY_CHANGED", f"{ref} kept changing; take a new handoff", {"why": "ref"}, None)
 
 
 def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,19 +332,38 @@ def mark_task_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> 
 # -- after a crash ---------------------------------------------------------------------------------------------------
 
 
-def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
-    """Mark delivered the tasks whose delivery ref and note exist but whose state commit was lost in a crash."""
+Reverify = Callable[[Store, Task, Mapping[str, Any]], "str | None"]
+"""``reverify(store, task, note)``: None when the note's commit passes verification again, else why not."""
+
+
+def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify | None = None) -> list[str]:
+    """Mark delivered the tasks whose delivery ref and note exist but whose state commit was lost in a crash.
+
+    An orphan is adopted only when its delivery note authenticates and its commit passes verification again
+    (``reverify``: the supervisor's own, in a clean checkout, where authentic evidence of the same tree is
+    reused; without it, the authenticated evidence the note names is checked). A ref without an authentic note, or
+    whose commit does not verify, is quarantined and reported; the task is verified afresh at its next handoff.
+    """
     view = runstate.read(store, run_id)
+    run = view.run()
     adopted: list[str] = []
-    notes = Notes(store, DELIVERIES_REF)
     for task in view.tasks().values():
         if task.status is TaskStatus.DELIVERED or task.parent is None:
             continue
-        commit = read_ref(store, runstate.delivery_ref(run_id, task.id))
+        ref = runstate.delivery_ref(run_id, task.id)
+        commit = read_ref(store, ref)
         if commit is None:
             continue
-        record = _delivery_note(notes, commit, run_id, task.id)
-        if record is None:
+        record = custody.note_for(store, commit, run_id, task.id)
+        why = "no authentic delivery note" if record is None else None
+        if record is not None:
+            why = (
+                reverify(store, task, record)
+                if reverify is not None
+                else custody.check_evidence(store, commit, list(record.get("evidence") or []), run.policy_config_hash)
+            )
+        if why is not None or record is None:
+            custody.quarantine(store, run_id, ref, commit, None, f"an orphaned delivery that was not adopted: {why}")
             continue
 
         def adopt(
@@ -345,7 +381,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
             adopt,
             Event(
                 "TASK_DELIVERY_ADOPTED",
-                f"{task.id} delivery adopted after a crash",
+                f"{task.id} delivery adopted after a crash, verified again",
                 {"taskId": task.id, "commit": commit},
             ),
         )
@@ -353,18 +389,14 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock) -> list[str]:
     return adopted
 
 
-def _delivery_note(notes: Notes, commit: str, run_id: str, task_id: str) -> dict[str, Any] | None:
-    """The newest delivery record on ``commit`` for this run and task."""
-    for line in reversed((notes.read(commit) or b"").splitlines()):
+def reverifier(ctx: JobContext) -> Reverify:
+    """The supervisor's re-verification of an orphaned delivery: :func:`prove` in the delivering worker's slot."""
+
+    def reverify(store: Store, task: Task, note: Mapping[str, Any]) -> str | None:
         try:
-            record = documents.parse_json(line)
-        except AgentOpsError:
-            continue
-        if (
-            isinstance(record, dict)
-            and record.get("runId") == run_id
-            and record.get("taskId") == task_id
-            and record.get("sourceCommit") == commit
-        ):
-            return record
-    return None
+            outcome = prove(ctx, store, slot=str(note["workerId"]), commit=str(note["sourceCommit"]), task=task)
+        except AgentOpsError as exc:
+            return f"{exc.code}: {exc.message}"
+        return None if outcome.passed else "it fails verification"
+
+    return reverify

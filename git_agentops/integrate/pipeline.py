@@ -53,6 +53,7 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Integrated, JobContext, Refusal, Wait
 from ..runs.proof import remove_slots
+from . import custody
 from .gate import gate
 from .merge import ChainResult, merge_chain
 from .record import ZERO_DIGEST, advance, fail
@@ -136,12 +137,23 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
     tasks = view.tasks()
     children = [t for t in tasks.values() if t.parent is not None]
     order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
+    for task_id in order:  # the state is authentic; the refs, notes and evidence around it must agree with it
+        mismatch = custody.check_delivered(store, ctx.run_id, tasks[task_id], run.policy_config_hash)
+        if mismatch is not None:
+            return fail(
+                ctx,
+                store,
+                "RUN_DELIVERY_MISMATCH",
+                f"the delivery of {task_id} ({tasks[task_id].title}) does not hold together: {mismatch.why}",
+                {"taskId": task_id, "why": mismatch.why},
+            )
     deliveries = [(task_id, tasks[task_id].extra["delivery"]["commit"]) for task_id in order]
     root = tasks[run.root_task_id] if run.root_task_id else None
     for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
         base = read_ref(store, target_ref)
         if base is None:
             return fail(ctx, store, "OBJECT_MISSING", f"the target branch {run.target} is gone", {})
+        _report_unreviewed(ctx, store, run, base)
         chain = merge_chain(
             store,
             base,
@@ -210,13 +222,39 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     return True
 
 
+def _report_unreviewed(ctx: JobContext, store: Store, run: Run, base: str) -> None:
+    """Record the target commits since the run's base that nobody reviewed (no receipt): in the run log and,
+    through the integration record, in the receipt. The candidate is still built on them."""
+    found, rewritten = custody.unreviewed(store, run.base_commit, base)
+    if not found and not rewritten:
+        return
+    shown = ", ".join(c[:12] for c in found[:5]) + (" ..." if len(found) > 5 else "")
+    summary = f"{run.target} moved to {len(found)} commit(s) without a receipt since the run started: {shown}"
+    if rewritten:
+        summary = (
+            f"{run.target}'s history was rewritten since the run started ({run.base_commit[:12]} is gone); " + summary
+        )
+    ctx.log(summary)
+    advance(ctx, store, "RUN_TARGET_UNREVIEWED", summary, unreviewed=found, target_rewritten=rewritten or None)
+
+
 def _prepare(
     ctx: JobContext, store: Store, base: str, candidate: str, chain: ChainResult, order: list[str], attempt: int
 ) -> None:
-    """Point the candidate ref at the new candidate and record step 1."""
+    """Point the candidate ref at the new candidate and record step 1 (a candidate ref someone else moved is
+    quarantined, not silently overwritten)."""
     steps = [{"label": s.label, "commit": s.commit, "parents": list(s.parents), "tree": s.tree} for s in chain.steps]
     candidate_ref = runstate.candidate_ref(ctx.run_id)
-    update_ref(store, candidate_ref, candidate, read_ref(store, candidate_ref), "agentops: integration candidate")
+    current = read_ref(store, candidate_ref)
+    recorded = (
+        runstate.read(store, ctx.run_id).run().integration or Integration(IntegrationStatus.REQUESTED)
+    ).candidate
+    if current is not None and current != recorded:
+        custody.quarantine(
+            store, ctx.run_id, candidate_ref, current, None, "the candidate ref was moved by someone else"
+        )
+        current = None
+    update_ref(store, candidate_ref, candidate, current, "agentops: integration candidate")
     advance(
         ctx,
         store,

@@ -45,6 +45,8 @@ _JSON_NAMES: Final = {
     "published_at": "publishedAt",
     "receipt_digest": "receiptDigest",
     "failure": "failure",
+    "unreviewed": "unreviewed",
+    "target_rewritten": "targetRewritten",
 }
 
 
@@ -64,6 +66,8 @@ class Integration:
     published_at: float | None = None
     receipt_digest: str | None = None
     failure: str | None = None  # the code that failed it
+    unreviewed: tuple[str, ...] | None = None  # target commits since the run's base that carry no receipt
+    target_rewritten: bool | None = None  # the run's base is not an ancestor of the candidate's base
 
     @property
     def pending(self) -> bool:
@@ -72,7 +76,7 @@ class Integration:
 
     def advanced(self, **changes: Any) -> Integration:
         """This record with ``changes`` applied (sequences are stored as tuples)."""
-        for key in ("order", "steps", "verification", "reviews"):
+        for key in ("order", "steps", "verification", "reviews", "unreviewed"):
             if key in changes and changes[key] is not None:
                 changes[key] = tuple(changes[key])
         return replace(self, **changes)

@@ -84,6 +84,8 @@ def integration_receipt(
             "base": integration.base,
             "order": list(integration.order or ()),
             "steps": [dict(step) for step in integration.steps],
+            **({"unreviewed": list(integration.unreviewed)} if integration.unreviewed else {}),
+            **({"targetRewritten": True} if integration.target_rewritten else {}),
         },
         verification=[dict(v) for v in integration.verification or ()],
         reviews=[dict(r) for r in integration.reviews or ()],

@@ -19,7 +19,8 @@ The predicate (``schemas/receipt-predicate.schema.json``)::
     tasks           seal([{id, parent, status, title?, revision?, dependencies?}]) -- the task tree
     contractHash    the task tree's contract hash (model.task.contract_hash)
     deliveries      seal([{taskId, workerId, generation, sourceCommit, deliveryDigest}]) -- in merge order
-    integration     seal({target, base, order: [task ids], steps: [{label, commit, parents: [2 oids], tree}]})
+    integration     seal({target, base, order: [task ids], steps: [{label, commit, parents: [2 oids], tree}],
+                          unreviewed?: [oids of target commits without a receipt], targetRewritten?: true})
     verification    seal([{commandId, argvDigest, exitCode, tests, outputDigest, tree, ...}]) -- evidence summaries
     reviews         seal([{reviewer, verdict, reportDigest, taskId?}])
     toolkitVersion  the toolkit that wrote the receipt
@@ -146,6 +147,7 @@ def build_predicate(
                     {"label": s["label"], "commit": s["commit"], "parents": list(s["parents"]), "tree": s["tree"]}
                     for s in integration["steps"]
                 ],
+                **{k: integration[k] for k in ("unreviewed", "targetRewritten") if integration.get(k)},
             }
         ),
         "verification": seal([dict(v) for v in verification]),

@@ -41,7 +41,7 @@ from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
-from ..integrate.delivery import adopt_orphans
+from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import integrate
 from ..model.lifecycle import wake_events
 from ..model.policy import Policy
@@ -251,7 +251,7 @@ class Supervisor:
         )
         self.state.refresh()
         self.workers.reconcile()
-        adopt_orphans(self.store, self.run_id, self.clock)
+        adopt_orphans(self.store, self.run_id, self.clock, reverify=reverifier(self.ctx))
         self.state.refresh()
         if self._resume_integration():
             self.log("resuming an interrupted integration")
