@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark of ``git agentops-verify``'s own cost, side by side with running the command directly, and of setup.
+"""Benchmark of verification's own cost -- in place and in the supervisor's clean checkout -- and of setup.
 
-In a scratch repository whose trusted policy has one trivial command (``true``):
+In a small scratch repository whose trusted policy has one trivial command (``true``):
 
 * **direct**: ``true`` started as a subprocess -- the cost of the command itself;
 * **verify --fresh**: ``git agentops-verify --fresh`` -- start-up, policy and trust checks, the clean-checkout
@@ -10,18 +10,40 @@ In a scratch repository whose trusted policy has one trivial command (``true``):
 
 The overhead is p50(verify --fresh) - p50(direct). Targets: overhead under 150 ms, cache hit under 200 ms.
 
+The supervisor never verifies in an agent's worktree: each handoff and the final gate run in a clean checkout it
+owns (``git_agentops.runs.proof``). Its figures call the library in this process, as the running supervisor does
+(no interpreter start-up), each one ``populate`` + ``inspect`` + the guard above + ``verify_clean`` (the commands,
+then the tracked files re-hashed) of a commit whose tree nobody verified (one file changed: evidence is never
+reused); see ``bench/_clean_checkout.py``. On a repository of ``--files`` small files (default 20,000: directories
+of 100 files of ~300 bytes, packed by ``git gc`` unless ``--no-gc``; each new commit is loose, as a worker's is),
+round by round so a neighbour's load falls on all alike:
+
+* **inplace**: ``verify_checkout(fresh=True)`` in the repository's own checkout -- the person's verification, the
+  baseline (the bare ``true`` is printed beside it);
+* **clean_cold**: a fresh slot each time -- ``git init``, every file written, then inspected;
+* **clean_warm**: one slot re-populated with the next commit (a worker's next handoff, the common case), split
+  into populate / inspect before / guard above / commands (``verify_clean`` without its inspection) / inspect after;
+* **clean_warm_vs_inplace**, **clean_cold_vs_inplace**: p50 ratios -- what the clean checkout costs.
+
+And on the small scratch repository, **gate_overhead_p50_ms**: the final gate -- the candidate's warm slot verifying
+a new commit -- minus the bare command; **gate_vs_verify_overhead** = gate_overhead / overhead. Target: <= 2.0.
+Everything but setup runs under a private HOME and XDG dirs with a fixed git identity.
+
 Setup (``git agentops-env python --extra test``) on a real-shaped project -- a src-layout hatchling package whose
 test extra pulls pytest and three small pure-Python packages, from the index or pip's cache as the machine is
-configured. One throwaway setup first fills pip's cache, so the figures measure the toolkit, not the network:
+configured (so these run with the real HOME, for pip's cache and config). One throwaway setup first fills pip's
+cache, so the figures measure the toolkit, not the network:
 
 * **setup_cold_s**: the first checkout of a repository -- the shared base is built (venv, dependencies);
 * **setup_warm_s**: a second checkout (a linked worktree) of the same repository -- the base is reused;
 * **setup_8_vs_1_cold**: eight checkouts of a fresh repository on the same lockfile, one after the other (the
   first cold), divided by one cold setup. Target: at most 2.0 (the base is paid for once, not eight times).
 
-Usage: ``python bench/verify.py [--runs N] [--dir DIR] [--quick]`` (``--quick``: the verify figures alone).
+Usage: ``python bench/verify.py [--runs N] [--clean-runs N] [--files N] [--no-gc] [--dir DIR] [--no-setup]
+[--quick]`` (``--quick``: the two verify figures alone; ``--no-setup``: everything but setup, which needs pip).
 Last line: ``verify overhead_p50_ms=<n> cache_hit_p50_ms=<n> [setup_cold_s=<s> setup_warm_s=<s>
-setup_8_vs_1_cold=<r>]``.
+setup_8_vs_1_cold=<r>] [clean_warm_vs_inplace=<r> clean_cold_vs_inplace=<r> gate_overhead_p50_ms=<n>
+gate_vs_verify_overhead=<r>]``.
 """
 
 from __future__ import annotations
@@ -35,6 +57,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from _clean_checkout import IDENTITY_VARS, big_figures, gate_figures, hermetic_env, make_repo, seal
 
 
 def timed(argv: list[str], cwd: Path, env: dict[str, str], runs: int) -> list[float]:
@@ -114,40 +139,78 @@ def setup_figures(root: Path, env: dict[str, str]) -> dict[str, float]:
     return {"cold": cold, "warm": warm, "eight": total, "ratio": total / cold}
 
 
+def _p95(values: list[float]) -> float:
+    return sorted(values)[min(len(values) - 1, round(0.95 * (len(values) - 1)))] * 1000
+
+
+def _print_clean(clean: dict[str, Any], overhead: float) -> str:
+    """Print the clean-checkout figures; return their part of the last line."""
+    big, gate = clean["big"], clean["gate"]
+    packed = "packed by git gc" if big["gc"] else "loose objects"
+    print(f"\nclean checkout, {big['files']} files ({packed}; built in {big['build_s']:.1f} s), p50 ms:")
+    for key, label in (
+        ("true", "true (the command alone)"),
+        ("inplace", "inplace: verify_checkout --fresh"),
+        ("warm", "clean_warm: next commit, same slot"),
+        ("cold", "clean_cold: fresh slot"),
+    ):
+        print(f"  {label:<38}{big[key]:>10.1f}")
+    split = ", ".join(f"{k} {v:.1f}" for k, v in big["phases"].items() if k != "total")
+    print(f"  clean_warm split (p50 of each): {split}")
+    ratios = {
+        "warm": big["warm"] / big["inplace"],
+        "cold": big["cold"] / big["inplace"],
+        "gate": gate["gate"] - gate["true"],
+    }
+    ratios["gate_vs"] = ratios["gate"] / overhead if overhead > 0 else float("inf")
+    print(
+        f"clean_warm_vs_inplace {ratios['warm']:.2f}x, clean_cold_vs_inplace {ratios['cold']:.2f}x; "
+        f"final gate (small repository, warm slot) {gate['gate']:.1f} ms - true {gate['true']:.1f} ms = "
+        f"{ratios['gate']:.1f} ms = {ratios['gate_vs']:.2f}x the verify overhead (target <= 2.0)"
+    )
+    last = (
+        f" clean_warm_vs_inplace={ratios['warm']:.2f} clean_cold_vs_inplace={ratios['cold']:.2f}"
+        f" gate_overhead_p50_ms={ratios['gate']:.0f} gate_vs_verify_overhead={ratios['gate_vs']:.2f}"
+    )
+    return last
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--dir", default=None, help="where to create the scratch repository")
-    parser.add_argument("--quick", action="store_true", help="only the verify figures (no setup, no index access)")
+    parser.add_argument("--runs", type=int, default=30, help="runs of each verify figure (default 30)")
+    parser.add_argument("--clean-runs", type=int, default=None, help="runs of each clean figure (default min(runs, 7))")
+    parser.add_argument("--files", type=int, default=20_000, help="files of the big repository (default 20000)")
+    parser.add_argument("--no-gc", action="store_true", help="leave the big repository's objects loose")
+    parser.add_argument("--dir", default=None, help="where to create the scratch repositories")
+    parser.add_argument("--quick", action="store_true", help="the two verify figures alone")
+    parser.add_argument("--no-setup", action="store_true", help="no setup figures (they need pip)")
     args = parser.parse_args()
     if shutil.which("git-agentops-verify") is None:
         raise SystemExit("git-agentops-verify is not on PATH: install the project (pip install -e .) first")
+    clean_runs = args.clean_runs or min(args.runs, 7)
     with tempfile.TemporaryDirectory(prefix="agentops-verify-bench-", dir=args.dir) as tmp:
         root = Path(tmp)
-        repo, state = root / "repo", root / "state"
-        env = {
-            **os.environ,
-            "XDG_STATE_HOME": str(state),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_AUTHOR_NAME": "bench",
-            "GIT_AUTHOR_EMAIL": "b@x",
-            "GIT_COMMITTER_NAME": "bench",
-            "GIT_COMMITTER_EMAIL": "b@x",
-        }
-        subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env)
-        (repo / ".agentops").mkdir()
-        (repo / ".agentops" / "policy.toml").write_text(
-            'version = 1\n[[verify.commands]]\nid = "noop"\nargv = ["true"]\n', encoding="utf-8"
-        )
-        subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)
-        subprocess.run(["git", "commit", "-qm", "policy"], cwd=repo, check=True, env=env)
+        repo, home = root / "repo", root / "home"
+        home.mkdir()
+        env = hermetic_env(home, os.environ)
+        make_repo(repo, env, 0, gc=False)
         subprocess.run(["git", "agentops-policy", "trust", "--yes"], cwd=repo, check=True, env=env, capture_output=True)
         timed(["git", "agentops-verify"], repo, env, 3)  # warm caches (policy cache, page cache, .pyc)
         direct = timed(["true"], repo, env, args.runs)
         fresh = timed(["git", "agentops-verify", "--fresh"], repo, env, args.runs)
         cached = timed(["git", "agentops-verify"], repo, env, args.runs)
         python = timed(["python3", "-c", "pass"], repo, env, args.runs)
-        setup = None if args.quick else setup_figures(root / "setup", env)
+        clean = None
+        if not args.quick:
+            seal(home, env)  # the toolkit's git calls and libgit2 see only the private home from here on
+            clean = {
+                "big": big_figures(root, env, files=args.files, runs=clean_runs, gc=not args.no_gc),
+                "gate": gate_figures(repo, env, runs=clean_runs),
+            }
+        setup = None
+        if not (args.quick or args.no_setup):
+            person = {**os.environ, "XDG_STATE_HOME": str(root / "state"), **{k: env[k] for k in IDENTITY_VARS}}
+            setup = setup_figures(root / "setup", {**person, "GIT_CONFIG_NOSYSTEM": "1"})
     p50 = {
         name: statistics.median(values) * 1000
         for name, values in (("direct", direct), ("fresh", fresh), ("cached", cached), ("python", python))
@@ -159,8 +222,7 @@ def main() -> int:
         ("fresh", fresh, "git agentops-verify --fresh"),
         ("cached", cached, "git agentops-verify (cache hit)"),
     ):
-        p95 = sorted(values)[min(len(values) - 1, round(0.95 * (len(values) - 1)))] * 1000
-        print(f"{label:<40}{p50[name]:>10.1f}{p95:>10.1f}")
+        print(f"{label:<40}{p50[name]:>10.1f}{_p95(values):>10.1f}")
     overhead = p50["fresh"] - p50["direct"]
     print(
         f"overhead of verify over the command: {overhead:.1f} ms (target < 150); "
@@ -175,6 +237,8 @@ def main() -> int:
         last += (
             f" setup_cold_s={setup['cold']:.2f} setup_warm_s={setup['warm']:.2f} setup_8_vs_1_cold={setup['ratio']:.2f}"
         )
+    if clean is not None:
+        last += _print_clean(clean, overhead)
     print(last)
     return 0
 

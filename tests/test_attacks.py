@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,16 @@ def _project(root: Path) -> Path:
 
 def _sh(script: str) -> dict[str, Any]:
     return {"run": ["sh", "-c", script]}
+
+
+def _daemon(loop: str, started: Path, *, scrub: bool = False) -> dict[str, Any]:
+    """A step that leaves ``loop`` running in a new session (``setsid``), and waits until it did: a background job
+    killed with the step's process group before it reached ``setsid`` would prove nothing."""
+    prefix = "env -i /usr/bin/setsid /bin/sh" if scrub else "setsid sh"
+    return _sh(
+        f"{prefix} -c 'touch {started}; {loop}' >/dev/null 2>&1 < /dev/null & "
+        f"i=0; while [ ! -e {started} ] && [ $i -lt 500 ]; do i=$((i+1)); sleep 0.01; done; [ -e {started} ]"
+    )
 
 
 def _attacker(name: str, *steps: dict[str, Any]) -> Part:
@@ -161,7 +172,7 @@ def test_config_notes_and_daemons_of_an_agent_cannot_make_a_failing_commit_pass(
         f'for f in "$HOME"/.cache/git-agentops/verify/*/*/*/calc_f.py; do [ -f "$f" ] && '
         f"printf '{GOOD.replace(chr(10), chr(92) + 'n')}' > \"$f\"; done; sleep 0.05; done"
     )
-    daemon = _attacker("f", _sh(f"setsid sh -c '{daemon_script}' >/dev/null 2>&1 < /dev/null &"))
+    daemon = _attacker("f", _daemon(daemon_script, tmp_path / "f-started"))
     ran = tmp_path / "fsmonitor-ran"
     monitor = tmp_path / "monitor.sh"
     monitor.write_text(f'#!/bin/sh\n[ -n "$AGENTOPS_WORKER_ID" ] || echo "$PWD" >> {ran}\nexit 1\n')
@@ -257,3 +268,79 @@ def test_a_project_without_gitignore_completes_a_run_whose_tests_leave_caches_an
     assert {r["cachedFrom"] for r in verification} == {delivery_commit}
     slots = list((Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "verify").glob(f"*/{run_id}"))
     assert slots == []  # the run's clean checkouts are removed with the run
+
+
+@pytest.mark.slow
+def test_a_daemon_dropping_files_into_the_candidate_checkout_is_refused_never_trusted(tmp_path: Path) -> None:
+    """A worker leaves a daemon (its environment scrubbed, so nothing ties it to the worker) that keeps writing a
+    ``conftest.py`` into the supervisor's candidate checkout. The candidate is refused ``VERIFY_CHECKOUT_CHANGED``
+    while it runs -- never verified with the planted file -- and, with the daemon gone, ``resume`` completes."""
+    repo = _project(tmp_path)
+    marker = tmp_path / "dropper-alive"
+    slots = Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "verify"
+    loop = (
+        f"touch {marker}; i=0; while [ $i -lt 3000 ] && [ -e {marker} ]; do i=$((i+1)); "
+        f'for d in {slots}/*/*/candidate; do [ -d "$d" ] && echo "import sys" > "$d/conftest.py"; done; '
+        "sleep 0.01; done"
+    )
+    dropper = child(
+        "d",
+        "Dropper",
+        [
+            [
+                write_step("notes/d.txt", "d\n"),
+                commit_step("d"),
+                _daemon(loop, tmp_path / "dropper-started", scrub=True),
+                HANDOFF,
+            ]
+        ],
+    )
+    run_id = start(repo, recipe(tmp_path, dropper + _honest(), finalize=True))
+    try:
+        wait_for(
+            repo,
+            run_id,
+            lambda d: any(e["code"] == "INTEGRATION_FAILED" for e in events(repo, run_id)) or d["status"] != "active",
+            timeout=180,
+        )
+        marker.unlink()  # the daemon ends
+        time.sleep(0.5)
+        stop(repo, run_id)
+        failed = [e["data"] for e in events(repo, run_id) if e["code"] == "INTEGRATION_FAILED"]
+        assert failed and failed[0]["failure"] == "VERIFY_CHECKOUT_CHANGED", failed
+        assert cli(repo, "agentops-run", "resume", run_id).returncode == 0
+        doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    finally:
+        marker.unlink(missing_ok=True)
+        stop(repo, run_id)
+    assert doc["status"] == "complete", doc
+    assert "conftest.py" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+
+
+@pytest.mark.slow
+def test_a_setsid_daemon_of_a_worker_is_dead_once_its_handoff_is_verified(tmp_path: Path) -> None:
+    """What a worker leaves running outside its process group, still carrying its environment, is stopped with
+    the worker before its handoff is verified."""
+    repo = _project(tmp_path)
+    beat = tmp_path / "heartbeat"
+    loop = f"i=0; while [ $i -lt 3000 ]; do i=$((i+1)); touch {beat}; sleep 0.01; done"
+    worker = child(
+        "s",
+        "Spawner",
+        [
+            [
+                write_step("notes/s.txt", "s\n"),
+                commit_step("s"),
+                _daemon(loop, tmp_path / "spawner-started"),
+                HANDOFF,
+            ]
+        ],
+    )
+    run_id = start(repo, recipe(tmp_path, worker))
+    try:
+        wait_for(repo, run_id, lambda d: task_by_title(d, "Spawner")["status"] == "delivered", timeout=120)
+        first = beat.stat().st_mtime
+        time.sleep(1.0)
+        assert beat.stat().st_mtime == first  # nothing touches it any more: the daemon is gone
+    finally:
+        stop(repo, run_id)

@@ -291,3 +291,21 @@ def test_verifying_the_same_commit_twice_without_a_gitignore_works(tmp_path: Pat
         text=True,
     )
     assert json.loads(agent.stdout)["producer"] == "agent", agent.stdout
+
+
+def test_a_scratch_index_someone_else_rewrote_is_never_trusted(tmp_path: Path) -> None:
+    """Invariant: stat data is reused only from the scratch index this process left (its digest is held in
+    memory); a rewritten one means every file is hashed again."""
+    repo = make_repo(tmp_path / "repo", files={"calc.py": "def add(a, b):\n    return a + b\n"})
+    slot = _slot(tmp_path, repo)
+    slot.populate(_head(repo))
+    assert slot.inspect().clean
+    target = slot.root / "calc.py"
+    target.write_text("def add(a, b):\n    return a - b\n")
+    scratch = slot.git_dir / "agentops-inspect.index"
+    scratch.write_bytes(scratch.read_bytes() + b"\0")  # tampered with: its digest no longer matches
+    assert slot.inspect().changed == ("M calc.py",)
+    (slot.git_dir / "config").write_text("[core]\n\tfsmonitor = /bin/false\n")  # and the config is ours again
+    slot.populate(_head(repo))
+    assert (slot.git_dir / "config").read_text().startswith("[core]\n\trepositoryformatversion")
+    assert slot.inspect().clean

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ CONFIG: Final = (
     "\thooksPath = /dev/null\n"
     "\tuntrackedCache = false\n"
     "\tautocrlf = false\n"
+    "\ttrustctime = true\n"
+    "\tcheckStat = default\n"
     "[gc]\n"
     "\tauto = 0\n"
     "[maintenance]\n"
@@ -102,11 +105,20 @@ class CleanCheckout:
             path.write_text(text, encoding="utf-8")
         return {"GIT_CONFIG_GLOBAL": str(path), "GIT_CONFIG_NOSYSTEM": "1", "PYTHONNOUSERSITE": "1"}
 
-    def _git(self, *args: str, index: Path | None = None, stdin: bytes | None = None, timeout: float = 600) -> bytes:
+    def _run(
+        self, *args: str, index: Path | None = None, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         env = {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.root)}
         if index is not None:
             env["GIT_INDEX_FILE"] = str(index)
-        done = run_git(self.root, *args, env=env, input=stdin, timeout=timeout)
+        try:  # its config is the toolkit's, byte for byte: no driver to blank, no need to ask git for them
+            ours = (self.git_dir / "config").read_bytes() == CONFIG.encode()
+        except OSError:
+            ours = False
+        return run_git(self.root, *args, env=env, input=stdin, timeout=600, scan_drivers=not ours)
+
+    def _git(self, *args: str, index: Path | None = None, stdin: bytes | None = None) -> bytes:
+        done = self._run(*args, index=index, stdin=stdin)
         if done.returncode != 0:
             error = done.stderr.decode(errors="replace").strip()
             raise AgentOpsError("GIT_FAILED", f"git {args[0]} failed in the clean checkout {self.root}: {error}")
@@ -134,6 +146,10 @@ class CleanCheckout:
     def populate(self, commit: str) -> None:
         """Make the checkout hold ``commit`` and nothing else but :attr:`kept` (see the module docstring)."""
         self.ensure()
+        config = self.git_dir / "config"
+        if config.is_symlink() or not config.is_file() or config.read_bytes() != CONFIG.encode():
+            config.unlink(missing_ok=True)  # someone edited the toolkit's config: it is the toolkit's again
+            config.write_text(CONFIG, encoding="utf-8")
         self._git("read-tree", "--reset", "-u", commit)
         self._git("update-ref", "--no-deref", "HEAD", commit)
         self._clean()
@@ -148,31 +164,38 @@ class CleanCheckout:
     # -- looking at it -----------------------------------------------------------------------------------------
 
     def inspect(self, commit: str | None = None, *, extras: bool = True) -> Drift:
-        """Compare the files on disk with ``commit`` (default: the populated one) by content."""
+        """Compare the files on disk with ``commit`` (default: the populated one) by content.
+
+        The scratch index starts from the commit's tree with no stat data, so ``update-index --refresh`` compares
+        every file's content -- except when the scratch index is byte for byte the one this process left after its
+        last inspection of this checkout (:data:`_TRUSTED`, a digest held in memory, never on disk): then the stat
+        data of unchanged entries is kept (``read-tree --reset``), and only files whose stat (ctime included, which no
+        user process can set) or racy timestamps say so are hashed again.
+        """
         commit = commit or self.commit
         if commit is None:
             raise ValueError("inspect() before populate()")
         index = self.git_dir / SCRATCH_INDEX
-        index.unlink(missing_ok=True)
-        try:
+        key = str(index)
+        known = _TRUSTED.pop(key, None)
+        if known is not None and _digest_of(index) == known:
+            self._git("read-tree", "--reset", commit, index=index)
+        else:
+            index.unlink(missing_ok=True)
             self._git("read-tree", commit, index=index)
-            run_git(
-                self.root,
-                "update-index",
-                "-q",
-                "--refresh",
-                env={"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.root), "GIT_INDEX_FILE": str(index)},
-                timeout=600,
-            )  # exit 1 names files that "need update": diff-files below says which and how
+        refreshed = self._run("update-index", "--refresh", "--ignore-submodules", index=index)
+        changed: list[str] = []
+        if refreshed.returncode != 0:  # some entry "needs update": diff-files says which and how
             out = self._git("diff-files", "-z", "--raw", "--no-renames", "--ignore-submodules=all", index=index)
             changed = self._really_changed(commit, _raw_entries(out))
-            found: list[str] = []
-            if extras:
-                pathspec = [".", *(f":(exclude,top){path.strip('/')}" for path in self.kept)]
-                out = self._git("ls-files", "-z", "--others", "--directory", "--", *pathspec, index=index)
-                found = sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
-        finally:
-            index.unlink(missing_ok=True)
+        digest = _digest_of(index)
+        if digest is not None:
+            _TRUSTED[key] = digest
+        found: list[str] = []
+        if extras:
+            pathspec = [".", *(f":(exclude,top){path.strip('/')}" for path in self.kept)]
+            out = self._git("ls-files", "-z", "--others", "--directory", "--", *pathspec, index=index)
+            found = sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
         return Drift(tuple(changed[:LISTED]), tuple(found[:LISTED]))
 
     def _really_changed(self, commit: str, entries: Sequence[tuple[str, str, bool]]) -> list[str]:
@@ -259,6 +282,12 @@ DISCOVERED_PREFIXES: Final = (".eslintrc", "eslint.config.", "jest.config.", "vi
 ``node_modules``, Cargo workspaces, ``go.work``...): a file planted above a clean checkout reaches into it."""
 
 
+def is_discovered(path: str) -> bool:
+    """Whether a (top-relative) path names a file tools pick up by name: :data:`DISCOVERED`, or a ``.pth``."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name in DISCOVERED or name.startswith(DISCOVERED_PREFIXES) or name.endswith(".pth")
+
+
 def discoverable_above(root: Path) -> dict[str, str]:
     """Every :data:`DISCOVERED` entry in a directory above ``root``: path -> fingerprint (a file's digest)."""
     import hashlib
@@ -288,6 +317,20 @@ def discoverable_above(root: Path) -> dict[str, str]:
 def _config_quote(value: str) -> str:
     cleaned = "".join(c for c in value if c >= " " and c != "\x7f")
     return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_TRUSTED: dict[str, str] = {}
+"""Scratch index path -> SHA-256 of the bytes this process left there: an index someone else rewrote (to make a
+tampered file's stat look cached) is never trusted, and after a restart every file is hashed again."""
+
+
+def _digest_of(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _raw_entries(out: bytes) -> list[tuple[str, str, bool]]:

@@ -133,7 +133,7 @@ def _global_excludes() -> str | None:
     return value if done.returncode == 0 and value and "\n" not in value else None
 
 
-def git_argv(cwd: Path, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def git_argv(cwd: Path, args: Sequence[str], env: Mapping[str, str], *, scan_drivers: bool = True) -> list[str]:
     """The full argv of a neutralised git call (``git -c ... <args>``).
 
     The person's global ignore file is the one global setting kept: it only decides what ``status`` shows.
@@ -144,7 +144,7 @@ def git_argv(cwd: Path, args: Sequence[str], env: Mapping[str, str]) -> list[str
     excludes = _global_excludes()
     if excludes is not None:
         argv += ["-c", f"core.excludesFile={excludes}"]
-    return argv + driver_overrides(cwd, env) + list(args)
+    return argv + (driver_overrides(cwd, env) if scan_drivers else []) + list(args)
 
 
 def run_git(
@@ -153,16 +153,18 @@ def run_git(
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
     timeout: float = 120,
+    scan_drivers: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``git <args>`` in ``cwd`` neutralised (see the module docstring); ``GIT_FAILED`` if it cannot start.
 
-    ``env`` adds variables (only ``GIT_INDEX_FILE``, ``GIT_DIR``, ``GIT_WORK_TREE`` among ``GIT_*``). The exit
-    status is the caller's to judge.
+    ``env`` adds variables (only ``GIT_INDEX_FILE``, ``GIT_DIR``, ``GIT_WORK_TREE`` among ``GIT_*``).
+    ``scan_drivers=False`` skips asking for the repository's drivers: only for a repository whose config the
+    caller knows holds none. The exit status is the caller's to judge.
     """
     environment = neutral_environment(extra=env)
     try:
         return subprocess.run(
-            git_argv(cwd, args, environment),
+            git_argv(cwd, args, environment, scan_drivers=scan_drivers),
             cwd=cwd,
             env=environment,
             input=input,

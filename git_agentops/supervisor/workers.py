@@ -116,7 +116,9 @@ class Workers:
 
     # -- processes ---------------------------------------------------------------------------------------------------
     def kill(self, worker: Worker) -> dict[str, Any]:
-        """Stop a worker's process group (SIGTERM, then SIGKILL after the grace) and reap it.
+        """Stop a worker's process group (SIGTERM, then SIGKILL after the grace) and reap it, and every process
+        that left the group but still carries the worker's ``AGENTOPS_WORKER_ID`` (a ``setsid`` daemon): before a
+        handoff is verified, nothing of the worker is left running.
 
         Returns the worker changes that account for the stopped generation (:meth:`account`), for the caller's next
         update of the worker; empty when there was no process.
@@ -125,6 +127,9 @@ class Workers:
         had_process = proc is not None or worker.process is not None
         if worker.process is not None:
             stop_group(worker.process, grace=self.grace)
+        for identity, worker_id, _ in run_processes(self.run_id):  # what escaped its group (a setsid daemon)
+            if worker_id == worker.worker_id:
+                stop_stray(identity, grace=self.grace)
         if proc is not None:
             try:
                 proc.wait(timeout=self.grace + 2)

@@ -35,7 +35,7 @@ from ..clock import Clock
 from ..envs.probe import probe
 from ..errors import AgentOpsError
 from ..gitstore.checkout import Head, dirty_paths, head, head_and_changes
-from ..gitstore.clean import CleanCheckout
+from ..gitstore.clean import CleanCheckout, is_discovered
 from ..model.policy import CommandSpec, Policy
 from ..policy.trust import Verdict, require_trusted
 from ..process.command import run_command, scrub_environment
@@ -239,13 +239,21 @@ def verify_clean(
         git_env=checkout.command_git_env(),
     )
     if any(not r["cached"] for r in outcome.records):
-        drift = checkout.inspect(commit, extras=False)
-        if not drift.clean:
+        drift = checkout.inspect(commit)
+        if drift.changed:
             raise AgentOpsError(
                 "VERIFY_CHECKOUT_CHANGED",
                 f"the verification commands changed the commit's files ({drift.describe()}); nothing was recorded "
                 "-- a verification command must not modify tracked files",
                 details={"changed": list(drift.changed)},
+            )
+        planted = [p for p in drift.extra if is_discovered(p)]
+        if planted:  # a command makes caches and build output, never a conftest.py: someone else wrote it
+            raise AgentOpsError(
+                "VERIFY_CHECKOUT_CHANGED",
+                f"files that change how the tools run appeared in the checkout while the commands ran "
+                f"({', '.join(planted[:8])}); nothing was recorded",
+                details={"extra": planted},
             )
     outcome.notes_commit = evidence.record(commit, tree, outcome.records)
     return outcome
