@@ -46,6 +46,11 @@ _GIT_ENV_TO_DROP = (
     "AGENTOPS_WORKER_ID",
     "AGENTOPS_GENERATION",
     "AGENTOPS_MAILBOX",
+    # with the above, what marks an agent's environment: `policy trust` refuses to run in one
+    "AGENTOPS_REVIEWER",
+    "AGENTOPS_PROMPT",
+    "AGENTOPS_REVIEW_INPUT",
+    "AGENTOPS_REVIEW_REPORT",
 )
 
 

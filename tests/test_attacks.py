@@ -273,14 +273,16 @@ def test_a_project_without_gitignore_completes_a_run_whose_tests_leave_caches_an
 @pytest.mark.slow
 def test_a_daemon_dropping_files_into_the_candidate_checkout_is_refused_never_trusted(tmp_path: Path) -> None:
     """A worker leaves a daemon (its environment scrubbed, so nothing ties it to the worker) that keeps writing a
-    ``conftest.py`` into the supervisor's candidate checkout. The candidate is refused ``VERIFY_CHECKOUT_CHANGED``
-    while it runs -- never verified with the planted file -- and, with the daemon gone, ``resume`` completes."""
+    ``conftest.py`` into the supervisor's candidate checkout -- one that makes every test fail. Invariant: the gate
+    never runs with it: the candidate is refused ``VERIFY_CHECKOUT_CHANGED`` (or, when the daemon misses the gate's
+    window, passes without it), never ``RUN_VERIFICATION_FAILED``; with the daemon gone the run completes."""
     repo = _project(tmp_path)
     marker = tmp_path / "dropper-alive"
     slots = Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "verify"
+    planted = "import pytest\\n@pytest.fixture(autouse=True)\\ndef planted():\\n    raise RuntimeError(1)\\n"
     loop = (
         f"touch {marker}; i=0; while [ $i -lt 3000 ] && [ -e {marker} ]; do i=$((i+1)); "
-        f'for d in {slots}/*/*/candidate; do [ -d "$d" ] && echo "import sys" > "$d/conftest.py"; done; '
+        f'for d in {slots}/*/*/candidate; do [ -d "$d" ] && printf "{planted}" > "$d/conftest.py"; done; '
         "sleep 0.01; done"
     )
     dropper = child(
@@ -297,23 +299,27 @@ def test_a_daemon_dropping_files_into_the_candidate_checkout_is_refused_never_tr
     )
     run_id = start(repo, recipe(tmp_path, dropper + _honest(), finalize=True))
     try:
-        wait_for(
+        doc = wait_for(
             repo,
             run_id,
-            lambda d: any(e["code"] == "INTEGRATION_FAILED" for e in events(repo, run_id)) or d["status"] != "active",
+            lambda d: d["status"] != "active" or any(e["code"] == "INTEGRATION_FAILED" for e in events(repo, run_id)),
             timeout=180,
         )
-        marker.unlink()  # the daemon ends
+        marker.unlink(missing_ok=True)  # the daemon ends
         time.sleep(0.5)
-        stop(repo, run_id)
-        failed = [e["data"] for e in events(repo, run_id) if e["code"] == "INTEGRATION_FAILED"]
-        assert failed and failed[0]["failure"] == "VERIFY_CHECKOUT_CHANGED", failed
-        assert cli(repo, "agentops-run", "resume", run_id).returncode == 0
-        doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+        failures = [e["data"]["failure"] for e in events(repo, run_id) if e["code"] == "INTEGRATION_FAILED"]
+        assert set(failures) <= {"VERIFY_CHECKOUT_CHANGED"}, failures
+        if doc["status"] != "complete":
+            doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+            if doc["status"] == "blocked":
+                assert cli(repo, "agentops-run", "resume", run_id).returncode == 0
+                doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     finally:
         marker.unlink(missing_ok=True)
         stop(repo, run_id)
     assert doc["status"] == "complete", doc
+    failures = [e["data"]["failure"] for e in events(repo, run_id) if e["code"] == "INTEGRATION_FAILED"]
+    assert set(failures) <= {"VERIFY_CHECKOUT_CHANGED"}, failures
     assert "conftest.py" not in git(repo, "ls-tree", "-r", "--name-only", "main")
 
 

@@ -1,10 +1,15 @@
-"""Trust: nothing runs untrusted; edits make it STALE naming the field; worktrees share trust; 0600 store."""
+"""Trust: nothing runs untrusted; edits make it STALE naming the field; worktrees share trust; 0600 store; granted
+by a person only -- never from an agent's variables, a run's worktree or a clean verification checkout -- and
+recorded with who granted it and when."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import pty
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +17,23 @@ import pytest
 
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
+from git_agentops.gitstore.clean import CleanCheckout
+from git_agentops.gitstore.repo import open_store
 from git_agentops.model.policy import Policy, effective
-from git_agentops.policy.trust import TrustStatus, TrustStore, normalise_remote, repo_identity, require_trusted
+from git_agentops.policy.trust import (
+    AGENT_VARIABLES,
+    WORKTREE_RECORD,
+    TrustStatus,
+    TrustStore,
+    agent_signs,
+    describe_grant,
+    normalise_remote,
+    refuse_agent,
+    repo_identity,
+    require_trusted,
+)
+from git_agentops.runs.proof import slots_dir
+from git_agentops.runs.workspaces import RECORD, Placement, ensure_worktree, placement
 
 from .conftest import git
 
@@ -141,3 +161,208 @@ def test_corrupt_trust_store_is_refused_and_left_alone(tmp_path: Path) -> None:
     with pytest.raises(AgentOpsError) as link:
         store.status(identity, policy)
     assert link.value.code == "TRUST_STORE_INVALID" and "symlink" in link.value.message
+
+
+# -- trust is granted by a person, never from an agent's surroundings ------------------------------------------------
+
+
+def _trusted_store(run_cli: Any, repo: Path) -> bytes:
+    """Trust the repository's policy as a person would; return the store's bytes."""
+    granted = run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo)
+    assert granted.returncode == 0, granted.stderr
+    return (_state_dir() / "trust.json").read_bytes()
+
+
+def _refused(done: Any) -> None:
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error[POLICY_TRUST_AGENT]: ") and "nothing was changed" in done.stderr
+
+
+@pytest.mark.parametrize("variable", AGENT_VARIABLES)
+def test_trust_is_refused_with_each_agent_variable_and_the_store_is_left_byte_for_byte(
+    run_cli: Any, repo_path: Path, variable: str
+) -> None:
+    _setup(repo_path)
+    before = _trusted_store(run_cli, repo_path)
+    _setup(repo_path, POLICY.replace("'x'", "'weakened'"))
+    done = run_cli("git", "agentops-policy", "trust", "--yes", "--json", cwd=repo_path, env={variable: "1"})
+    assert done.returncode == 3 and json.loads(done.stderr)["error"]["code"] == "POLICY_TRUST_AGENT"
+    assert (_state_dir() / "trust.json").read_bytes() == before
+    empty = run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo_path, env={variable: ""})  # set, if empty
+    _refused(empty)
+    assert (_state_dir() / "trust.json").read_bytes() == before
+    assert run_cli("git", "agentops-policy", "status", cwd=repo_path).returncode == 1  # still STALE
+
+
+def test_trust_is_refused_inside_a_run_worktree_and_under_the_worktree_root(
+    run_cli: Any, repo_path: Path, clock: FixedClock
+) -> None:
+    _setup(repo_path)
+    store = open_store(repo_path, clock=clock)
+    head = git(repo_path, "rev-parse", "HEAD")
+    where = placement(repo_path, ".agentops/worktrees", "run-1", "w1", "refs/heads/agentops/run-1/w1")
+    assert ensure_worktree(store, where, start_commit=head, run_id="run-1", worker_id="w1", clock=clock)
+    (where.path / "src").mkdir()
+    for cwd in (where.path, where.path / "src"):
+        done = run_cli("git", "agentops-policy", "trust", "--yes", cwd=cwd)
+        _refused(done)
+        assert "is a run's worktree" in done.stderr
+    assert not (_state_dir() / "trust.json").exists()
+    # a run worktree placed elsewhere is still known by its ownership record
+    elsewhere = Placement(repo_path.parent / "outside" / "w2", "refs/heads/agentops/run-1/w2", "agentops-run-1-w2")
+    assert ensure_worktree(store, elsewhere, start_commit=head, run_id="run-1", worker_id="w2", clock=clock)
+    _refused(run_cli("git", "agentops-policy", "trust", "--yes", cwd=elsewhere.path))
+    # and anything under the policy's worktree root, record or not
+    plain = repo_path / ".agentops" / "worktrees" / "stray"
+    plain.mkdir(parents=True)
+    under = run_cli("git", "agentops-policy", "trust", "--yes", cwd=plain)
+    _refused(under)
+    assert "is under" in under.stderr
+    assert not (_state_dir() / "trust.json").exists()
+    # a linked worktree a person made (no ownership record) is fine: trust is shared by all worktrees
+    git(repo_path, "worktree", "add", "-q", str(repo_path.parent / "mine"), "-b", "mine")
+    assert run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo_path.parent / "mine").returncode == 0
+
+
+def test_trust_is_refused_inside_a_clean_verification_checkout(
+    run_cli: Any, repo_path: Path, clock: FixedClock
+) -> None:
+    _setup(repo_path)
+    store = open_store(repo_path, clock=clock)
+    slot = CleanCheckout(slots_dir(os.environ, store, "run-1") / "w1", repo_path / ".git" / "objects")
+    slot.populate(git(repo_path, "rev-parse", "HEAD"))
+    assert (slot.root / ".agentops" / "policy.toml").is_file()
+    done = run_cli("git", "agentops-policy", "trust", "--yes", cwd=slot.root)
+    _refused(done)
+    assert str(Path(os.environ["XDG_CACHE_HOME"]).resolve() / "git-agentops" / "verify") in done.stderr
+    assert not (_state_dir() / "trust.json").exists()
+
+
+def test_untrust_only_lowers_trust_and_is_allowed_in_an_agents_environment(run_cli: Any, repo_path: Path) -> None:
+    _setup(repo_path)
+    _trusted_store(run_cli, repo_path)
+    done = run_cli("git", "agentops-policy", "untrust", cwd=repo_path, env={"AGENTOPS_WORKER_ID": "w1"})
+    assert done.returncode == 0, done.stderr
+    assert run_cli("git", "agentops-policy", "status", cwd=repo_path).returncode == 1
+
+
+def test_agent_signs_name_the_variables_the_run_worktree_record_and_the_fenced_roots(tmp_path: Path) -> None:
+    assert WORKTREE_RECORD == RECORD  # the record runs/workspaces writes is the one trust looks for
+    git_dir = tmp_path / "admin"
+    (git_dir / "agentops").mkdir(parents=True)
+    assert agent_signs({}, cwd=tmp_path) == []
+    assert agent_signs({"AGENTOPS_RUN_ID": "r"}, cwd=tmp_path) == ["$AGENTOPS_RUN_ID is set"]
+    assert agent_signs({}, cwd=tmp_path, git_dir=git_dir) == []
+    (git_dir / "agentops" / "worktree.json").write_text("{}")
+    assert agent_signs({}, cwd=tmp_path, git_dir=git_dir) == [
+        f"the repository's git dir {git_dir} belongs to a run's worktree"
+    ]
+    inner = tmp_path / "cache" / "verify" / "x"
+    inner.mkdir(parents=True)
+    assert agent_signs({}, cwd=inner, fenced=[tmp_path / "cache" / "verify"]) == [
+        f"{inner.resolve()} is under {(tmp_path / 'cache' / 'verify').resolve()}"
+    ]
+    with pytest.raises(AgentOpsError) as caught:
+        refuse_agent(["$AGENTOPS_RUN_ID is set"])
+    assert caught.value.code == "POLICY_TRUST_AGENT" and caught.value.details == {"signs": ["$AGENTOPS_RUN_ID is set"]}
+    refuse_agent([])  # nothing to say: no refusal
+
+
+def test_who_trusted_and_when_is_recorded_and_shown(run_cli: Any, repo_path: Path) -> None:
+    _setup(repo_path)
+    granted = run_cli("git", "agentops-policy", "trust", "--yes", "--json", cwd=repo_path)
+    assert granted.returncode == 0, granted.stderr
+    expected = {"login": getpass.getuser(), "name": "Test Agent", "email": "agent@example.invalid", "tty": None}
+    record = json.loads(granted.stdout)["record"]
+    assert record["grantedBy"] == {**expected, "yes": True} and record["grantedAt"]
+    [stored] = json.loads((_state_dir() / "trust.json").read_text())["records"]
+    assert stored["grantedBy"] == record["grantedBy"] and stored["grantedAt"] == record["grantedAt"]
+    status = json.loads(run_cli("git", "agentops-policy", "status", "--json", cwd=repo_path).stdout)
+    assert status["trustedBy"] == record["grantedBy"] and status["trustedAt"] == record["grantedAt"]
+    human = run_cli("git", "agentops-policy", "status", cwd=repo_path).stdout
+    who = f"trusted by {expected['login']} (Test Agent <agent@example.invalid>) at {record['grantedAt']}"
+    assert f"{who} without a terminal, with --yes" in human
+    _setup(repo_path, POLICY.replace("'x'", "'y'"))
+    stale = run_cli("git", "agentops-policy", "status", cwd=repo_path).stdout
+    assert f"policy {record['configHash'][:12]} {who}" in stale  # what was trusted, by whom, when
+    again = run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo_path).stdout
+    assert f"Last {who}" in again and "trusted by" in again.splitlines()[-1]
+
+
+def test_a_grant_at_the_prompt_records_the_terminal_and_no_yes(repo_path: Path) -> None:
+    _setup(repo_path)
+    leader, follower = pty.openpty()
+    try:
+        terminal = os.ttyname(follower)
+        os.write(leader, b"y\n")
+        done = subprocess.run(
+            ["git", "agentops-policy", "trust"],
+            cwd=repo_path,
+            stdin=follower,
+            stderr=follower,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0, done.stdout
+    [stored] = json.loads((_state_dir() / "trust.json").read_text())["records"]
+    assert stored["grantedBy"]["tty"] == terminal and stored["grantedBy"]["yes"] is False
+    assert f"on {terminal}, confirmed at the prompt" in done.stdout
+
+
+def test_a_store_written_before_grants_were_attributed_still_loads(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = TrustStore(state, FixedClock())
+    identity = repo_identity(tmp_path / "repo" / ".git", None)
+    policy = Policy.from_effective(effective({"version": 1}))
+    record = store.grant(identity, policy)
+    assert "grantedBy" not in record  # a grant with no grantor is recorded as before
+    verdict = store.status(identity, policy)
+    assert verdict.status is TrustStatus.TRUSTED and verdict.to_json()["trustedBy"] is None
+    assert describe_grant(record) == f"at {record['grantedAt']} (who is not recorded)"
+
+
+def test_a_policy_that_reaches_the_target_without_a_person_is_stale_until_a_person_trusts_that_hash(
+    run_cli: Any, repo_path: Path, tmp_path: Path
+) -> None:
+    """Invariant: trust follows the config hash, never the branch. A delivery cannot change ``.agentops/`` (see
+    test_guards), so the one way left is the target moved to a commit with another policy -- here by a push from a
+    clone. That policy is STALE; an agent's ``trust`` is refused without touching the store; the policy trusted
+    before stays trusted where it is still checked out; only a person's trust of the new hash makes it TRUSTED."""
+    _setup(repo_path)
+    trusted_commit = git(repo_path, "rev-parse", "HEAD")
+    before = _trusted_store(run_cli, repo_path)
+    trusted_hash = json.loads(run_cli("git", "agentops-policy", "status", "--json", cwd=repo_path).stdout)["configHash"]
+    git(repo_path, "config", "receive.denyCurrentBranch", "updateInstead")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo_path), str(clone))
+    (clone / ".agentops" / "policy.toml").write_text(POLICY.replace("'x'", "'pwned'"))
+    git(clone, "commit", "-q", "-am", "weaken the policy")
+    git(clone, "push", "-q", "origin", "main")
+    assert git(repo_path, "rev-parse", "HEAD") != trusted_commit
+    status = json.loads(run_cli("git", "agentops-policy", "status", "--json", cwd=repo_path).stdout)
+    assert status["status"] == "STALE" and status["trustedConfigHash"] == trusted_hash
+    assert status["configHash"] != trusted_hash and "configHash" in status["differences"]
+    verify = run_cli("git", "agentops-verify", cwd=repo_path)
+    assert verify.returncode == 3 and "POLICY_UNTRUSTED" in verify.stderr and not (repo_path / "RAN").exists()
+    agent = {"AGENTOPS_RUN_ID": "run-1", "AGENTOPS_WORKER_ID": "w1", "AGENTOPS_GENERATION": "2"}
+    _refused(run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo_path, env=agent))
+    assert (_state_dir() / "trust.json").read_bytes() == before
+    git(repo_path, "worktree", "add", "-q", "--detach", str(tmp_path / "old"), trusted_commit)
+    old = json.loads(run_cli("git", "agentops-policy", "status", "--json", cwd=tmp_path / "old").stdout)
+    assert old["status"] == "TRUSTED" and old["configHash"] == trusted_hash
+    assert json.loads(run_cli("git", "agentops-policy", "status", "--json", cwd=repo_path).stdout)["status"] == "STALE"
+    assert run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo_path).returncode == 0  # the person
+    assert run_cli("git", "agentops-policy", "status", cwd=repo_path).returncode == 0
+
+
+def test_the_hermetic_test_environment_drops_every_agent_variable() -> None:
+    """Invariant: the suite passes when an agent runs it -- ``policy trust`` in a test is a person's, so none of the
+    variables that refuse it may leak in from the environment pytest was started in."""
+    from .conftest import _GIT_ENV_TO_DROP
+
+    assert set(AGENT_VARIABLES) <= set(_GIT_ENV_TO_DROP)

@@ -2,9 +2,11 @@
 
 check [FILE]   every schema and rule problem with its code, file, line and JSON path (exit 1 if any)
 show           the effective policy (defaults filled in) and its config hash
-trust [--yes]  trust this exact policy for this repository (shows what it allows to run first)
-untrust        forget this repository's trust
-status         TRUSTED / STALE (what changed) / UNTRUSTED (exit 0 only when TRUSTED)
+trust [--yes]  trust this exact policy for this repository (shows what it allows to run first); refused
+               (POLICY_TRUST_AGENT) in an agent's environment -- trust is a person's decision -- and
+               recorded with who granted it (git identity, login, terminal, --yes) and when
+untrust        forget this repository's trust (allowed anywhere: it only lowers trust)
+status         TRUSTED / STALE (what changed) / UNTRUSTED (exit 0 only when TRUSTED), and who trusted when
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ def build_parser() -> Parser:
     check = add("check", "report every problem of the policy file (exit 1 if any)")
     check.add_argument("file", nargs="?", help="policy file (default: .agentops/policy.toml of this worktree)")
     add("show", "print the effective policy and its config hash")
-    trust = add("trust", "trust this exact policy for this repository")
-    trust.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    trust = add("trust", "trust this exact policy for this repository (a person only, never an agent)")
+    trust.add_argument("--yes", action="store_true", help="do not ask for confirmation (recorded in the trust store)")
     add("untrust", "forget this repository's trust")
     add("status", "TRUSTED, STALE or UNTRUSTED (exit 0 only when TRUSTED)")
     return parser
@@ -121,18 +123,32 @@ def _program_warnings(
 
 
 def _show(args: argparse.Namespace, ctx: Context) -> int:
+    from ..integrate.guards import in_repo_hooks, protected_patterns
     from ..policy.load import render_toml
 
     policy, identity, trust = _trust_context(ctx)
     verdict = trust.status(identity, policy)
+    store = ctx.store()
+    judged = protected_patterns(store, policy, hooks_path=in_repo_hooks(store))
+    protected = list(reversed(dict.fromkeys(reversed(judged))))  # a repeated pattern counts where it comes last
     lines = [
         f"# effective policy of {policy.source} (defaults filled in)",
         render_toml(policy.doc).rstrip(),
         "",
         f"# config hash: {policy.config_hash}",
         f"# trust: {verdict.status}",
+        "# protected paths, the last match deciding (a delivery may not change them; .agentops/**, the "
+        f"allowed_signers file and the in-repository core.hooksPath are always added): {', '.join(protected)}",
     ]
-    ctx.emit({"configHash": policy.config_hash, "policy": policy.doc, "trust": verdict.to_json()}, lines)
+    ctx.emit(
+        {
+            "configHash": policy.config_hash,
+            "policy": policy.doc,
+            "trust": verdict.to_json(),
+            "protectedPaths": protected,
+        },
+        lines,
+    )
     return 0
 
 
@@ -166,20 +182,73 @@ def _host_capabilities(name: str, host: Any) -> list[str]:
     return lines
 
 
+def _refuse_agent(ctx: Context, policy: Any = None, repository: str | None = None) -> None:
+    """``POLICY_TRUST_AGENT`` in an agent's surroundings: its variables, a run's worktree (by its ownership record,
+    or under the policy's ``worktree_root``), the supervisor's clean checkouts."""
+    from ..model.globs import normalise
+    from ..model.policy import DEFAULT_WORKTREE_ROOT
+    from ..policy.trust import agent_signs, refuse_agent
+    from ..runs.proof import verify_root
+
+    fenced = [verify_root(ctx.env)]
+    git_dir = None
+    if policy is not None and repository is not None:
+        roots = dict.fromkeys((normalise(policy.worktree_root), DEFAULT_WORKTREE_ROOT))
+        fenced += [Path(repository) / root for root in roots if root]  # "." fences nothing: records still tell
+        git_dir = ctx.store().git_dir
+    refuse_agent(agent_signs(ctx.env, cwd=ctx.cwd, git_dir=git_dir, fenced=fenced))
+
+
+def _grantor(ctx: Context, yes: bool) -> Any:
+    """Who is granting trust: the git identity, the login name, the terminal on stdin, whether ``--yes`` was given."""
+    import getpass
+    import os
+    import sys
+
+    from ..policy.trust import Grantor
+
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): the number says as much
+        login = str(os.getuid())
+    try:
+        tty = os.ttyname(sys.stdin.fileno()) if sys.stdin is not None and sys.stdin.isatty() else None
+    except (OSError, ValueError):
+        tty = None
+    store = ctx.store()
+
+    def clip(value: str | None, limit: int = 1024) -> str | None:
+        return value[:limit] if value else None
+
+    return Grantor(
+        clip(login, 256) or str(os.getuid()),
+        clip(store.config_value("user.name")),
+        clip(store.config_value("user.email")),
+        clip(tty),
+        yes,
+    )
+
+
 def _trust(args: argparse.Namespace, ctx: Context) -> int:
+    from ..policy.trust import describe_grant
+
+    _refuse_agent(ctx)  # before anything is read: an agent's variables need no policy to be refused
     policy, identity, trust = _trust_context(ctx)
+    _refuse_agent(ctx, policy, identity.repository)
     verdict = trust.status(identity, policy)
     if not ctx.json:
         ctx.out(f"Trusting policy {policy.config_hash[:12]} for {identity.repository} ({identity.remote}).")
+        if verdict.record is not None:
+            ctx.out(f"Last trusted {describe_grant(verdict.record)}.")
         if verdict.differences:
             ctx.out(f"Changed since the last trust: {', '.join(verdict.differences)}")
         ctx.out("It allows these commands to run on this machine:")
         ctx.out("\n".join(_runs_what(policy)))
     ctx.confirm("Trust this policy?", yes=args.yes)
-    record = trust.grant(identity, policy)
+    record = trust.grant(identity, policy, by=_grantor(ctx, args.yes))
     ctx.emit(
         {"status": "TRUSTED", "record": {k: v for k, v in record.items() if k != "policy"}},
-        f"TRUSTED: {policy.config_hash} for {identity.repository}",
+        [f"TRUSTED: {policy.config_hash} for {identity.repository}", f"trusted {describe_grant(record)}"],
     )
     return 0
 
@@ -197,9 +266,14 @@ def _untrust(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _status(args: argparse.Namespace, ctx: Context) -> int:
+    from ..policy.trust import describe_grant
+
     policy, identity, trust = _trust_context(ctx)
     verdict = trust.status(identity, policy)
     lines = [f"{verdict.status}: policy {policy.config_hash[:12]} in {identity.repository}"]
+    if verdict.record is not None:
+        which = "trusted" if verdict.status == "TRUSTED" else f"policy {verdict.record['configHash'][:12]} trusted"
+        lines.append(f"{which} {describe_grant(verdict.record)}")
     if verdict.differences:
         lines.append("changed since trusted: " + ", ".join(verdict.differences))
     if verdict.status != "TRUSTED":

@@ -8,7 +8,8 @@ A handoff is a pipeline that only goes downward:
 2. **stop** (the supervisor) -- the worker is marked ``handing-off`` and its process group stopped and confirmed
    dead;
 3. **re-check** (:func:`deliver`, in a job, like everything below) -- HEAD and the contract are as they were
-   (``RUN_DELIVERY_CHANGED``); the diff carries no secret (:mod:`.secrets`);
+   (``RUN_DELIVERY_CHANGED``); the diff carries no secret (:mod:`.secrets`) and changes no protected path --
+   the policy, ``allowed_signers``, CI, hooks (:mod:`.guards`, ``RUN_DELIVERY_PROTECTED_PATH``);
 4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit, in
    the supervisor's own clean checkout of it (:mod:`git_agentops.runs.proof`): nothing the agent left in its
    worktree -- ignored files, ``--skip-worktree`` entries, a daemon swapping files -- can reach the commands;
@@ -52,6 +53,7 @@ from ..runs.proof import prove
 from ..verify.core import Outcome
 from . import custody
 from .custody import seal_note
+from .guards import protected_refusal
 from .secrets import secrets_refusal
 
 
@@ -127,9 +129,12 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _as_handed_off(handoff, worktree, worker_contract(view.run(), handoff.worker, view.tasks()))
     if refused is not None:
         return refused
-    refused = secrets_refusal(
-        store, ctx.policy, handoff.request, base=handoff.worker.base or view.run().base_commit, head=handoff.head
-    )
+    base = handoff.worker.base or view.run().base_commit
+    refused = secrets_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head)
+    if refused is not None:
+        return refused
+    target_tip = read_ref(store, f"refs/heads/{view.run().target}")
+    refused = protected_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head, target_tip=target_tip)
     if refused is not None:
         return refused
     task = view.task(handoff.worker.task_id or "")

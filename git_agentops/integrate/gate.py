@@ -23,6 +23,7 @@ from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refusal
 from ..runs.proof import prove, slot_checkout
+from .guards import candidate_breach
 from .record import advance, fail
 from .reviews import diff_text, review_input, run_reviews
 
@@ -30,7 +31,11 @@ CANDIDATE_SLOT: Final = "candidate"
 
 
 def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: str, base: str) -> Refusal | None:
-    """Steps 2 and 3: the policy's commands on the candidate in a clean checkout, then the reviews."""
+    """Steps 2 and 3: the policy's commands on the candidate in a clean checkout, then the reviews (first of all:
+    the candidate changes no protected path against the tip it was built on)."""
+    breach = candidate_breach(store, ctx.policy, base=base, candidate=candidate)
+    if breach is not None:
+        return fail(ctx, store, breach.code, breach.message, dict(breach.detail))
     try:
         outcome = prove(ctx, store, slot=CANDIDATE_SLOT, commit=candidate, task=root)
     except AgentOpsError as exc:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from ..canonical import canonical_json, digest
 from . import hosts
+from .globs import literal, normalise
 
 DEFAULT_TARGET: Final = "main"
 DEFAULT_BUDGET: Final = "90m"
@@ -24,6 +25,36 @@ DEFAULT_SECRET_PATHS: Final = ("id_*", "!*.pub", "*.pem", "*.key", "*.p12", "*.p
 """File names a delivery may not add (``[guardrails] secret_paths``): private SSH keys but not their public
 halves, PEM files, private keys, PKCS#12 bundles. Like the built-in secret rules they are the toolkit's, not part
 of the effective policy, so they change no config hash."""
+
+DEFAULT_PROTECTED_PATHS: Final = (
+    ".agentops/**",
+    # CI configuration: what decides whether the target's checks pass
+    ".github/workflows/**",
+    ".github/actions/**",
+    ".gitlab-ci.yml",
+    ".gitlab/ci/**",
+    ".circleci/**",
+    ".ci/**",
+    "Jenkinsfile",
+    "azure-pipelines.yml",
+    ".buildkite/**",
+    ".woodpecker.yml",
+    ".woodpecker.yaml",
+    ".woodpecker/**",
+    ".drone.yml",
+    # hooks: what runs on a person's next commit, merge or push
+    ".githooks/**",
+    ".husky/**",
+    ".pre-commit-config.yaml",
+)
+"""Paths a delivery may not change (``[guardrails] protected_paths``), as ``.gitignore``-like patterns
+(:mod:`.globs`): the toolkit's own directory, CI configuration and hook directories. A worker runs as the person
+does, so without them a delivery could rewrite the checks that judge it -- a test command replaced by ``print``,
+``require_signature = false``, a workflow that no longer runs the tests -- and integrate under a valid receipt.
+Like :data:`DEFAULT_SECRET_PATHS` they are the toolkit's, not part of the effective policy: no config hash
+changes. :data:`ALWAYS_PROTECTED` and the ``[receipts] allowed_signers`` file are added to any list."""
+ALWAYS_PROTECTED: Final = (".agentops/**",)
+"""Protected whatever ``protected_paths`` says, and after it, so no ``!`` pattern re-includes them."""
 
 _DURATION_PART: Final = re.compile(r"([0-9]+)([smhd])")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -248,6 +279,22 @@ class Policy:
         """File-name patterns a delivery may not add (``guardrails.secret_paths``, :data:`DEFAULT_SECRET_PATHS`
         when the policy names none); ``!`` negates and the last matching pattern decides."""
         return tuple(self.doc["guardrails"].get("secret_paths", DEFAULT_SECRET_PATHS))
+
+    @property
+    def allowed_signers(self) -> str | None:
+        """The signer list receipts are checked against (``receipts.allowed_signers``, relative to the top), if any."""
+        where = self.doc["receipts"].get("allowed_signers")
+        return str(where) if where else None
+
+    @property
+    def protected_paths(self) -> tuple[str, ...]:
+        """The patterns of paths a delivery may not change, in the order they are judged (the last match decides):
+        ``guardrails.protected_paths`` (:data:`DEFAULT_PROTECTED_PATHS` when the policy names none), then -- always,
+        even when that list leaves them out or negates them -- :data:`ALWAYS_PROTECTED` and the ``allowed_signers``
+        file. A guard the policy's own list could drop would be one edit of the policy away from gone."""
+        listed = tuple(self.doc["guardrails"].get("protected_paths", DEFAULT_PROTECTED_PATHS))
+        signers = (literal(self.allowed_signers),) if self.allowed_signers and normalise(self.allowed_signers) else ()
+        return (*listed, *ALWAYS_PROTECTED, *signers)
 
 
 def diff_paths(old: Any, new: Any, path: str = "$") -> Iterator[str]:

@@ -25,6 +25,7 @@ from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained, write_private
 from ..gitstore.refnames import ref_name_problem
+from ..model.globs import compile_pattern
 from ..model.policy import POLICY_PATH, Policy, effective
 from ..schema import documents
 from .cache import CACHE_DIR, cache_key
@@ -195,6 +196,13 @@ def _semantic(doc: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ..
                 re.compile(pattern)
             except re.error as exc:
                 yield (_LOOSE_CODE, ("guardrails", "deny_patterns", index), f"not a regular expression: {exc}")
+    protected = _table(doc, "guardrails").get("protected_paths")
+    for index, pattern in enumerate(protected if isinstance(protected, list) else []):
+        if isinstance(pattern, str):
+            try:
+                compile_pattern(pattern)
+            except ValueError as exc:
+                yield (_LOOSE_CODE, ("guardrails", "protected_paths", index), f"not a path pattern: {exc}")
 
 
 # Placeholders whose values are free text (a prompt holds whatever a person or a coordinator wrote), as opposed to

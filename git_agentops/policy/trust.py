@@ -11,7 +11,20 @@ ref can never grant it. A record binds
 * the toolkit version (a new toolkit may run the same policy differently).
 
 Status: ``TRUSTED`` (a record matches all four), ``STALE`` (a record for this repository or remote differs; the
-differences are listed), ``UNTRUSTED`` (no record).
+differences are listed), ``UNTRUSTED`` (no record). A record is found by repository and compared by config hash,
+so a policy that reaches the target any other way -- a delivery cannot change ``.agentops/`` at all
+(:mod:`git_agentops.integrate.guards`), but anyone may push -- is STALE until a person trusts that exact hash.
+
+**Trust is a person's act.** Worker agents run as the same OS user, so the store is within their reach, and an
+agent that ran ``git agentops-policy trust --yes`` on a policy it had weakened would grant itself the trust the
+user never gave. :func:`agent_signs` names what marks an agent's surroundings -- the variables the supervisor
+gives agents (:data:`AGENT_VARIABLES`), a current directory inside a run's worktree (a linked worktree whose git
+dir holds the ownership record, or anything under the policy's ``worktree_root``) or inside the supervisor's
+clean verification checkouts -- and :func:`refuse_agent` refuses a grant there (``POLICY_TRUST_AGENT``) before
+the store is touched. An agent that unsets the variables and changes directory is not stopped by this: that is
+the sandbox's part (no write to the trust store). ``untrust`` only lowers trust and is allowed anywhere. Each
+record says who granted it (:class:`Grantor`: git identity, login name, terminal, whether ``--yes`` answered
+for them), so ``policy status`` can show it.
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -33,6 +46,20 @@ from ..model.policy import Policy, diff_paths
 from ..schema import documents
 
 STORE_NAME: Final = "trust.json"
+AGENT_VARIABLES: Final = (
+    "AGENTOPS_RUN_ID",
+    "AGENTOPS_WORKER_ID",
+    "AGENTOPS_GENERATION",
+    "AGENTOPS_MAILBOX",
+    "AGENTOPS_REVIEWER",
+    "AGENTOPS_PROMPT",
+    "AGENTOPS_REVIEW_INPUT",
+    "AGENTOPS_REVIEW_REPORT",
+)
+"""Set by the supervisor for the agents it starts (workers and reviewers; :mod:`git_agentops.hosts.launch`) and
+stripped from what it inherits, so none of them is ever set in a person's own shell."""
+WORKTREE_RECORD: Final = "agentops/worktree.json"
+"""The ownership record in a run worktree's git dir (:data:`git_agentops.runs.workspaces.RECORD`)."""
 _DEFAULT_PORTS: Final = {"ssh": "22", "https": "443", "http": "80", "git": "9418"}
 _CASE_INSENSITIVE_HOSTS: Final = frozenset({"github.com", "gitlab.com", "bitbucket.org"})
 _SCP_LIKE: Final = re.compile(r"(?:[^@/]+@)?([^:/]+):(?!//)(.+)")
@@ -66,8 +93,93 @@ class Verdict:
             "configHash": self.config_hash,
             "toolkitVersion": __version__,
             "trustedConfigHash": self.record["configHash"] if self.record else None,
+            "trustedAt": self.record["grantedAt"] if self.record else None,
+            "trustedBy": self.record.get("grantedBy") if self.record else None,
             "differences": list(self.differences),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Grantor:
+    """Who granted trust, as far as this machine can tell: the OS ``login`` name, the git identity (``name``,
+    ``email``), the terminal stdin was (``tty``, None when there was none) and whether ``--yes`` answered the
+    question (``yes``). A record of what happened, not a proof: every part of it is the user's to set."""
+
+    login: str
+    name: str | None = None
+    email: str | None = None
+    tty: str | None = None
+    yes: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"login": self.login, "name": self.name, "email": self.email, "tty": self.tty, "yes": self.yes}
+
+
+def describe_grant(record: Mapping[str, Any]) -> str:
+    """``by alice (Alice <a@example.com>) at 2026-01-01T00:00:00Z on /dev/pts/3, confirmed at the prompt``; a
+    record from before grants were attributed says only when."""
+    when = f"at {record.get('grantedAt', '?')}"
+    who = record.get("grantedBy")
+    if not isinstance(who, Mapping):
+        return f"{when} (who is not recorded)"
+    git_identity = " ".join(str(who[k]) if k == "name" else f"<{who[k]}>" for k in ("name", "email") if who.get(k))
+    person = str(who.get("login") or "?") + (f" ({git_identity})" if git_identity else "")
+    where = f" on {who['tty']}" if who.get("tty") else " without a terminal"
+    how = "with --yes" if who.get("yes") else "confirmed at the prompt"
+    return f"by {person} {when}{where}, {how}"
+
+
+def agent_signs(
+    environ: Mapping[str, str], *, cwd: Path, git_dir: Path | None = None, fenced: Sequence[Path] = ()
+) -> list[str]:
+    """What says this process runs in an agent's surroundings (empty: nothing does).
+
+    ``cwd`` is the current directory; ``git_dir`` the git dir of the repository the command opened; ``fenced`` the
+    directories only agents and the supervisor work in (the run worktrees' root, the clean checkouts' root).
+    """
+    signs = [f"${name} is set" for name in AGENT_VARIABLES if name in environ]
+    here = Path(os.path.realpath(cwd))
+    top = _worktree_top(here)
+    if top is not None and _has_record(top / ".git"):
+        signs.append(f"{top} is a run's worktree")
+    if git_dir is not None and (Path(git_dir) / WORKTREE_RECORD).exists():
+        signs.append(f"the repository's git dir {git_dir} belongs to a run's worktree")
+    for root in fenced:
+        real = Path(os.path.realpath(root))
+        if here == real or real in here.parents:
+            signs.append(f"{here} is under {real}")
+    return signs
+
+
+def _worktree_top(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` with a ``.git`` (file or directory), or None."""
+    for directory in (start, *start.parents):
+        if os.path.lexists(directory / ".git"):
+            return directory
+    return None
+
+
+def _has_record(dot_git: Path) -> bool:
+    """Whether the ``.git`` file of a linked worktree points at a git dir that holds the ownership record."""
+    from ..gitstore.worktree import admin_dir
+
+    if not dot_git.is_file() or dot_git.is_symlink():
+        return False
+    admin = admin_dir(dot_git.parent)
+    return admin is not None and os.path.lexists(admin / WORKTREE_RECORD)
+
+
+def refuse_agent(signs: Sequence[str]) -> None:
+    """``POLICY_TRUST_AGENT`` when :func:`agent_signs` found anything: trust is granted by a person only."""
+    if not signs:
+        return
+    raise AgentOpsError(
+        "POLICY_TRUST_AGENT",
+        f"refusing to grant trust from an agent's environment ({'; '.join(signs)}); nothing was changed. Trust is "
+        "a person's decision: review the policy with 'git agentops-policy show' and run 'git agentops-policy trust' "
+        "yourself, in your own shell, from the main checkout",
+        details={"signs": list(signs)},
+    )
 
 
 def _strip(path: str) -> str:
@@ -156,9 +268,10 @@ class TrustStore:
         status = TrustStatus.STALE if differences else TrustStatus.TRUSTED
         return Verdict(status, identity, policy.config_hash, record, tuple(differences))
 
-    def grant(self, identity: RepoIdentity, policy: Policy) -> dict[str, Any]:
-        """Trust ``policy`` for this repository, replacing any record for the same path or remote."""
-        record = {
+    def grant(self, identity: RepoIdentity, policy: Policy, *, by: Grantor | None = None) -> dict[str, Any]:
+        """Trust ``policy`` for this repository, replacing any record for the same path or remote; ``by`` is who
+        granted it. The caller refuses an agent first (:func:`refuse_agent`)."""
+        record: dict[str, Any] = {
             "repository": identity.repository,
             "remote": identity.remote,
             "configHash": policy.config_hash,
@@ -166,6 +279,8 @@ class TrustStore:
             "grantedAt": iso8601(self.clock.now()),
             "policy": dict(policy.doc),
         }
+        if by is not None:
+            record["grantedBy"] = by.to_json()
         with file_lock(self.state_dir, "trust.lock"):
             records = [r for r in self._read() if not _same_repo(r, identity)]
             records.append(record)

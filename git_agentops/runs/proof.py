@@ -58,6 +58,12 @@ SETUP_RECORD: Final = "agentops-setup.json"
 ABOVE_RECORD: Final = "above.json"
 
 
+def verify_root(environ: Mapping[str, str]) -> Path:
+    """``$XDG_CACHE_HOME/git-agentops/verify``: every repository's and run's clean checkouts are below it."""
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(cache) / "git-agentops" / "verify"
+
+
 def slots_dir(environ: Mapping[str, str], store: Store, run_id: str) -> Path:
     """Where a run's clean checkouts live: ``$XDG_CACHE_HOME/git-agentops/verify/<repository>/<run>/``.
 
@@ -65,9 +71,8 @@ def slots_dir(environ: Mapping[str, str], store: Store, run_id: str) -> Path:
     walk up from where they run (pytest's rootdir and ``conftest.py`` search, node's ``node_modules``, Cargo
     workspaces) would find the person's files there -- or files an agent planted there.
     """
-    cache = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
     repository = sha256_hex(os.path.realpath(store.common_dir))[:16]
-    return Path(cache) / "git-agentops" / "verify" / repository / run_id
+    return verify_root(environ) / repository / run_id
 
 
 def slot_checkout(ctx: JobContext, store: Store, slot: str) -> CleanCheckout:
