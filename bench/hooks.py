@@ -17,11 +17,16 @@ worktree), so only the hook is timed, not the rest of ``git commit``:
 * ``reference-transaction prepared`` for an unrelated ref (the shim must not start Python at all) and, for
   reference, for a ``refs/agentops/`` ref (it must);
 * the pre-commit framework's installed ``pre-commit`` hook with a single no-op ``repo: local`` hook
-  (``language: system``, ``entry: true``), installed into a scratch venv with pip. If that fails the ratio is nan.
+  (``language: system``, ``entry: true``), installed into a scratch venv with pip. If that fails the ratio is nan;
+* the agent guard, ``git agentops-hook agent-command --host claude``, as Claude Code runs it before every Bash
+  call: in a worktree, with a typical ``PreToolUse`` JSON on stdin (``git add -A && git commit -m ...``), once
+  through ``git`` and once as ``python -I -m git_agentops.cli.hook`` (what ``hook_entry`` writes). The host's own
+  ``sh -c`` around it is not counted.
 
 Targets: outside a run worktree within 25 ms of ``python3 -c pass`` at p50; inside one under 200 ms; both faster
-than the pre-commit framework's no-op. "Outside" is the slower of the two outside cases.
-Last line: ``hooks outside_minus_python_ms=<n> inside_ms=<n> speedup_vs_precommit=<x>``.
+than the pre-commit framework's no-op; the agent guard at most 60 ms at p50. "Outside" is the slower of the two
+outside cases.
+Last line: ``hooks outside_minus_python_ms=<n> inside_ms=<n> speedup_vs_precommit=<x> agent_command_ms=<n>``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ZERO = "0" * 40
+HOOK_MODULE = "git_agentops.cli.hook"
 SCRIPTS = os.path.dirname(sys.executable)  # git-agentops-* next to this interpreter
 RECIPE = """[plan]
 title = "Bench hooks"
@@ -305,6 +311,38 @@ def inside(root: Path, env: Mapping[str, str], runs: int, warmup: int) -> Timing
         _stop(path, env, run_id)
 
 
+def agent_command(root: Path, env: Mapping[str, str], runs: int, warmup: int) -> list[Timing]:
+    """The agent guard on a typical Claude Code ``PreToolUse`` call, the whole process each time."""
+    path = repo(root, env, "agent")
+    event = {
+        "session_id": "0b1c2d3e-0000-4000-8000-000000000000",
+        "transcript_path": str(root / "transcript.jsonl"),
+        "cwd": str(path),
+        "permission_mode": "acceptEdits",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": 'git add -A && git commit -m "Add the parser"', "description": "Commit the work"},
+        "tool_use_id": "toolu_01ABC",
+    }
+    stdin = json.dumps(event).encode()
+    out = []
+    for label, argv in (
+        ("agent-command (git agentops-hook), Claude PreToolUse JSON", ["git", "agentops-hook"]),
+        ("agent-command (python -I -m git_agentops.cli.hook), same JSON", [sys.executable, "-I", "-m", HOOK_MODULE]),
+    ):
+        timing = time_runs(
+            label,
+            [*argv, "agent-command", "--host", "claude"],
+            cwd=path,
+            env=env,
+            stdin=stdin,
+            runs=runs,
+            warmup=warmup,
+        )
+        out.append(timing)
+    return out
+
+
 def precommit_framework(
     root: Path, env: Mapping[str, str], runs: int, warmup: int, venv: Path | None
 ) -> tuple[Timing | None, str]:
@@ -374,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         rows += outside(root, env, args.runs, args.warmup)
         rows.append(inside(root, env, args.runs, args.warmup))
+        rows += agent_command(root, env, args.runs, args.warmup)
         framework, note = precommit_framework(root, env, args.runs, args.warmup, args.pre_commit_venv)
         if framework is not None:
             rows.append(framework)
@@ -408,8 +447,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         both = max(ours, inside_p50) < framework.p50
         print(f"target: both faster than the pre-commit framework's no-op ({framework.p50:.1f} ms): {verdict[both]}")
+    guard_p50 = by["agent-command (git agentops-hook), Claude PreToolUse JSON"].p50
+    print(
+        f"target: agent-command at most 60 ms at p50: {guard_p50:.1f} ms ({guard_p50 - python_p50:+.1f} ms over "
+        f"python3 -c pass) -> {verdict[guard_p50 <= 60]}"
+    )
     last = f"outside_minus_python_ms={ours - python_p50:.1f} inside_ms={inside_p50:.1f}"
-    print(f"hooks {last} speedup_vs_precommit={speedup:.2f}")
+    print(f"hooks {last} speedup_vs_precommit={speedup:.2f} agent_command_ms={guard_p50:.1f}")
     return 0
 
 

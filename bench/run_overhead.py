@@ -12,8 +12,18 @@ each child commits one file and hands off, the supervisor verifies and freezes e
   ``/proc/<pid>/stat``, not its children: agents and verification commands are not the supervisor's overhead),
   divided by N.
 
-Targets: request-to-response p50 under 250 ms; supervisor CPU per task not growing with N.
-Last line: ``run_overhead request_response_p50_ms=<n> cpu_per_task_ms_1=<n> cpu_per_task_ms_32=<n>``.
+* **sandbox cost per agent start**: the scripted agent's start (``python -m git_agentops.cli.agent``: the
+  interpreter, the package's import, its first look for the mailbox) in a linked worktree, started directly --
+  as before the sandbox -- and as the supervisor starts it now: its rules computed (:func:`for_worker`, which
+  walks the directories on the way to what is denied), its spec written, the launcher started, Landlock applied.
+  Interleaved rounds, medians. The sandbox's ratio is Landlock / no Landlock, both under the launcher (``mode =
+  "none"``: it only reaps); the launcher's, launcher + Landlock / direct (it is one more Python start). The
+  same for ``node -e 0``, the runtime Claude Code and opencode start on, when node is installed.
+
+Targets: request-to-response p50 under 250 ms; supervisor CPU per task not growing with N; sandbox start ratio
+at most 1.2.
+Last line: ``run_overhead request_response_p50_ms=<n> cpu_per_task_ms_1=<n> cpu_per_task_ms_32=<n>
+sandbox_start_ratio=<x> launcher_start_ratio=<x>``.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -125,10 +136,54 @@ def one_run(root: Path, n: int, env: dict[str, str]) -> tuple[float, list[float]
     return cpu_ms, plan_latencies, handoff_latencies, wall
 
 
+def sandbox_start(root: Path, env: dict[str, str], rounds: int, argv: list[str]) -> dict[str, float]:
+    """Median seconds of one agent start: direct, under the launcher with Landlock, under it with mode none."""
+    from git_agentops.sandbox.plan import for_worker, kernel_abi
+
+    repo = root / "sandbox-repo"
+    worktree = root / "sandbox-worktree"
+    if not repo.exists():
+        git(root, "init", "-q", "-b", "main", str(repo), env=env)
+        (repo / "f.txt").write_text("f\n")
+        git(repo, "add", "f.txt", env=env)
+        git(repo, "commit", "-q", "-m", "f", env=env)
+        git(repo, "worktree", "add", "-q", "--detach", str(worktree), env=env)
+    admin = next((repo / ".git" / "worktrees").iterdir())
+    times: dict[str, list[float]] = {"direct": [], "landlock": [], "none": []}
+
+    def launch(mode: str) -> None:
+        command = argv
+        if mode != "direct":
+            box = for_worker(
+                mode=mode,
+                reason=None,
+                worktree=worktree,
+                admin_dir=admin,
+                common_dir=repo / ".git",
+                environ=env,
+                signing_key=None,
+                host_writable=["~/.cache"],
+                policy_writable=[],
+                deny_read=[],
+                recipe=None,
+            )
+            command = box.wrap(argv, worktree, root / f"spec-{mode}.json")
+        subprocess.run(command, cwd=worktree, env=env, capture_output=True, check=False)
+
+    modes = ["direct", "landlock", "none"] if kernel_abi() >= 1 else ["direct", "none"]
+    for _ in range(rounds):  # interleaved: every mode sees the same machine
+        for mode in modes:
+            began = time.perf_counter()
+            launch(mode)
+            times[mode].append(time.perf_counter() - began)
+    return {mode: statistics.median(values) if values else float("nan") for mode, values in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="1,8,32")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--sandbox-rounds", type=int, default=21)
     args = parser.parse_args()
     if shutil.which("git-agentops-run") is None:
         raise SystemExit("git-agentops-run is not on PATH: install the project (pip install -e .) first")
@@ -138,6 +193,13 @@ def main() -> int:
         env = {**ENV, "XDG_STATE_HOME": str(Path(tmp) / "state"), "AGENTOPS_TIMING": "1"}
         for n in sizes:
             results[n] = one_run(Path(tmp), n, env)
+        starts = {
+            "scripted agent": sandbox_start(
+                Path(tmp), env, args.sandbox_rounds, [sys.executable, "-m", "git_agentops.cli.agent"]
+            ),
+        }
+        if shutil.which("node"):  # the runtime of Claude Code and opencode, before they load their own code
+            starts["node -e 0"] = sandbox_start(Path(tmp), env, args.sandbox_rounds, ["node", "-e", "0"])
     print(f"{'tasks':>6}{'wall s':>9}{'sup CPU ms':>12}{'CPU/task ms':>13}{'req p50 ms':>12}{'req p95 ms':>12}")
     all_requests: list[float] = []
     for n, (cpu, plans, _handoffs, wall) in results.items():
@@ -154,9 +216,23 @@ def main() -> int:
     first, last = sizes[0], sizes[-1]
     p50 = statistics.median(all_requests) if all_requests else float("nan")
     print(f"requests answered directly by the supervisor: {len(all_requests)}; p50 {p50:.1f} ms (target < 250)")
+    for name, row in starts.items():
+        landlock, launcher = row["landlock"] / row["none"], row["landlock"] / row["direct"]
+        print(
+            f"agent start, {name} (median of {args.sandbox_rounds}): direct {row['direct'] * 1000:.1f} ms; "
+            f"launcher, no Landlock {row['none'] * 1000:.1f} ms; launcher + Landlock {row['landlock'] * 1000:.1f} ms"
+            f" -> Landlock {landlock:.2f}x, launcher + Landlock {launcher:.2f}x"
+        )
+    scripted = starts["scripted agent"]
+    ratio = scripted["landlock"] / scripted["none"]
+    whole = scripted["landlock"] / scripted["direct"]
+    print(
+        f"sandbox (Landlock) cost per agent start: {ratio:.2f}x (target <= 1.2) -> {'ok' if ratio <= 1.2 else 'MISSED'}"
+    )
     print(
         f"run_overhead request_response_p50_ms={p50:.0f} cpu_per_task_ms_1={results[first][0] / first:.0f} "
-        f"cpu_per_task_ms_32={results[last][0] / last:.0f}"
+        f"cpu_per_task_ms_32={results[last][0] / last:.0f} sandbox_start_ratio={ratio:.2f} "
+        f"launcher_start_ratio={whole:.2f}"
     )
     return 0
 

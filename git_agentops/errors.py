@@ -169,6 +169,10 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
         EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"
     ),
+    "RUN_SANDBOX_UNAVAILABLE": _c(EXIT_REFUSED, "the policy requires the sandbox but this kernel cannot provide it"),
+    "RUN_UNSANDBOXED": _c(
+        EXIT_NEGATIVE, "a warning: agents run without the kernel sandbox (no Landlock, or [sandbox] mode = \"none\")"
+    ),
     "RUN_STATE_TAMPERED": _c(
         EXIT_REFUSED, "a run ref holds a commit the supervisor did not write; the run is blocked, nothing is lost"
     ),

@@ -123,6 +123,7 @@ def test_a_run_completes_with_a_command_host_wrapping_a_shell_script(tmp_path: P
         '[run]\ndefault_host = "wrapper"\n'
         '[[verify.commands]]\nid = "make-test"\nargv = ["make", "test"]\n'
         f'[hosts.wrapper]\nkind = "command"\nargv = ["{repo}/agent.sh", "{{prompt_file}}"]\n'
+        'writable = ["~/.local/share/opencode"]\n'  # what the wrapped CLI writes: the sandbox allows no more
         f"env = {{ OPENCODE_CONFIG_CONTENT = {json.dumps(opencode_config([['make', 'test']]))} }}\n"
         '[review]\nrequired = 1\nreviewers = ["wrapper"]\n'
     )

@@ -72,10 +72,15 @@ def _dotted(node: ast.AST) -> str:
     return "?"
 
 
+PROGRAMS = {"sandbox/launcher.py"}
+"""Standalone programs outside ``cli``: the sandbox launcher runs as ``python3 -I -S launcher.py SPEC`` between the
+supervisor and an agent, and must exit with the agent's status (``os._exit``, after a fork too)."""
+
+
 def test_only_cli_prints_prompts_exits_or_reads_the_environment() -> None:
     offences = []
     for path, tree in _trees():
-        if _layer(path) == "cli":
+        if _layer(path) == "cli" or _rel(path) in PROGRAMS:
             continue
         for node in ast.walk(tree):
             if (
@@ -100,10 +105,21 @@ def test_only_cli_prints_prompts_exits_or_reads_the_environment() -> None:
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module == "os"
-                and any(alias.name in ("environ", "getenv") for alias in node.names)
+                and any(alias.name in ("environ", "getenv", "_exit") for alias in node.names)
             ):
                 offences.append(f"{_rel(path)}:{node.lineno} imports os.environ/getenv")
     assert offences == []
+
+
+def _compared_constants(tree: ast.AST) -> set[int]:
+    """Ids of the constants a comparison reads (``sub == "notes"``, ``sub in ("update-ref", ...)``): naming a git
+    subcommand to recognise it -- as the agent guard does to refuse it -- is not running it."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                found.update(id(sub) for sub in ast.walk(operand) if isinstance(sub, ast.Constant))
+    return found
 
 
 def test_only_gitstore_writes_refs_and_objects() -> None:
@@ -111,6 +127,7 @@ def test_only_gitstore_writes_refs_and_objects() -> None:
     for path, tree in _trees():
         if _layer(path) == "gitstore":
             continue
+        compared = _compared_constants(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 name = node.func.attr
@@ -122,6 +139,7 @@ def test_only_gitstore_writes_refs_and_objects() -> None:
                 and isinstance(node.value, str)
                 and node.value
                 in ("update-ref", "symbolic-ref", "notes", "hash-object", "mktree", "commit-tree", "pack-refs")
+                and id(node) not in compared
             ):
                 offences.append(f"{_rel(path)}:{node.lineno} runs git {node.value}")
     assert offences == []
@@ -156,6 +174,7 @@ LAYERS: dict[str, int] = {
     "schema": 2,  # strict JSON documents and their validator
     **dict.fromkeys(("gitstore", "model", "process"), 3),  # the store, values and rules, processes
     "envs": 4,  # the environments checkouts are verified in
+    "sandbox": 4,
     "policy": 5,
     **dict.fromkeys(("verify", "protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),
@@ -221,6 +240,9 @@ def test_readme_lists_every_error_code() -> None:
         "from git_agentops.cli import doctor; doctor.build_parser().format_help()",
         "import git_agentops.cli.verify, git_agentops.verify.core, git_agentops.policy.load, git_agentops.policy.trust",
         "import git_agentops.gitstore.notes, git_agentops.gitstore.backend, git_agentops.verify.evidence",
+        # the agent guard's whole path, the secret rules included (the line holds a token-shaped string)
+        "from git_agentops.hooks.agent import agent_command; agent_command(['--host', 'claude'], cwd='/', env={}, "
+        'stdin=b\'{"tool_name": "Bash", "tool_input": {"command": "git status && echo ghp_\' + b\'a\' * 36 + b\'"}}\')',
     ],
 )
 def test_light_imports_do_not_pull_pygit2_or_jsonschema(statement: str) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, Part, child, commit_step, write_step
-from .runkit import children_settled, cli, events, recipe, start, stop, task_by_title, wait_for
+from .runkit import UNCONFINED, children_settled, cli, events, recipe, start, stop, task_by_title, wait_for
 
 GOOD = "def add(a, b):\n    return a + b\n"
 BROKEN = "def add(a, b):\n    return a - b\n"
@@ -39,8 +39,8 @@ timeout = 120
 NAMES = ("a", "b", "c", "d", "e", "f", "g", "h")
 
 
-def _project(root: Path) -> Path:
-    files = {".agentops/policy.toml": POLICY, ".gitignore": "__pycache__/\n"}
+def _project(root: Path, extra_policy: str = "") -> Path:
+    files = {".agentops/policy.toml": POLICY + extra_policy, ".gitignore": "__pycache__/\n"}
     for name in NAMES:
         files[f"calc_{name}.py"] = GOOD
         files[f"tests/test_calc_{name}.py"] = (
@@ -105,8 +105,9 @@ def _never_delivered(repo: Path, run_id: str, doc: dict[str, Any], title: str) -
 @pytest.mark.slow
 def test_files_git_ignores_or_hides_in_the_worktree_never_reach_the_verification(tmp_path: Path) -> None:
     """A root conftest.py and a pytest.ini with a shadow module (both ignored through the shared info/exclude),
-    ``--skip-worktree`` over the good file, and a stale ``.pyc`` with the source's size and mtime."""
-    repo = _project(tmp_path)
+    ``--skip-worktree`` over the good file, and a stale ``.pyc`` with the source's size and mtime. Unconfined:
+    the sandbox refuses the write to info/exclude at the kernel; this is what stops it where there is none."""
+    repo = _project(tmp_path, UNCONFINED)
     exclude = '"$(git rev-parse --git-common-dir)/info/exclude"'
     conftest = _attacker(
         "a",
@@ -275,8 +276,9 @@ def test_a_daemon_dropping_files_into_the_candidate_checkout_is_refused_never_tr
     """A worker leaves a daemon (its environment scrubbed, so nothing ties it to the worker) that keeps writing a
     ``conftest.py`` into the supervisor's candidate checkout -- one that makes every test fail. Invariant: the gate
     never runs with it: the candidate is refused ``VERIFY_CHECKOUT_CHANGED`` (or, when the daemon misses the gate's
-    window, passes without it), never ``RUN_VERIFICATION_FAILED``; with the daemon gone the run completes."""
-    repo = _project(tmp_path)
+    window, passes without it), never ``RUN_VERIFICATION_FAILED``; with the daemon gone the run completes.
+    Unconfined: in the sandbox the daemon could neither write there nor outlive the worker."""
+    repo = _project(tmp_path, UNCONFINED)
     marker = tmp_path / "dropper-alive"
     slots = Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "verify"
     planted = "import pytest\\n@pytest.fixture(autouse=True)\\ndef planted():\\n    raise RuntimeError(1)\\n"
@@ -324,11 +326,15 @@ def test_a_daemon_dropping_files_into_the_candidate_checkout_is_refused_never_tr
 
 
 @pytest.mark.slow
-def test_a_setsid_daemon_of_a_worker_is_dead_once_its_handoff_is_verified(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["landlock", "none"])
+def test_a_setsid_daemon_of_a_worker_is_dead_once_its_handoff_is_verified(tmp_path: Path, sandbox: str) -> None:
     """What a worker leaves running outside its process group, still carrying its environment, is stopped with
-    the worker before its handoff is verified."""
-    repo = _project(tmp_path)
-    beat = tmp_path / "heartbeat"
+    the worker before its handoff is verified: by the launcher (its subreaper) in the sandbox, by the environment
+    scan without it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    repo = _project(tmp_path, f'[sandbox]\nmode = "{sandbox}"\nwritable = ["{out}"]\n')
+    beat = out / "heartbeat"
     loop = f"i=0; while [ $i -lt 3000 ]; do i=$((i+1)); touch {beat}; sleep 0.01; done"
     worker = child(
         "s",
@@ -337,7 +343,7 @@ def test_a_setsid_daemon_of_a_worker_is_dead_once_its_handoff_is_verified(tmp_pa
             [
                 write_step("notes/s.txt", "s\n"),
                 commit_step("s"),
-                _daemon(loop, tmp_path / "spawner-started"),
+                _daemon(loop, out / "spawner-started"),
                 HANDOFF,
             ]
         ],

@@ -17,6 +17,7 @@ import pytest
 from .conftest import git
 from .helpers import HANDOFF, Part, child, commit_step, write_step
 from .runkit import (
+    UNCONFINED,
     cli,
     events,
     project,
@@ -90,8 +91,9 @@ def _complete(repo: Path, run_id: str, timeout: float = 180) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_a_delivery_ref_created_for_a_neighbour_is_quarantined_and_never_blocks_it(tmp_path: Path) -> None:
-    """Before: the victim's passing handoff was refused RUN_DELIVERY_CHANGED twice and the run blocked."""
-    repo = project(tmp_path)
+    """Before: the victim's passing handoff was refused RUN_DELIVERY_CHANGED twice and the run blocked.
+    Unconfined, like every ref-writing attack here: in the sandbox the kernel refuses the ref write itself."""
+    repo = project(tmp_path, extra_policy=UNCONFINED)
     body = 'git("update-ref", delivery_ref("Victim"), git("rev-parse", "HEAD"), "")\n'
     run_id = start(repo, recipe(tmp_path, _attack("a", body) + _victim(delay=3.0), finalize=True))
     try:
@@ -114,7 +116,7 @@ def test_a_delivery_ref_created_for_a_neighbour_is_quarantined_and_never_blocks_
 @pytest.mark.slow
 def test_a_forged_delivery_ref_and_note_are_not_adopted_after_a_kill_9(tmp_path: Path) -> None:
     """Before: the next supervisor logged TASK_DELIVERY_ADOPTED for a delivery nobody verified."""
-    repo = project(tmp_path)
+    repo = project(tmp_path, extra_policy=UNCONFINED)
     body = (
         'ref = delivery_ref("Victim")\n'
         'evil = evil_commit("src/victim.txt", "EVIL\\n")\n'
@@ -149,7 +151,7 @@ def test_a_moved_delivery_ref_is_reported_and_a_target_moved_to_an_unreviewed_co
 ) -> None:
     """The recorded delivery is merged, the moved ref is quarantined and restored; the candidate is built on the
     target's new tip, and the run log and the receipt both name the commit nobody reviewed."""
-    repo = project(tmp_path)
+    repo = project(tmp_path, extra_policy=UNCONFINED)
     body = (
         'ref = delivery_ref("Victim")\n'
         "for _ in range(300):\n"

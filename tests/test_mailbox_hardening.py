@@ -29,7 +29,18 @@ from git_agentops.supervisor.requests import REFUSAL_WINDOW, Refusals, flush_ref
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, Step, child, commit_step, simple_child, write_step
-from .runkit import children_settled, events, project, recipe, start, stop, supervisor_log, task_by_title, wait_for
+from .runkit import (
+    UNCONFINED,
+    children_settled,
+    events,
+    project,
+    recipe,
+    start,
+    stop,
+    supervisor_log,
+    task_by_title,
+    wait_for,
+)
 
 TOKEN = "ghp_" + "Z" * 36
 
@@ -264,7 +275,8 @@ def _refusals_of(repo: Path, run_id: str, doc: dict[str, Any], title: str) -> li
 
 @pytest.mark.slow
 def test_a_run_survives_links_fifos_and_symlinked_mailboxes_and_records_no_foreign_id(tmp_path: Path) -> None:
-    repo = project(tmp_path, max_workers=4)
+    """Unconfined: the sandbox refuses a hard link to a file outside (no REFER); the mailbox must hold without it."""
+    repo = project(tmp_path, max_workers=4, extra_policy=UNCONFINED)
     hard = tmp_path / "hard.json"
     hard.write_bytes(_request("r-hardlinked-0123456789"))
     outside = tmp_path / "outside.json"

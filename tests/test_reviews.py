@@ -14,6 +14,7 @@ set -eu
 n=$(ls "$PWD/.agentops/review" | grep -c '^prompt-' || true)
 cp "$AGENTOPS_PROMPT" "$RECORD/prompt-$(date +%s%N).md"
 printf '%s\n' "$@" > "$RECORD/argv-$(date +%s%N).txt"
+if (: > "$PWD/planted.txt") 2>/dev/null; then echo wrote > "$RECORD/tamper"; else echo refused > "$RECORD/tamper"; fi
 if grep -q 'previous report was not accepted' "$AGENTOPS_PROMPT" && [ "$MODE" = "fix" ]; then
   python3 - "$AGENTOPS_REVIEW_INPUT" "$AGENTOPS_REVIEW_REPORT" <<'PY'
 import json, sys
@@ -38,6 +39,7 @@ def _reviewed_project(tmp_path: Path, mode: str) -> tuple[Path, Path]:
         'kind = "command"\n'
         f'argv = ["{script}", "--input", "{{input}}", "--report", "{{report}}", "--prompt", "{{prompt}}"]\n'
         f'env = {{ RECORD = "{record}", MODE = "{mode}" }}\n'
+        f'writable = ["{record}"]\n'  # the reviewer is sandboxed: what it records must be granted
         '[review]\nrequired = 1\nreviewers = ["checker"]\n'
     )
     return project(tmp_path, extra_policy=hosts), record
@@ -65,6 +67,7 @@ def test_a_reviewer_gets_a_prompt_with_the_schema_and_paths_inside_its_checkout_
     assert argv[1].endswith("/.agentops/review/input-checker.json") and argv[3].endswith("report-checker.json")
     assert argv[5].startswith("# You are reviewer")  # {prompt} is the prompt text itself
     assert "{prompt}" not in "".join(argv)
+    assert (record / "tamper").read_text() == "refused\n"  # in its sandbox a reviewer cannot change the checkout
 
 
 def test_a_reviewer_that_writes_an_invalid_report_twice_blocks_the_integration(tmp_path: Path) -> None:

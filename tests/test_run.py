@@ -58,10 +58,16 @@ def test_three_children_with_a_dependency_deliver_frozen_commits(tmp_path: Path)
         merge_parents = git(repo, "log", "--format=%P", "--merges", b_commit).split()
         assert a["delivery"] in merge_parents
         assert git(repo, "show", f"{b_commit}:src/a.txt") == "a"
-        listed = git(repo, "worktree", "list", "--porcelain")
+        listed = git(repo, "worktree", "list", "--porcelain").split("\n\n")
         for worker in doc["workers"]:
-            assert f"worktree {worker['worktree']}" in listed
-            assert f"branch refs/heads/agentops/{run_id}/{worker['workerId']}" in listed
+            entry = next(e for e in listed if f"worktree {worker['worktree']}\n" in e + "\n")
+            assert entry.endswith("detached"), entry  # agents commit on their own HEAD; no shared ref to write
+            branch = f"refs/heads/agentops/{run_id}/{worker['workerId']}"
+            if worker["taskId"] in (a["taskId"], b["taskId"]):  # the supervisor keeps the branch at the work
+                assert (
+                    git(repo, "rev-parse", branch)
+                    == deliveries[f"refs/agentops/runs/{run_id}/deliveries/{worker['taskId']}"]
+                )
         notes = git(repo, "notes", "--ref=agentops/deliveries", "show", a["delivery"])
         note = json.loads(notes.splitlines()[-1])
         assert note["taskId"] == a["taskId"] and note["runId"] == run_id and note["evidence"]

@@ -172,7 +172,7 @@ def test_resuming_a_known_session_continues_it(fresh: list[str], resume: list[st
     second = run([a.replace("{id}", session) for a in resume], repo)
     assert second.returncode == 0, second.stderr
     assert parse(cli, second.stdout).session == session
-    stored = json.loads((Path(os.environ["HOME"]) / f".standin-{cli}" / "sessions" / f"{session}.json").read_text())
+    stored = json.loads((fakemodel.session_root(cli, Path(os.environ["HOME"])) / f"{session}.json").read_text())
     assert (stored["prompt"], stored["turns"], stored["prompts"]) == ("hello", 2, ["hello", "again"])
 
 

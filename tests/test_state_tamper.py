@@ -29,7 +29,7 @@ from git_agentops.supervisor.cache import StateCache
 
 from .conftest import git
 from .helpers import HANDOFF, child, commit_step, simple_child, write_step
-from .runkit import cli, events, project, recipe, start, stop, supervisor_log, supervisor_running
+from .runkit import UNCONFINED, cli, events, project, recipe, start, stop, supervisor_log, supervisor_running
 
 RUN = "r1"
 STATE = runstate.state_ref(RUN)
@@ -387,7 +387,8 @@ def _wait(repo: Path, run_id: str, status: str, timeout: float = 120) -> dict[st
 def test_a_worker_swapping_a_neighbours_delivery_is_contained_and_the_target_gets_only_honest_work(
     tmp_path: Path,
 ) -> None:
-    repo = project(tmp_path)
+    """Unconfined: in the sandbox the worker cannot write the state ref at all (test_sandbox_runs)."""
+    repo = project(tmp_path, extra_policy=UNCONFINED)
     attacker = child(
         "b",
         "Part B",

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -246,7 +247,62 @@ def _agents(path: str | None) -> Check:
     return Check("agents", "ok", "; ".join(f"{a.kind} {a.version} ({a.path})" for a in found), value)
 
 
-def diagnose(start: Path, *, path: str | None) -> Report:
+def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
+    """The kernel's sandbox (Landlock ABI, user namespaces), and what agents could read without it."""
+    from ..sandbox.plan import kernel_abi
+
+    abi = kernel_abi()
+    userns = Path("/proc/sys/user/max_user_namespaces")
+    try:
+        namespaces = int(userns.read_text().strip()) > 0
+    except (OSError, ValueError):
+        namespaces = False
+    value: dict[str, Any] = {"landlockAbi": abi, "userNamespaces": namespaces}
+    exposed = []
+    key = store.config_value("agentops.signingKey") if store is not None else None
+    if key:
+        exposed.append(f"the signing key {key}")
+    state = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".local" / "state")
+    exposed.append(f"the trust store {Path(state) / 'git-agentops'}")
+    mode = "landlock"
+    if store is not None:
+        from ..errors import AgentOpsError
+        from ..policy.load import cache_dir_for, load_policy
+
+        try:
+            if store.workdir is not None:
+                mode = load_policy(store.workdir, cache_dir=cache_dir_for(store.common_dir)).sandbox_mode
+        except AgentOpsError:  # a missing or broken policy is the policy check's business
+            mode = "landlock"
+    value["mode"] = mode
+    detail = f"Landlock ABI {abi}" + (" (signals and abstract sockets scoped)" if abi >= 6 else "")
+    detail += f"; user namespaces {'available' if namespaces else 'unavailable'}"
+    if abi == 0 or mode == "none":
+        why = "this kernel has no Landlock" if abi == 0 else "the policy says [sandbox] mode = \"none\""
+        return Check(
+            "sandbox",
+            "warn",
+            f"{detail}; agents run unconfined ({why}): they can read {' and '.join(exposed)}",
+            value,
+            "use a kernel with Landlock (5.13+), keep [sandbox] mode = \"landlock\"",
+        )
+    if abi < 6:
+        return Check("sandbox", "warn", detail + "; agents may signal processes outside their sandbox", value)
+    if key and store is not None and store.workdir is not None:
+        folder = Path(key).expanduser().resolve().parent
+        if folder == Path(store.workdir).resolve() or folder in Path(store.workdir).resolve().parents:
+            return Check(
+                "sandbox",
+                "warn",
+                f"{detail}; the signing key's directory {folder} holds the repository, so agents are denied only the"
+                " key file, not the rest of that directory",
+                value,
+                "keep the signing key in a directory of its own (e.g. ~/.config/git-agentops/keys/)",
+            )
+    return Check("sandbox", "ok", detail + f"; agents cannot read {' or '.join(exposed)}", value)
+
+
+def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None = None) -> Report:
     """Run every check. ``path`` is the PATH to search for git and ssh-keygen."""
     report = Report()
     report.checks.append(_python())
@@ -264,4 +320,5 @@ def diagnose(start: Path, *, path: str | None) -> Report:
         report.checks += repo_checks
         if store is not None:
             report.checks.append(_hooks(start, path))
+        report.checks.append(_sandbox(store, environ or {}))
     return report

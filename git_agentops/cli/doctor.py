@@ -13,7 +13,8 @@ _MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 def build_parser() -> Parser:
     return build(
         "git-agentops-doctor",
-        "Check Python, pygit2/libgit2, dulwich, git, ssh-keygen, the schemas, the repository and its hooks.\n"
+        "Check Python, pygit2/libgit2, dulwich, git, ssh-keygen, the schemas, the repository, its hooks and the\n"
+        "kernel's sandbox for agents (Landlock).\n"
         "Exit status: 0 healthy, 1 something failed (warnings do not fail).",
     )
 
@@ -21,7 +22,7 @@ def build_parser() -> Parser:
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from .diagnose import diagnose
 
-    report = diagnose(ctx.cwd, path=ctx.env.get("PATH"))
+    report = diagnose(ctx.cwd, path=ctx.env.get("PATH"), environ=ctx.env)
     lines = []
     for check in report.checks:
         lines.append(f"{_MARK[check.status]}  {check.id:<12} {check.detail}")

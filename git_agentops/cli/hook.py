@@ -4,6 +4,14 @@ TYPE is ``pre-commit``, ``pre-merge-commit``, ``post-merge``, ``pre-push``, ``re
 ``pre-receive``; ARGS and stdin are git's. Exit 0 lets git go on; 1 refuses, with one ``error[CODE]: ...`` line
 per broken rule saying what to do instead.
 
+``git agentops-hook agent-command [--host claude|codex|opencode]`` is the agent guard that each worker
+worktree's host configuration calls before every shell command the agent runs: it reads the host's tool-call
+JSON on stdin (Claude Code's and Codex's ``PreToolUse`` input, or ``{"command": ..., "cwd": ...}``), and exits
+0 to allow it or 2 -- the hosts' "block" -- with one line on stderr saying why it is refused (a recursive
+delete of the worktree, home or root; ``git reset --hard``, ``git clean -f``, force pushes, ``--no-verify``,
+``git config`` writes, writes to agentops refs and notes, ``git agentops-policy trust``, a literal secret, a
+line it cannot parse) and what to do instead.
+
 This entry point is on every commit's path, so it does not go through the usual argparse boundary: it reads its
 arguments itself and imports the rules only when there is something to check. A failure of the hook itself never
 blocks git, except for a ref update inside the agentops namespaces, where it fails closed (``HOOK_FAILED``).
@@ -44,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0].startswith("-"):
         return _help(args)
     hook, rest = args[0], args[1:]
+    if hook == "agent-command":
+        return _agent_command(rest)
     from ..hooks.fast import STDIN_HOOKS, dispatch
     from ..hooks.where import NAMESPACES
 
@@ -58,6 +68,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             + ("refusing the agentops ref update\n" if closed else "not checked\n")
         )
         return 1 if closed else 0
+    for line in lines:
+        sys.stderr.write(line + "\n")
+    return status
+
+
+def _agent_command(args: Sequence[str]) -> int:
+    """The agent guard. Its own failure allows the command (with a warning): the guard is defence in depth, and
+    a tool bug must not stop every agent; the kernel sandbox still holds."""
+    from ..hooks.agent import agent_command
+
+    try:
+        stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+        status, lines = agent_command(args, stdin=stdin, cwd=os.getcwd(), env=os.environ)
+    except Exception as crash:  # noqa: BLE001 -- a tool bug must not block every agent command
+        sys.stderr.write(
+            f"warning[HOOK_FAILED]: git-agentops agent guard failed ({type(crash).__name__}: {crash}); "
+            "command not checked\n"
+        )
+        return 0
     for line in lines:
         sys.stderr.write(line + "\n")
     return status

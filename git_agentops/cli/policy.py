@@ -162,6 +162,11 @@ def _runs_what(policy: Any) -> list[str]:
     lines += [f"  setup {i}: {shown(c)}" for i, c in enumerate(policy.setup)]
     for name, host in policy.doc["hosts"].items():
         lines += _host_capabilities(name, host)
+    sandbox = policy.doc.get("sandbox", {})
+    if sandbox.get("mode") == "none":
+        lines.append("  sandbox: none -- agents run as you, unconfined")
+    for path in sandbox.get("writable", []):
+        lines.append(f"  every agent may write: {path}")
     return lines or ["  (no commands)"]
 
 
@@ -177,6 +182,8 @@ def _host_capabilities(name: str, host: Any) -> list[str]:
     for key, value in sorted(host.get("env", {}).items()):
         shown = value if len(value) <= 400 else value[:400] + f"... ({len(value)} chars)"
         lines.append(f"      env {key}={shown}")
+    if host.get("writable"):
+        lines.append(f"      may write, in the sandbox: {', '.join(host['writable'])}")
     if host["kind"] != "scripted":
         lines.append("      runs with your whole environment (credentials included, AGENTOPS_* removed)")
     return lines

@@ -234,6 +234,7 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     policy = load_policy(ctx.worktree(), cache_dir=cache_dir_for(store.common_dir))
     verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), policy)
     recipe = args.recipe.resolve() if args.recipe else None
+    _sandbox_warning(ctx, policy)  # RUN_SANDBOX_UNAVAILABLE before anything is created
     run_id = create_run(
         store,
         goal=args.goal,
@@ -266,6 +267,18 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     return _exit_for(status)
 
 
+def _sandbox_warning(ctx: Context, policy: Any) -> str | None:
+    """Warn (``RUN_UNSANDBOXED``) when agents would run without the kernel sandbox, and say why; refuse with
+    ``RUN_SANDBOX_UNAVAILABLE`` when the policy requires it and it cannot be had."""
+    from ..sandbox.plan import choose_mode
+
+    mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required)
+    if mode == "none":
+        ctx.warn("RUN_UNSANDBOXED", f"agents run without the sandbox ({why}): they can write what you can write")
+        return why
+    return None
+
+
 def _spend(budget: dict[str, Any]) -> str:
     """The tokens and dollars the hosts reported, with their limits, for the status line."""
     parts = []
@@ -281,9 +294,19 @@ def _spend(budget: dict[str, Any]) -> str:
 
 def _status(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs.controls import summary
+    from ..runs.create import bound_policy
+    from ..sandbox.plan import choose_mode
 
     run_id = args.run_id or _latest(ctx)
     doc = summary(ctx.store(), run_id, ctx.clock)
+    policy = bound_policy(ctx.store(), run_id)
+    try:
+        mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required)
+    except AgentOpsError as exc:
+        mode, why = "unavailable", exc.message
+    doc["sandbox"] = {"mode": mode, "reason": why}
+    if mode != "landlock":
+        ctx.warn("RUN_UNSANDBOXED", f"agents of {run_id} run without the sandbox: {why}")
     lines = [
         f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
         f"goal:   {doc['goal']}",
@@ -388,6 +411,9 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
         elif stopped:
             lines.append(runs.stopped_note(stopped))
     if args.command in ("resume", "answer") and not getattr(args, "no_supervise", False):
+        from ..runs.create import bound_policy
+
+        _sandbox_warning(ctx, bound_policy(store, args.run_id))
         try:
             doc["supervisorPid"] = _spawn_supervisor(ctx, args.run_id)
             lines.append(f"supervising in the background (pid {doc['supervisorPid']})")

@@ -8,6 +8,7 @@ directory and deletes the files; the branch stays.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -44,6 +45,30 @@ def admin_dir(path: Path) -> Path | None:
         return None
     target = Path(text[len("gitdir: ") :])
     return (path / target).resolve() if not target.is_absolute() else target.resolve()
+
+
+def detach_head(admin: Path, commit: str) -> None:
+    """Point a linked worktree's HEAD straight at ``commit`` (detached): its commits then move only its own HEAD,
+    in its admin dir -- no shared ref -- which is what a sandboxed agent can write."""
+    tmp = admin / "HEAD.agentops-tmp"
+    tmp.write_text(f"{commit}\n", encoding="ascii")
+    os.replace(tmp, admin / "HEAD")
+
+
+def head_of(store: Store, path: Path) -> str | None:
+    """The commit a linked worktree's HEAD names (detached, or through a branch), read from its admin dir; None
+    when there is none or it names no commit this repository has."""
+    admin = admin_dir(path)
+    if admin is None:
+        return None
+    try:
+        text = (admin / "HEAD").read_text("ascii", errors="replace").strip()
+    except OSError:
+        return None
+    if text.startswith("ref: "):
+        reference = store.repo.references.get(text[5:].strip())
+        text = str(reference.resolve().target) if reference is not None else ""
+    return text if store.has_object(text) and isinstance(store.repo.get(text), pygit2.Commit) else None
 
 
 def remove_worktree(store: Store, path: Path, name: str) -> None:

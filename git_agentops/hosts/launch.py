@@ -29,11 +29,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..errors import AgentOpsError
 from ..model.policy import Policy
 from ..process.groups import ProcessIdentity, process_identity
+from ..sandbox.plan import Sandbox
 
 HEADER = "\n=== generation "
 """Each generation's output in a host log starts after a line beginning with this."""
@@ -50,6 +51,7 @@ class HostSpec:
     env: Mapping[str, str]
     resume_argv: tuple[str, ...] | str = ()  # a string only for a shell host, like argv
     resume: bool = False
+    writable: tuple[str, ...] = ()  # what its agents may write outside their worktree, in the sandbox
 
     @property
     def binary(self) -> str | None:
@@ -77,6 +79,7 @@ def host_spec(policy: Policy, name: str) -> HostSpec:
         dict(host.get("env", {})),
         resume if isinstance(resume, str) else tuple(resume),  # a string is one shell command, not its characters
         bool(host.get("resume")) and bool(resume),
+        tuple(host.get("writable", ())),
     )
 
 
@@ -179,6 +182,11 @@ def command_for(spec: HostSpec, launch: Launch) -> tuple[list[str], bool]:
     return [fill(arg, values) for arg in template], False
 
 
+AGENT_GIT_CONFIG: Final = (("gc.auto", "0"), ("maintenance.auto", "false"))
+"""Given to every agent's git through ``GIT_CONFIG_COUNT``: an automatic gc would try to pack refs, which a sandboxed
+agent may not write (and an unsandboxed one has no business doing)."""
+
+
 def agent_environment(environ: Mapping[str, str], spec: HostSpec, launch: Launch) -> dict[str, str]:
     """The user's environment minus the supervisor's ``AGENTOPS_*``, plus the host's env and the worker's ids."""
     env = {k: v for k, v in environ.items() if not k.startswith("AGENTOPS_")}
@@ -198,6 +206,10 @@ def agent_environment(environ: Mapping[str, str], spec: HostSpec, launch: Launch
     )
     if launch.recipe is not None:
         env["AGENTOPS_RECIPE"] = str(launch.recipe)
+    count = int(env.get("GIT_CONFIG_COUNT", "0") or 0) if env.get("GIT_CONFIG_COUNT", "0").isdigit() else 0
+    for offset, (key, value) in enumerate(AGENT_GIT_CONFIG):  # the agent's git never packs refs on its own
+        env[f"GIT_CONFIG_KEY_{count + offset}"], env[f"GIT_CONFIG_VALUE_{count + offset}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(count + len(AGENT_GIT_CONFIG))
     return env
 
 
@@ -212,19 +224,32 @@ def header(spec: HostSpec, launch: Launch, argv: list[str]) -> str:
 
 
 def start(
-    spec: HostSpec, launch: Launch, *, environ: Mapping[str, str]
+    spec: HostSpec,
+    launch: Launch,
+    *,
+    environ: Mapping[str, str],
+    sandbox: Sandbox | None = None,
+    spec_path: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], ProcessIdentity]:
-    """Start the agent; ``RUN_HOST_FAILED`` when it cannot be started."""
+    """Start the agent -- under the launcher (reaper and, in ``landlock`` mode, the kernel sandbox) when ``sandbox``
+    is given, its spec written to ``spec_path``; ``RUN_HOST_FAILED`` when it cannot be started."""
     argv, shell = command_for(spec, launch)
+    env = agent_environment(environ, spec, launch)
+    run_argv: list[str] | str = argv if not shell else argv[0]
+    if sandbox is not None and spec_path is not None:
+        if sandbox.mode == "landlock" and sandbox.tmpdir is not None:
+            env["TMPDIR"] = str(sandbox.tmpdir)  # the one temporary directory it may write
+        run_argv = sandbox.wrap(argv if not shell else ["/bin/sh", "-c", argv[0]], launch.worktree, spec_path)
+        shell = False
     launch.log_file.parent.mkdir(parents=True, exist_ok=True)
     log = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         os.write(log, ("\n" + header(spec, launch, argv)).encode())
         proc = subprocess.Popen(
-            argv if not shell else argv[0],
+            run_argv,
             shell=shell,
             cwd=launch.worktree,
-            env=agent_environment(environ, spec, launch),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -50,6 +50,7 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Delivered, JobContext, Refusal, Request
 from ..runs.proof import prove
+from ..runs.workspaces import mirror_branch
 from ..verify.core import Outcome
 from . import custody
 from .custody import seal_note
@@ -129,6 +130,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _as_handed_off(handoff, worktree, worker_contract(view.run(), handoff.worker, view.tasks()))
     if refused is not None:
         return refused
+    mirror_branch(store, worktree, handoff.worker.branch)
     base = handoff.worker.base or view.run().base_commit
     refused = secrets_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head)
     if refused is not None:

@@ -16,6 +16,7 @@ from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
+from ..hosts.launch import HostSpec
 from ..model.integration import IntegrationStatus
 from ..model.run import Run
 from ..model.task import Task
@@ -23,9 +24,10 @@ from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refusal
 from ..runs.proof import prove, slot_checkout
+from ..sandbox.plan import Sandbox, choose_mode, for_reviewer
 from .guards import candidate_breach
 from .record import advance, fail
-from .reviews import diff_text, review_input, run_reviews
+from .reviews import Confine, diff_text, review_input, run_reviews
 
 CANDIDATE_SLOT: Final = "candidate"
 
@@ -79,6 +81,33 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
     return None
 
 
+def _confiner(ctx: JobContext, store: Store) -> Confine:
+    """Each reviewer's sandbox: the policy's mode (``RUN_SANDBOX_UNAVAILABLE`` if required and impossible), its
+    spec in the run's private dir."""
+    mode, reason = choose_mode(ctx.policy.sandbox_mode, ctx.policy.sandbox_required)
+    key = store.config_value("agentops.signingKey")
+
+    def confine(spec: HostSpec, checkout: Path, scratch: Path, name: str) -> tuple[Sandbox, Path]:
+        box = for_reviewer(
+            mode=mode,
+            reason=reason,
+            checkout=checkout,
+            scratch=scratch,
+            common_dir=store.common_dir,
+            environ=ctx.environ,
+            signing_key=key,
+            host_writable=spec.writable,
+            policy_writable=ctx.policy.sandbox_writable,
+            deny_read=ctx.policy.sandbox_deny_read,
+            recipe=runstate.recipe_path(store, ctx.run_id),
+        )
+        where = ctx.run_dir / "sandbox"
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return box, where / f"{name}.json"
+
+    return confine
+
+
 def _review(
     ctx: JobContext,
     store: Store,
@@ -107,6 +136,7 @@ def _review(
         recipe=recipe if recipe.exists() else None,
         git_common_dir=store.common_dir,
         log_dir=ctx.run_dir / "reviews",
+        confine=_confiner(ctx, store),
     )
     blocking = {r.reviewer: r.blocking for r in results if r.blocking}
     reviews = [r.to_json() for r in results]

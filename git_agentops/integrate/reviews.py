@@ -23,7 +23,7 @@ reviewer wrote no valid report.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -36,12 +36,15 @@ from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, hos
 from ..model.policy import Policy
 from ..process.command import CommandResult, run_command
 from ..resources import data_dir
+from ..sandbox.plan import Sandbox
 from ..schema import documents
 
 MAX_DIFF: Final = 512 * 1024
 REVIEW_TIMEOUT: Final = 1800.0
 REVIEW_DIR: Final = ".agentops/review"
 ATTEMPTS: Final = 2
+Confine = Callable[[HostSpec, Path, Path, str], tuple[Sandbox, Path]]
+"""(host, checkout, scratch dir, launch name) -> the launch's sandbox and the private path of its spec."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +154,10 @@ def run_reviews(
     recipe: Path | None,
     git_common_dir: Path | None = None,
     log_dir: Path | None = None,
+    confine: Confine | None = None,
 ) -> list[Review]:
-    """Run the policy's required reviewers in turn on ``checkout``; one :class:`Review` each."""
+    """Run the policy's required reviewers in turn on ``checkout``; one :class:`Review` each. ``confine`` gives
+    each reviewer launch its sandbox and a private path for the launcher's spec (None: run unconfined)."""
     review = policy.doc["review"]
     names = list(review["reviewers"])[: int(review["required"])]
     scratch = checkout / REVIEW_DIR
@@ -171,6 +176,7 @@ def run_reviews(
                 recipe=recipe,
                 git_common_dir=git_common_dir,
                 log_dir=log_dir,
+                confine=confine,
             )
         )
     return results
@@ -188,6 +194,7 @@ def _review(
     recipe: Path | None,
     git_common_dir: Path | None,
     log_dir: Path | None,
+    confine: Confine | None,
 ) -> Review:
     input_path = scratch / f"input-{name}.json"
     report_path = scratch / f"report-{name}.json"
@@ -214,7 +221,8 @@ def _review(
             git_common_dir=git_common_dir,
             extra={"input": str(input_path), "report": str(report_path)},
         )
-        ran = _run_reviewer(name, spec, launch, environ=environ, clock=clock, recipe=recipe)
+        box = confine(spec, checkout, scratch, f"reviewer-{name}-{attempt}") if confine is not None else None
+        ran = _run_reviewer(name, spec, launch, environ=environ, clock=clock, recipe=recipe, box=box)
         result = _read_report(name, report_path, ran, attempt)
         if result.report is not None:
             return result
@@ -224,7 +232,14 @@ def _review(
 
 
 def _run_reviewer(
-    name: str, spec: HostSpec, launch: Launch, *, environ: Mapping[str, str], clock: Clock, recipe: Path | None
+    name: str,
+    spec: HostSpec,
+    launch: Launch,
+    *,
+    environ: Mapping[str, str],
+    clock: Clock,
+    recipe: Path | None,
+    box: tuple[Sandbox, Path] | None = None,
 ) -> CommandResult:
     env = agent_environment(environ, spec, launch)
     for key in ("AGENTOPS_RUN_ID", "AGENTOPS_WORKER_ID", "AGENTOPS_GENERATION", "AGENTOPS_MAILBOX"):
@@ -245,6 +260,12 @@ def _run_reviewer(
     else:
         command, shell = command_for(spec, launch)
         argv = command[0] if shell else command
+    if box is not None:
+        sandbox, spec_path = box
+        full = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
+        argv, shell = sandbox.wrap(full, launch.worktree, spec_path), False
+        if sandbox.tmpdir is not None:
+            env["TMPDIR"] = str(sandbox.tmpdir)
     result = run_command(argv, cwd=launch.worktree, env=env, timeout=REVIEW_TIMEOUT, shell=shell, clock=clock)
     try:
         launch.log_file.parent.mkdir(parents=True, exist_ok=True)

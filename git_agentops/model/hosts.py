@@ -127,3 +127,19 @@ def default_env(kind: str, verify_argvs: Sequence[Sequence[str] | str]) -> dict[
     if kind == "opencode":
         return {"OPENCODE_CONFIG_CONTENT": opencode_config(verify_argvs)}
     return {}
+
+
+DEFAULT_WRITABLE: Final[dict[str, tuple[str, ...]]] = {
+    "claude": ("~/.claude", "~/.claude.json", "~/.cache"),
+    "codex": ("~/.codex", "~/.cache"),
+    "opencode": ("~/.local/share/opencode", "~/.local/state/opencode", "~/.config/opencode", "~/.cache"),
+    "command": ("~/.cache",),
+    "scripted": (),
+}
+"""What each kind's agent writes outside its worktree, so the sandbox lets it: its session state, its config and
+``~/.cache`` (pip, npm, the host's own). ``git agentops-init`` writes them out, so ``policy trust`` shows them."""
+
+
+def default_writable(kind: str) -> tuple[str, ...]:
+    """The paths (``~`` unexpanded) a host of ``kind`` writes outside its worktree."""
+    return DEFAULT_WRITABLE.get(kind, ("~/.cache",))

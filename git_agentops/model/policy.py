@@ -117,6 +117,7 @@ def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str
         "shell": shell,
         "env": {**hosts.default_env(kind, verify_argvs), **host.get("env", {})},
         "resume_argv": resume_argv,
+        "writable": list(host.get("writable", hosts.default_writable(kind))),
     }
     out.setdefault("resume", bool(resume_argv))
     return out
@@ -149,6 +150,7 @@ def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
         "review": review,
         "receipts": receipts,
         "guardrails": guardrails,
+        **({"sandbox": dict(doc["sandbox"])} if "sandbox" in doc else {}),  # absent: the defaults, no hash change
     }
 
 
@@ -285,6 +287,26 @@ class Policy:
         """The signer list receipts are checked against (``receipts.allowed_signers``, relative to the top), if any."""
         where = self.doc["receipts"].get("allowed_signers")
         return str(where) if where else None
+
+    @property
+    def sandbox_mode(self) -> str:
+        """``sandbox.mode``: ``landlock`` (the default) or ``none``."""
+        return str(self.doc.get("sandbox", {}).get("mode", "landlock"))
+
+    @property
+    def sandbox_required(self) -> bool:
+        """``sandbox.required``: refuse to start a run without the sandbox (false by default)."""
+        return bool(self.doc.get("sandbox", {}).get("required", False))
+
+    @property
+    def sandbox_writable(self) -> tuple[str, ...]:
+        """``sandbox.writable``: more paths every agent may write (unexpanded)."""
+        return tuple(self.doc.get("sandbox", {}).get("writable", ()))
+
+    @property
+    def sandbox_deny_read(self) -> tuple[str, ...]:
+        """``sandbox.deny_read``: more paths agents may not read (unexpanded)."""
+        return tuple(self.doc.get("sandbox", {}).get("deny_read", ()))
 
     @property
     def protected_paths(self) -> tuple[str, ...]:

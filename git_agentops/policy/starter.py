@@ -32,11 +32,21 @@ from .. import __version__
 from ..envs.project import is_python_project, pyproject
 from ..envs.pydeps import declared, installed_names, setup_extras
 from ..envs.tools import ENV_COMMAND, VENV
-from ..model.hosts import MODEL_HOSTS, default_argv, default_env
+from ..model.hosts import MODEL_HOSTS, default_argv, default_env, default_writable
 
-EXCLUDES: Final = (".agentops/worktrees/", ".agentops/mailbox/", ".agentops/review/", f"{VENV}/", "*.egg-info/")
+EXCLUDES: Final = (
+    ".agentops/worktrees/",
+    ".agentops/mailbox/",
+    ".agentops/review/",
+    f"{VENV}/",
+    "*.egg-info/",
+    "/.claude/settings.local.json",
+    "/.codex/hooks.json",
+    "/.opencode/plugins/agentops-guard.js",
+)
 """What ``info/exclude`` gets (from init and from run creation): the toolkit's own directories, the checkout's
-venv, and the ``.egg-info`` a setuptools editable install writes into the checkout -- none of it belongs in a
+venv, the ``.egg-info`` a setuptools editable install writes into the checkout, and the agent hosts' guard hook
+files each worker worktree gets (:data:`git_agentops.hooks.hostconfig.GUARD_FILES`) -- none of it belongs in a
 commit, and any of it untracked would make verification refuse the checkout as dirty."""
 HEADER: Final = (
     "# git-agentops policy: what a run may execute here and how its work is judged.\n"
@@ -328,6 +338,7 @@ def starter_policy(
             env = default_env(agent.kind, allowed)
             if env:
                 host["env"] = env
+            host["writable"] = list(default_writable(agent.kind))  # what the sandbox lets it write outside
             hosts[agent.kind] = host
         doc["run"]["default_host"] = agents[0].kind
         doc["hosts"] = hosts

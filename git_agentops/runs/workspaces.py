@@ -1,7 +1,9 @@
 """Worker worktrees: where each worker writes, who owns it, and its one-time setup.
 
-Every worker gets ``<repo>/<worktree_root>/<run>/<worker>`` on branch ``refs/heads/agentops/<run>/<worker>``,
-a real linked worktree (``git worktree list`` shows it). Ownership is recorded in that worktree's own git dir
+Every worker gets ``<repo>/<worktree_root>/<run>/<worker>``, a real linked worktree (``git worktree list`` shows
+it) with its HEAD *detached* at its start commit: the agent's commits move only that HEAD, in the worktree's admin
+dir, which is all a sandboxed agent may write; the supervisor keeps ``refs/heads/agentops/<run>/<worker>`` at the
+worktree's HEAD itself (:func:`mirror_branch`). Ownership is recorded in that worktree's own git dir
 (``$GIT_DIR/agentops/worktree.json``, 0600) -- never inside the work tree, where the agent could edit it. An
 existing checkout at the path is adopted only when its record names the same run and worker
 (``RUN_WORKTREE_OWNERSHIP`` otherwise), so a restarted supervisor reuses a worker's checkout and nobody else's.
@@ -24,9 +26,10 @@ from ..canonical import digest
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private_json, resolve_contained, write_private_json
+from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
-from ..gitstore.worktree import add_worktree, admin_dir
+from ..gitstore.worktree import add_worktree, admin_dir, detach_head, head_of
 from ..model.policy import CommandSpec
 from ..process.command import run_command, scrub_environment
 
@@ -74,6 +77,7 @@ def ensure_worktree(
     if read_ref(store, where.branch) is None:
         update_ref(store, where.branch, start_commit, None, f"agentops: branch for {run_id}/{worker_id}")
     admin = add_worktree(store, name=where.name, path=where.path, branch=where.branch)
+    detach_head(admin, read_ref(store, where.branch) or start_commit)  # the agent commits on HEAD alone
     write_private_json(
         admin,
         RECORD,
@@ -88,6 +92,24 @@ def ensure_worktree(
         schema="worktree-record",
     )
     return True
+
+
+def mirror_branch(store: Store, worktree: Path, branch: str) -> str | None:
+    """Bring the worker's branch to its worktree's HEAD and return that commit (None when HEAD names none).
+
+    Workers commit on a detached HEAD -- in the sandbox they cannot write a shared ref -- so the supervisor keeps
+    ``refs/heads/agentops/<run>/<worker>`` where the work is, for people and tools that look for it there.
+    """
+    head = head_of(store, worktree)
+    if head is None:
+        return None
+    current = read_ref(store, branch)
+    if current != head:
+        try:
+            update_ref(store, branch, head, current, "agentops: the worker's HEAD")
+        except RefConflict:
+            pass  # someone else moved it meanwhile: the next mirror catches up
+    return head
 
 
 def setup_hash(steps: tuple[CommandSpec, ...]) -> str:

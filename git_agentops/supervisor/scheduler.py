@@ -25,7 +25,7 @@ from ..model.task import TaskStatus
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
-from ..runs.workspaces import Placement, ensure_setup, ensure_worktree, placement
+from ..runs.workspaces import Placement, ensure_setup, ensure_worktree, mirror_branch, placement
 from .ports import Loop
 
 
@@ -42,6 +42,7 @@ class Provision:
     task_id: str
     where: Placement
     coordinator_branch: str
+    coordinator_worktree: str
     deliveries: tuple[tuple[str, str], ...]  # (task id, delivered commit), in plan order
 
 
@@ -78,6 +79,7 @@ def schedule(loop: Loop) -> None:
             task_id=task_id,
             where=where,
             coordinator_branch=workers[run.coordinator_id].branch,
+            coordinator_worktree=workers[run.coordinator_id].worktree,
             deliveries=tuple(
                 (d, tasks[d].extra["delivery"]["commit"])
                 for d in sorted(task.dependencies, key=lambda d: order.get(d, len(order)))
@@ -131,7 +133,8 @@ def _provision_job(ctx: JobContext, job: Provision, store: Store) -> Provisioned
 
 def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Block:
     """Job: branch, merge dependencies, create the worktree, run setup (see the module docstring)."""
-    start = read_ref(store, job.coordinator_branch)
+    start = mirror_branch(store, Path(job.coordinator_worktree), job.coordinator_branch)  # what it committed
+    start = start or read_ref(store, job.coordinator_branch)
     if start is None:
         return Block("RUN_WORKTREE_OWNERSHIP", f"the coordinator's branch {job.coordinator_branch} is gone")
     head, conflict = start, None

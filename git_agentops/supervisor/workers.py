@@ -68,6 +68,7 @@ from ..runs import tasks as taskbook
 from ..runs.controls import Stopped, run_processes, stop_group, stop_stray
 from .briefing import Briefing
 from .cache import StateCache
+from .confine import Confinement
 
 ALIVE = (WorkerStatus.STARTING, WorkerStatus.RUNNING)
 """A generation's process runs (an ``idle`` coordinator has none: it ended its turn and waits to be woken)."""
@@ -103,6 +104,7 @@ class Workers:
         self.briefing = briefing
         self.jobs = jobs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}  # worker id -> the generation this supervisor started
+        self.confine = Confinement(store, policy, environ, run_dir, log)
 
     def set(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
         """Update one worker record by CAS, recording ``event``."""
@@ -281,7 +283,10 @@ class Workers:
         )
         text = instructions.resume_prompt(doc) if session else instructions.prompt(doc)
         mailbox.write_prompt(worktree, text)
-        proc, identity = start(spec, launch, environ=self.environ)
+        sandbox = self.confine.sandbox(worker, spec, launch.recipe)
+        proc, identity = start(
+            spec, launch, environ=self.environ, sandbox=sandbox, spec_path=self.confine.spec_path(worker)
+        )
         self.procs[worker_id] = proc
         self.set(
             worker_id,

@@ -111,12 +111,20 @@ class Session:
         }
 
 
+STATE_DIRS: Final = {"claude": ".claude", "codex": ".codex", "opencode": ".local/share/opencode"}
+"""Where each real CLI keeps its sessions, under ``$HOME``: a sandbox must let the stand-in write there too."""
+
+
+def session_root(cli: str, home: Path) -> Path:
+    """``$HOME/<the CLI's own state dir>/standin-sessions``."""
+    return home / STATE_DIRS.get(cli, f".{cli}") / "standin-sessions"
+
+
 class SessionStore:
-    """``$HOME/.standin-<cli>/sessions/<id>.json``: written before the first tool call, so a killed agent resumes."""
+    """``session_root(cli)/<id>.json``: written before the first tool call, so a killed agent resumes."""
 
     def __init__(self, cli: str) -> None:
-        home = Path(os.environ.get("HOME") or Path.home())
-        self.root = home / f".standin-{cli}" / "sessions"
+        self.root = session_root(cli, Path(os.environ.get("HOME") or Path.home()))
 
     def new(
         self,
@@ -400,6 +408,10 @@ class Denied(Exception):
         self.message = message
         self.stop = stop
         self.exit_code = exit_code
+
+
+PreTool = Callable[[str, Mapping[str, Any]], None]
+"""A CLI's pre-tool hooks (``tests/standins/hosthooks.py``): (tool name, tool input); raises :class:`Denied`."""
 
 
 class Policy(ABC):
@@ -788,6 +800,9 @@ def coordinate(turn: Turn, gate: ToolGate) -> str:
     return f"Planned {planned} child task(s); ending my turn to wait for them."
 
 
+_ALSO: Final = re.compile(r"Also run: `(.+)`")
+
+
 def implement(turn: Turn, gate: ToolGate) -> str:
     """Child: write the file the intent names, then commit, verify and hand off -- each only if the prompt shows it."""
     task = _TASK.search(turn.original)
@@ -799,6 +814,10 @@ def implement(turn: Turn, gate: ToolGate) -> str:
         gate.log(f"I do not understand the intent of {title!r}: ending my turn")
         return "I do not know how to do this task."
     path, content = intent.group(1), intent.group(2)
+    for line in following[1:]:  # a task may ask for more, destructive or not: this model does as it is told
+        also = _ALSO.fullmatch(line)
+        if also is not None:
+            gate.bash(also.group(1))
     if section(turn.situation, "Why you were started again"):
         gate.log("started again after a failure: doing my task again")
     gate.write(path, content + "\n")
@@ -868,13 +887,21 @@ class ClaudePermissions(Policy):
     """Claude Code's permission rules in print mode, where nothing can be asked: what is not allowed is denied."""
 
     def __init__(
-        self, cwd: Path, mode: str, allowed: Sequence[str], disallowed: Sequence[str], dirs: Sequence[Path]
+        self,
+        cwd: Path,
+        mode: str,
+        allowed: Sequence[str],
+        disallowed: Sequence[str],
+        dirs: Sequence[Path],
+        *,
+        pre_tool: PreTool | None = None,
     ) -> None:
         self.cwd = cwd
         self.mode = mode
         self.allowed = [self._rule(r) for r in allowed]
         self.disallowed = [self._rule(r) for r in disallowed]
         self.dirs = list(dirs)
+        self.pre_tool = pre_tool
 
     @staticmethod
     def _rule(text: str) -> tuple[str, str | None]:
@@ -912,7 +939,10 @@ class ClaudePermissions(Policy):
         raise Denied(self.message("Write"))
 
     def check_bash(self, command: str) -> None:
-        """Bash: every part of the command must match an allow rule (none a deny rule), or ``bypassPermissions``."""
+        """Bash: the ``PreToolUse`` hooks first (they run before the rules, in every mode), then every part of the
+        command must match an allow rule (none a deny rule), or ``bypassPermissions``."""
+        if self.pre_tool is not None:
+            self.pre_tool("Bash", {"command": command, "description": "Run a command"})
         parts = [text for text, _ in split_commands(command)]
         if any(tool == "Bash" and bash_rule_matches(spec, p) for tool, spec in self.disallowed for p in parts):
             raise Denied(self.message("Bash"))
@@ -1280,10 +1310,13 @@ def decide(rules: Sequence[tuple[str, str, str]], permission: str, pattern: str)
 class OpencodePermissions(Policy):
     """opencode's permission rules in ``run`` mode, where an ``ask`` is rejected (approved with ``--auto``)."""
 
-    def __init__(self, cwd: Path, rules: Sequence[tuple[str, str, str]], *, auto: bool) -> None:
+    def __init__(
+        self, cwd: Path, rules: Sequence[tuple[str, str, str]], *, auto: bool, pre_tool: PreTool | None = None
+    ) -> None:
         self.cwd = cwd
         self.rules = list(rules)
         self.auto = auto
+        self.pre_tool = pre_tool
 
     def require(self, permission: str, pattern: str) -> None:
         """Raise :class:`Denied` unless ``permission`` on ``pattern`` is allowed (or asked, with ``--auto``)."""
@@ -1317,7 +1350,10 @@ class OpencodePermissions(Policy):
         self._file("edit", path)
 
     def check_bash(self, command: str) -> None:
-        """Per simple command: ``external_directory`` for the git dirs it writes outside the cwd, then ``bash``."""
+        """The plugins' ``tool.execute.before`` first; then per simple command: ``external_directory`` for the git
+        dirs it writes outside the cwd, then ``bash``."""
+        if self.pre_tool is not None:
+            self.pre_tool("bash", {"command": command, "description": "Run a command"})
         for text, _ in split_commands(command):
             effect = effect_of(text, self.cwd)
             for path in effect.writes if effect is not None else ():

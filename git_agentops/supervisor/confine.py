@@ -1,0 +1,97 @@
+"""Each worker generation's confinement: the sandbox mode of the run, the rules of one launch, the guard hook.
+
+The mode is decided once per supervisor (:func:`git_agentops.sandbox.plan.choose_mode`: the policy's ``[sandbox]``
+and what the kernel offers); each generation then gets its rules from where its worktree, admin dir and host
+paths are (:func:`git_agentops.sandbox.plan.for_worker`), and its launcher spec is written to the run's private
+dir, which the agent can neither read nor write. Before each start the host's own pre-tool hook configuration is
+(re)written into the worktree, so the host asks ``git agentops-hook agent-command`` before every shell command.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pygit2
+
+from ..errors import AgentOpsError
+from ..gitstore.repo import Store
+from ..gitstore.worktree import admin_dir, head_of
+from ..hosts.launch import HostSpec
+from ..model.policy import Policy
+from ..model.run import Worker
+from ..sandbox.plan import Sandbox, choose_mode, for_worker
+
+
+class Confinement:
+    """The sandbox of this supervisor's launches."""
+
+    def __init__(
+        self, store: Store, policy: Policy, environ: Mapping[str, str], run_dir: Path, log: Callable[[str], None]
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.environ = environ
+        self.run_dir = run_dir
+        self.log = log
+        self._mode: tuple[str, str | None] | None = None
+
+    @property
+    def mode(self) -> tuple[str, str | None]:
+        """(``landlock`` or ``none``, why ``none``); ``RUN_SANDBOX_UNAVAILABLE`` when required but impossible."""
+        if self._mode is None:
+            self._mode = choose_mode(self.policy.sandbox_mode, self.policy.sandbox_required)
+            if self._mode[0] == "none":
+                self.log(f"warning: agents run without the sandbox: {self._mode[1]}")
+        return self._mode
+
+    def sandbox(self, worker: Worker, spec: HostSpec, recipe: Path | None) -> Sandbox:
+        """The sandbox of ``worker``'s next generation, with its host's guard hook written into its worktree."""
+        mode, reason = self.mode
+        worktree = Path(worker.worktree)
+        self.guard(worktree, spec.kind)
+        admin = admin_dir(worktree) or self.run_dir / "admin" / worker.worker_id
+        return for_worker(
+            mode=mode,
+            reason=reason,
+            worktree=worktree,
+            admin_dir=admin,
+            common_dir=self.store.common_dir,
+            environ=self.environ,
+            signing_key=self.store.config_value("agentops.signingKey"),
+            host_writable=spec.writable,
+            policy_writable=self.policy.sandbox_writable,
+            deny_read=self.policy.sandbox_deny_read,
+            recipe=recipe,
+        )
+
+    def guard(self, worktree: Path, kind: str) -> None:
+        """Write host ``kind``'s pre-tool hook configuration (:mod:`git_agentops.hooks.hostconfig`) into
+        ``worktree``, unless the project tracks that file itself (ours would then reach a commit): logged."""
+        from ..hooks.hostconfig import GUARD_FILES, hook_entry, write_guard
+
+        rel = GUARD_FILES.get(kind)
+        if rel is None:
+            return
+        head = head_of(self.store, worktree)
+        if head is not None and self._tracks(head, rel):
+            self.log(f"warning: {worktree.name}: the project tracks {rel}; the {kind} guard hook is not installed")
+            return
+        try:
+            write_guard(worktree, kind, hook_command=hook_entry(sys.executable))
+        except AgentOpsError as error:
+            self.log(f"warning: {worktree.name}: the {kind} guard hook is not installed: {error.message}")
+
+    def _tracks(self, commit: str, rel: str) -> bool:
+        try:
+            self.store.repo[commit].peel(pygit2.Tree)[rel]
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+        return True
+
+    def spec_path(self, worker: Worker) -> Path:
+        """Where the launcher spec of ``worker``'s next generation goes (private, outside its reach)."""
+        where = self.run_dir / "sandbox"
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return where / f"{worker.worker_id}-{worker.generation}.json"
