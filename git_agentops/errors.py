@@ -171,7 +171,7 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "RUN_SANDBOX_UNAVAILABLE": _c(EXIT_REFUSED, "the policy requires the sandbox but this kernel cannot provide it"),
     "RUN_UNSANDBOXED": _c(
-        EXIT_NEGATIVE, "a warning: agents run without the kernel sandbox (no Landlock, or [sandbox] mode = \"none\")"
+        EXIT_NEGATIVE, 'a warning: agents run without the kernel sandbox (no Landlock, or [sandbox] mode = "none")'
     ),
     "RUN_STATE_TAMPERED": _c(
         EXIT_REFUSED, "a run ref holds a commit the supervisor did not write; the run is blocked, nothing is lost"

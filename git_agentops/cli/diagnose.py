@@ -278,13 +278,13 @@ def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
     detail = f"Landlock ABI {abi}" + (" (signals and abstract sockets scoped)" if abi >= 6 else "")
     detail += f"; user namespaces {'available' if namespaces else 'unavailable'}"
     if abi == 0 or mode == "none":
-        why = "this kernel has no Landlock" if abi == 0 else "the policy says [sandbox] mode = \"none\""
+        why = "this kernel has no Landlock" if abi == 0 else 'the policy says [sandbox] mode = "none"'
         return Check(
             "sandbox",
             "warn",
             f"{detail}; agents run unconfined ({why}): they can read {' and '.join(exposed)}",
             value,
-            "use a kernel with Landlock (5.13+), keep [sandbox] mode = \"landlock\"",
+            'use a kernel with Landlock (5.13+), keep [sandbox] mode = "landlock"',
         )
     if abi < 6:
         return Check("sandbox", "warn", detail + "; agents may signal processes outside their sandbox", value)
