@@ -17,6 +17,12 @@ The canonical form:
 
 A *seal* is ``{"value": v, "digest": sha256_hex(canonical(v))}``: a value that carries the proof of its own
 content, so a receipt can be checked field by field.
+
+**JCS** (RFC 8785, :func:`jcs_bytes`): what receipts from version 2 on are serialised and sealed with, so that a
+verifier outside this toolkit can recompute every digest with a published scheme (implementations exist for most
+languages). It agrees with the form above on everything but numbers (ECMAScript formatting: ``1e-7``, not
+``1e-07``; integers beyond 2**53 refused) and the order of keys holding characters beyond U+FFFF (UTF-16 code
+units); values go through the same refusals first (NaN, bytes, lone surrogates, depth).
 """
 
 from __future__ import annotations
@@ -71,6 +77,38 @@ def canonical_bytes(value: Any) -> bytes:
     return canonical_json(value).encode("utf-8")
 
 
+def jcs_bytes(value: Any) -> bytes:
+    """The RFC 8785 (JCS) serialisation of ``value`` (``rfc8785``, imported here: only receipts need it).
+    Raises ``CANONICAL_UNSUPPORTED`` for what has no such form (an integer beyond 2**53, NaN, bytes...)."""
+    normal = _normalise(value, 0)
+    if _same_in_both(normal):  # most receipts: json's C encoder writes exactly the RFC 8785 bytes, 10x faster
+        return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    import rfc8785
+
+    try:
+        return rfc8785.dumps(normal)
+    except rfc8785.CanonicalizationError as exc:
+        raise AgentOpsError("CANONICAL_UNSUPPORTED", f"no RFC 8785 form: {exc}") from exc
+
+
+_SAFE_INT: Final = 2**53 - 1
+
+
+def _same_in_both(value: Any) -> bool:
+    """Whether the canonical form above and RFC 8785 write ``value`` identically: no floats, integers within
+    +/-(2**53 - 1), object keys within the BMP (so code-point and UTF-16 order agree). Strings are escaped alike
+    (``\\"``, ``\\\\``, ``\\b\\f\\n\\r\\t``, other controls as lowercase ``\\u00xx``, nothing else)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int):
+        return -_SAFE_INT <= value <= _SAFE_INT
+    if isinstance(value, dict):
+        return all(max(map(ord, k), default=0) <= 0xFFFF and _same_in_both(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_same_in_both(v) for v in value)
+    return False  # a float: ECMAScript formatting differs from Python's repr
+
+
 def sha256_hex(data: bytes | str) -> str:
     """SHA-256 of bytes, or of a string's UTF-8 encoding, as 64 lowercase hex digits."""
     if isinstance(data, str):
@@ -78,24 +116,24 @@ def sha256_hex(data: bytes | str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def digest(value: Any) -> str:
-    """SHA-256 of the canonical JSON of ``value``."""
-    return sha256_hex(canonical_bytes(value))
+def digest(value: Any, *, jcs: bool = False) -> str:
+    """SHA-256 of the canonical JSON of ``value`` (``jcs``: of its RFC 8785 form)."""
+    return sha256_hex(jcs_bytes(value) if jcs else canonical_bytes(value))
 
 
-def seal(value: Any) -> dict[str, Any]:
+def seal(value: Any, *, jcs: bool = False) -> dict[str, Any]:
     """``{"value": value, "digest": digest(value)}``."""
-    return {"value": value, "digest": digest(value)}
+    return {"value": value, "digest": digest(value, jcs=jcs)}
 
 
-def check_seal(sealed: Any) -> Any:
-    """Return the sealed value if its digest recomputes; raise ``SEAL_INVALID`` otherwise."""
+def check_seal(sealed: Any, *, jcs: bool = False) -> Any:
+    """Return the sealed value if its digest (canonical, or ``jcs``) recomputes; raise ``SEAL_INVALID`` otherwise."""
     if not isinstance(sealed, Mapping) or set(sealed) != {"value", "digest"}:
         raise AgentOpsError("SEAL_INVALID", "a seal is an object with exactly 'value' and 'digest'")
     claimed = sealed["digest"]
     if not isinstance(claimed, str) or len(claimed) != 64:
         raise AgentOpsError("SEAL_INVALID", "a seal's digest is 64 hex digits")
-    actual = digest(sealed["value"])
+    actual = digest(sealed["value"], jcs=jcs)
     if actual != claimed:
         raise AgentOpsError(
             "SEAL_INVALID",

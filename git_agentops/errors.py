@@ -113,10 +113,19 @@ CODES: Final[Mapping[str, CodeInfo]] = {
         EXIT_REFUSED, "the project's code resolves outside the checkout being verified (an editable install elsewhere)"
     ),
     # receipts
-    "RECEIPT_MISSING": _c(EXIT_NEGATIVE, "the commit has no receipt"),
+    "RECEIPT_MISSING": _c(EXIT_NEGATIVE, "the commit has no receipt, or a commit of the range is covered by none"),
+    "RECEIPT_NOT_COVERED": _c(
+        EXIT_OK, "a note: a plain commit no receipt covers, listed because plain commits are allowed"
+    ),
+    "RECEIPT_POLICY_CHANGED": _c(
+        EXIT_OK, "a note: a commit of the range changes the policy or signers without a receipt; its rules are not used"
+    ),
     "RECEIPT_MALFORMED": _c(EXIT_NEGATIVE, "the receipt is not a well-formed DSSE envelope around a receipt statement"),
     "RECEIPT_SIGNATURE_INVALID": _c(EXIT_NEGATIVE, "a receipt signature is bad, or missing while one is required"),
     "RECEIPT_UNTRUSTED_SIGNER": _c(EXIT_NEGATIVE, "a receipt is signed by a key allowed_signers does not trust"),
+    "RECEIPT_SIGNERS_INVALID": _c(
+        EXIT_NEGATIVE, "the allowed_signers file has a malformed line or an option ssh-keygen does not define"
+    ),
     "RECEIPT_SUBJECT_MISMATCH": _c(EXIT_NEGATIVE, "the receipt names another commit, tree or merge chain"),
     "RECEIPT_SEAL_INVALID": _c(EXIT_NEGATIVE, "a sealed part of the receipt does not match its digest"),
     "RECEIPT_INCOMPLETE": _c(EXIT_NEGATIVE, "the receipt records a task that was not delivered"),

@@ -385,3 +385,34 @@ def test_pushing_the_target_needs_a_receipt_and_a_server_refuses_rewriting_deliv
     assert deleted.returncode != 0 and "HOOK_REF_CREATE_ONLY" in deleted.stderr
     assert status(repo, run_id)["status"] == "complete"
     assert json.loads(git(repo, "notes", "--ref=agentops/receipts", "show", candidate))["payloadType"]
+
+    (repo / "src" / "after.txt").write_text("after\n")  # a plain commit on top of the receipted tip
+    git(repo, "add", "src/after.txt")
+    git(repo, "commit", "-qm", "a plain commit after the integration")
+    plain = run_git(repo, "push", "--no-verify", "origin", "main")
+    assert plain.returncode != 0 and "RECEIPT_MISSING" in plain.stderr, plain.stderr  # the range fails closed
+    assert git(remote, "rev-parse", "main") == candidate
+
+
+@pytest.mark.slow
+def test_a_server_whose_policy_allows_plain_commits_takes_one_on_top_of_an_integration(tmp_path: Path) -> None:
+    repo = project(tmp_path, extra_policy='[receipts]\nplain_commits = "allow"\n')
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    assert cli(remote, "agentops-init", "--server", "--yes").returncode == 0
+    simple = child("a", "Part A", [[write_step("src/a.txt", "a\n"), '{ commit = "Add a" }', HANDOFF]])
+    run_id = start(repo, recipe(tmp_path, simple, finalize=True))
+    try:
+        wait_for(repo, run_id, lambda d: d["status"] == "complete")
+    finally:
+        stop(repo, run_id)
+    notes = ("refs/notes/agentops/receipts", "refs/notes/agentops/deliveries")
+    assert run_git(repo, "push", "origin", "main", *notes).returncode == 0
+    (repo / "src" / "after.txt").write_text("after\n")
+    git(repo, "add", "src/after.txt")
+    git(repo, "commit", "-qm", "a plain commit after the integration")
+    pushed = run_git(repo, "push", "origin", "main")
+    assert pushed.returncode == 0, pushed.stderr
+    assert git(remote, "rev-parse", "main") == git(repo, "rev-parse", "main")

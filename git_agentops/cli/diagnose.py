@@ -302,6 +302,33 @@ def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
     return Check("sandbox", "ok", detail + f"; agents cannot read {' or '.join(exposed)}", value)
 
 
+def _signing(store: Any, environ: Mapping[str, str]) -> Check:
+    """Where receipts are signed from: a private key file (readable by any process you run outside the sandbox)
+    or ``ssh-agent`` (``agentops.signingKey`` naming the public key, as git's ``user.signingKey`` may)."""
+    key = store.config_value("agentops.signingKey")
+    if not key:
+        return Check("signing", "ok", "receipts are unsigned (no agentops.signingKey)", None)
+    path = Path(key).expanduser()
+    text = path.read_text("utf-8", errors="replace")[:200] if path.is_file() else ""
+    if not text:
+        return Check("signing", "warn", f"agentops.signingKey {key} is not a readable file", key, "fix the path")
+    if "PRIVATE KEY" in text:
+        return Check(
+            "signing",
+            "warn",
+            f"receipts are signed with the private key file {key}: the sandbox keeps it from agents, but any process"
+            " you start outside one (a build tool, an unsandboxed run) can read it",
+            key,
+            f"ssh-add {key} and set agentops.signingKey to {key}.pub (receipts are then signed through ssh-agent)",
+        )
+    detail = f"receipts are signed through ssh-agent with {key}"
+    if environ.get("SSH_AUTH_SOCK"):
+        return Check("signing", "ok", detail + "; the agent is running", key)
+    return Check(
+        "signing", "warn", detail + "; no agent found (SSH_AUTH_SOCK is unset)", key, f"ssh-add the key of {key}"
+    )
+
+
 def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None = None) -> Report:
     """Run every check. ``path`` is the PATH to search for git and ssh-keygen."""
     report = Report()
@@ -320,5 +347,6 @@ def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None
         report.checks += repo_checks
         if store is not None:
             report.checks.append(_hooks(start, path))
+            report.checks.append(_signing(store, environ or {}))
         report.checks.append(_sandbox(store, environ or {}))
     return report

@@ -1,13 +1,16 @@
 """``git agentops-receipt``: show and verify the signed integration receipts attached to commits.
 
     show REV                           the receipt of a commit (signatures, statement, predicate)
-    verify REV|RANGE [--allowed-signers FILE] [--require-signature]
+    verify REV|RANGE [--allowed-signers FILE [--allow-unsigned]] [--require-signature] [--allow-plain-commits]
 
 ``verify`` is the CI check: envelope, payload type, signatures against the allowed signers (as Git checks
 SSH-signed commits), subject = the commit and its tree, every seal, every task delivered, the recorded merge
-chain = the commit's ancestry; for a range ``A..B``, every integration merge on the first-parent history must be
-covered by a receipt. Exit 0 when all are valid, 1 when any is not. Pin ``--allowed-signers`` in CI: by default
-the file named by the policy committed at each verified commit is used.
+chain = the commit's ancestry. For a range ``BASE..TIP`` every commit on the first-parent history must be covered
+by a valid receipt (its own, or as a merge step of a later one): a plain commit fails (``RECEIPT_MISSING``) unless
+``--allow-plain-commits`` or the base's ``[receipts] plain_commits = "allow"``; a range with nothing covered fails.
+Exit 0 when all is valid, 1 when anything is not. Pin ``--allowed-signers`` in CI (it implies
+``--require-signature``); without it the signers and rules come from the policy at BASE (for one commit: at its
+first parent), never from the commit being verified.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .common import Context, Parser, build, run, subcommands
 
@@ -28,6 +32,15 @@ def build_parser() -> Parser:
     verify.add_argument("spec", metavar="REV|RANGE")
     verify.add_argument("--allowed-signers", type=Path, metavar="FILE", help="trust these signers (ssh format)")
     verify.add_argument("--require-signature", action="store_true", default=None, help="an unsigned receipt is invalid")
+    verify.add_argument(
+        "--allow-unsigned",
+        action="store_false",
+        dest="require_signature",
+        help="with --allowed-signers: accept unsigned receipts (local use; CI should not)",
+    )
+    verify.add_argument(
+        "--allow-plain-commits", action="store_true", help="accept commits no receipt covers (listed as not covered)"
+    )
     return parser
 
 
@@ -47,6 +60,11 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             f"target: {integration['target']}  base: {integration['base'][:12]}",
             "merge order: " + " -> ".join(integration["order"]),
         ]
+        for record in predicate["verification"]["value"]:
+            origin = f"reused from {str(record.get('cachedFrom') or '?')[:12]}" if record.get("cached") else "fresh"
+            producer = f", by {record['producer']}" if record.get("producer") else ""
+            verdict = "passed" if record.get("passed") else f"failed (exit {record.get('exitCode')})"
+            lines.append(f"verify {record.get('commandId', '?')}: {verdict}, {origin}{producer}")
         ctx.emit(doc, lines)
         return 0
     if args.command == "verify":
@@ -59,25 +77,24 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             clock=ctx.clock,
             allowed_signers=args.allowed_signers.resolve() if args.allowed_signers else None,
             require_signature=args.require_signature,
+            allow_plain=args.allow_plain_commits,
         )
-        ok = all(v.ok for v in verdicts)
-        lines = [
-            f"{'ok  ' if v.ok else 'FAIL'} {v.commit[:12]} "
-            + (
-                f"signed by {', '.join(v.principals)}"
-                if v.ok and v.principals
-                else ("valid (unsigned)" if v.ok else f"error[{v.code}]: {v.message}")
-            )
-            for v in verdicts
-        ]
-        lines.append(
-            f"{len(verdicts)} receipt(s) checked: {'all valid' if ok else 'INVALID'}"
-            if verdicts
-            else "no integrated commit in that range"
-        )
+        ok = bool(verdicts) and all(v.ok for v in verdicts)
+        lines = [_verdict_line(v) for v in verdicts]
+        receipted = [v for v in verdicts if v.code is None]
+        lines.append(f"{len(receipted)} receipt(s) valid; {'all covered' if ok else 'INVALID'}")
         ctx.emit({"ok": ok, "verdicts": [v.to_json() for v in verdicts]}, lines)
         return 0 if ok else 1
     raise AgentOpsError("USAGE", "say what to do: show or verify")
+
+
+def _verdict_line(verdict: Any) -> str:
+    if not verdict.ok:
+        return f"FAIL {verdict.commit[:12]} error[{verdict.code}]: {verdict.message}"
+    if verdict.code is not None:
+        return f"note {verdict.commit[:12]} {verdict.code}: {verdict.message}"
+    signed = f"signed by {', '.join(verdict.principals)}" if verdict.principals else "valid (unsigned)"
+    return f"ok   {verdict.commit[:12]} {signed}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

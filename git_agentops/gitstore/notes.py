@@ -81,6 +81,30 @@ class Notes:
         found = self._find(root, _check_hex(target))
         return self.backend.read_blob(found[1]) if found else None
 
+    def snapshot(self) -> Callable[[object], bytes | None]:
+        """A reader of the notes as they are now: the root and each fan-out tree read once (a range of a thousand
+        receipts would otherwise re-read the whole root a thousand times), each note when asked for."""
+        _, root = self._root()
+        trees: dict[str, dict[str, TreeEntry]] = {"": {e.name: e for e in root}}
+
+        def read(target: object) -> bytes | None:
+            rest, key = _check_hex(target), ""
+            while rest:
+                by_name = trees[key]
+                entry = by_name.get(rest)
+                if entry is not None and not entry.is_tree:
+                    return self.backend.read_blob(entry.oid)
+                head = by_name.get(rest[:2])
+                if head is None or not head.is_tree:
+                    return None
+                key = head.oid
+                if key not in trees:
+                    trees[key] = {e.name: e for e in self.backend.read_tree(head.oid)}
+                rest = rest[2:]
+            return None
+
+        return read
+
     def items(self) -> Iterator[tuple[str, bytes]]:
         """Every (annotated object hex id, note bytes), by walking the notes tree."""
         _, root = self._root()

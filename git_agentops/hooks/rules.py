@@ -328,9 +328,14 @@ def _receipt_refusals(
 
     cwd = Path(where.toplevel or where.git_dir)
     try:
-        verdicts = check(cwd, local, environ=env, clock=SystemClock(), incoming=incoming)
         if remote != ZERO_OID and git(where, ["cat-file", "-e", remote])[0] == 0:
-            verdicts += check(cwd, f"{remote}..{local}", environ=env, clock=SystemClock(), incoming=incoming)
+            # every new commit covered by a receipt, judged by the old tip's policy (which says whether plain
+            # commits may land here): the same rules as ``git agentops-receipt verify OLD..NEW``
+            verdicts = check(
+                cwd, f"{remote}..{local}", environ=env, clock=SystemClock(), incoming=incoming, require_covered=False
+            )
+        else:  # a new branch: its tip must be an integration with a valid receipt
+            verdicts = check(cwd, local, environ=env, clock=SystemClock(), incoming=incoming)
     except AgentOpsError as exc:
         return [("HOOK_RECEIPT_INVALID", f"cannot check the receipts of {local[:12]}: {exc.message}")]
     bad = [v for v in verdicts if not v.ok]

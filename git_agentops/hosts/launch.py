@@ -187,9 +187,16 @@ AGENT_GIT_CONFIG: Final = (("gc.auto", "0"), ("maintenance.auto", "false"))
 agent may not write (and an unsandboxed one has no business doing)."""
 
 
+KEY_AGENTS: Final = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO"})
+"""The user's key agents: the receipt signing key may be in ``ssh-agent``, and an agent told where its socket is
+could have receipts signed (Landlock does not guard connecting to a named socket). A host that needs one (to
+fetch over ssh) sets it in its own ``env``."""
+
+
 def agent_environment(environ: Mapping[str, str], spec: HostSpec, launch: Launch) -> dict[str, str]:
-    """The user's environment minus the supervisor's ``AGENTOPS_*``, plus the host's env and the worker's ids."""
-    env = {k: v for k, v in environ.items() if not k.startswith("AGENTOPS_")}
+    """The user's environment minus the supervisor's ``AGENTOPS_*`` and the key agents' sockets
+    (:data:`KEY_AGENTS`), plus the host's env and the worker's ids."""
+    env = {k: v for k, v in environ.items() if not k.startswith("AGENTOPS_") and k not in KEY_AGENTS}
     scripts = os.path.dirname(sys.executable)  # where git-agentops-request lives next to this interpreter
     env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")]) if env.get("PATH") else scripts
     values = placeholders(launch)

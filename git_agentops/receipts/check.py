@@ -1,22 +1,29 @@
-"""What CI runs: check the receipts of one commit or of a range of the target's history, offline.
+"""What CI runs: check the receipts of one commit or of a range of the target's history, offline -- failing closed.
 
-For a single commit, it must carry a receipt (``refs/notes/agentops/receipts``) that passes every check of
-:func:`git_agentops.receipts.verify.verify_receipt`. For a range ``A..B``, every first-parent commit of ``B``
-down to ``A`` whose second parent is a frozen delivery (it has a delivery record under
-``refs/notes/agentops/deliveries``) was made by an integration, so it must either carry a receipt itself or be
-one of the merge steps recorded in the receipt of a later first-parent commit: a receipt lost in a squash, a
-rebase or a re-merge is reported as ``RECEIPT_MISSING``.
+A single commit must carry a receipt (``refs/notes/agentops/receipts``) that passes every check of
+:func:`git_agentops.receipts.verify.verify_receipt`. A range ``BASE..TIP`` judges **every** commit on the first-parent
+chain from TIP down to BASE: a commit is *covered* when it carries a valid receipt or is one of the merge steps
+recorded in the valid receipt of a later first-parent commit; any other commit -- a plain ``git commit`` on the
+target, an integration whose receipt was removed together with its delivery notes -- is ``RECEIPT_MISSING``,
+unless plain commits are allowed (``--allow-plain-commits``, or ``[receipts] plain_commits = "allow"`` in the base's
+policy), and then it is listed as not covered (``RECEIPT_NOT_COVERED``, not a failure). A range in which no commit is
+covered at all fails, an empty one too.
 
-The allowed signers default to the policy's ``receipts.allowed_signers`` **as committed at the verified
-commit**, and so does ``require_signature``; ``--allowed-signers`` and ``--require-signature`` override both,
-which is what CI should do (pin its own trust, not the branch's). Reading goes through git plumbing: no pygit2.
+Whose rules: ``--allowed-signers`` pins the signers and implies ``require_signature`` (``allow_unsigned`` for local
+use). Without a pin, the signers, ``require_signature`` and ``plain_commits`` come from the policy at the trusted side
+-- BASE for a range, the first parent for a single commit -- never from the commit being verified: a commit that
+adds a key to ``allowed_signers`` or deletes the policy does not vouch for itself. A change of the policy or of the
+signers file inside the range is reported (``RECEIPT_POLICY_CHANGED``); the commits after it are judged by the
+rules they had before, unless the changing commit is covered by a receipt valid under those rules (its own, or the
+one of the integration it is a step of) -- then the rules at that receipt's commit apply from there on. Reading goes
+through git plumbing: no pygit2.
 """
 
 from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +33,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.backend import GitCliBackend
 from ..gitstore.identity import DEFAULT_IDENTITY
-from ..gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
+from ..gitstore.notes import RECEIPTS_REF, Notes
 from .dsse import parse_envelope
 from .verify import Verdict, verify_receipt
 
@@ -93,33 +100,81 @@ def first_parent_chain(cwd: Path, known: list[str] | None = None) -> Any:
     return chain
 
 
-def _policy_signers(cwd: Path, commit: str, scratch: Path) -> tuple[Path | None, bool]:
-    """The allowed-signers file and require_signature of the policy committed at ``commit``."""
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What a receipt is judged by: the allowed signers, whether a signature is required, whether plain commits
+    may be on the target, and where these came from (for messages)."""
+
+    signers: Path | None
+    required: bool
+    plain: bool
+    source: str
+    paths: tuple[str, ...] = ()  # the files they were read from (the policy and its signers file)
+
+
+def _blob(cwd: Path, commit: str, path: str) -> bytes | None:
+    done = subprocess.run(
+        ["git", "cat-file", "blob", f"{commit}:{path}"], cwd=cwd, capture_output=True, timeout=60, check=False
+    )
+    return done.stdout if done.returncode == 0 else None
+
+
+def policy_rules(cwd: Path, commit: str | None, scratch: Path) -> Rules:
+    """The rules of the policy committed at ``commit`` (none at all: no signers, nothing required, plain refused)."""
     from ..model.policy import POLICY_PATH
     from ..policy.load import policy_from_bytes
 
-    done = subprocess.run(
-        ["git", "cat-file", "blob", f"{commit}:{POLICY_PATH}"], cwd=cwd, capture_output=True, timeout=60, check=False
-    )
-    if done.returncode != 0:
-        return None, False
+    nothing = Rules(None, False, False, f"no policy at {commit[:12]}" if commit else "no trusted base", (POLICY_PATH,))
+    data = _blob(cwd, commit, POLICY_PATH) if commit else None
+    if data is None or commit is None:
+        return nothing
     try:
-        policy = policy_from_bytes(done.stdout, source=f"{commit[:12]}:{POLICY_PATH}")
+        policy = policy_from_bytes(data, source=f"{commit[:12]}:{POLICY_PATH}")
     except AgentOpsError:
-        return None, False
+        return nothing
     receipts = policy.doc["receipts"]
     required = bool(receipts.get("require_signature"))
+    plain = receipts.get("plain_commits", "refuse") == "allow"
+    source = f"the policy at {commit[:12]}"
     where = receipts.get("allowed_signers")
     if not where:
-        return None, required
-    blob = subprocess.run(
-        ["git", "cat-file", "blob", f"{commit}:{where}"], cwd=cwd, capture_output=True, timeout=60, check=False
-    )
-    if blob.returncode != 0:
-        return None, required
+        return Rules(None, required, plain, source, (POLICY_PATH,))
+    signers = _blob(cwd, commit, where)
+    if signers is None:
+        return Rules(None, required, plain, source, (POLICY_PATH, where))
     path = scratch / f"allowed_signers-{commit[:12]}"
-    path.write_bytes(blob.stdout)
-    return path, required
+    path.write_bytes(signers)
+    return Rules(path, required, plain, source, (POLICY_PATH, where))
+
+
+def _changed_paths(cwd: Path, spec: str) -> dict[str, set[str]]:
+    """Per first-parent commit of ``spec``, the paths it changes against its first parent (merges included)."""
+    base, _, tip = spec.partition("..")
+    out = subprocess.run(
+        [
+            "git",
+            "log",
+            "--first-parent",
+            "--diff-merges=first-parent",
+            "--no-renames",
+            "-z",
+            "--name-only",
+            "--format=%x01%H",
+            tip or "HEAD",
+            f"^{base}",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise AgentOpsError("OBJECT_MISSING", f"git log {spec}: {out.stderr.decode(errors='replace').strip()}")
+    changed: dict[str, set[str]] = {}
+    for record in out.stdout.decode("utf-8", "surrogateescape").split("\x01")[1:]:
+        commit, _, names = record.partition("\0")  # "%x01<id>\0\n<name>\0<name>\0..."
+        changed[commit.strip()] = {n.strip("\n") for n in names.split("\0") if n.strip("\n")}
+    return changed
 
 
 class _IncomingRefs(GitCliBackend):
@@ -139,58 +194,139 @@ def check(
     clock: Clock,
     allowed_signers: Path | None = None,
     require_signature: bool | None = None,
+    allow_plain: bool = False,
+    require_covered: bool = True,
     incoming: Mapping[str, str] | None = None,
 ) -> list[Verdict]:
-    """One verdict per commit that needs (or has) a receipt; see the module docstring.
+    """The verdicts of a commit or a range (see the module docstring); the check passes when every verdict is ok.
 
-    ``incoming`` gives notes refs their value from a push still being received (``pre-receive``: the objects
-    are here, the refs not yet), so receipts pushed together with their commits count.
+    ``allowed_signers`` pins the signers (then a signature is required unless ``require_signature`` is False);
+    ``require_signature`` otherwise overrides the policy's. ``allow_plain`` accepts commits no receipt covers;
+    ``require_covered=False`` lets a range hold no covered commit at all (a push of allowed plain commits onto a
+    tip the server already took; CI's range has no such history and keeps the default).
+    ``incoming`` gives notes refs their value from a push still being received (``pre-receive``: the objects are
+    here, the refs not yet), so receipts pushed together with their commits count.
     """
     backend = _IncomingRefs(cwd, environ=environ, identity=DEFAULT_IDENTITY, clock=clock, incoming=incoming or {})
     receipts = Notes(backend, RECEIPTS_REF)
-    deliveries = Notes(backend, DELIVERIES_REF)
     walk = commits(cwd, spec)
     single = ".." not in spec
     chain = first_parent_chain(cwd, None if single else [info.commit for info in walk])
     when = datetime.fromtimestamp(clock.now(), tz=UTC)
-    covered: set[str] = set()
-    verdicts: list[Verdict] = []
     with tempfile.TemporaryDirectory(prefix="agentops-receipts-") as tmp:
-        for info in walk:
-            data = receipts.read(info.commit)
-            is_delivery_merge = len(info.parents) >= 2 and deliveries.read(info.parents[1]) is not None
-            if data is None:
-                if single or (is_delivery_merge and info.commit not in covered):
-                    what = "has no receipt" if single else "integrates a delivery but no receipt covers it"
-                    verdicts.append(Verdict(info.commit, False, "RECEIPT_MISSING", f"{info.commit[:12]} {what}"))
-                continue
-            signers, required = (allowed_signers, bool(require_signature)) if allowed_signers else (None, False)
-            if allowed_signers is None:
-                signers, required = _policy_signers(cwd, info.commit, Path(tmp))
-            if require_signature is not None:
-                required = require_signature
-            verdict = verify_receipt(
+        scratch = Path(tmp)
+        if single:
+            base = walk[0].parents[0] if walk and walk[0].parents else None
+        else:
+            base = _git(cwd, "rev-parse", "--verify", f"{spec.partition('..')[0]}^{{commit}}").strip()
+        rules = policy_rules(cwd, base, scratch)
+        if allowed_signers is not None:
+            required = True if require_signature is None else require_signature
+            rules = Rules(allowed_signers, required, rules.plain, f"--allowed-signers {allowed_signers}")
+        elif require_signature is not None:
+            rules = Rules(rules.signers, require_signature, rules.plain, rules.source, rules.paths)
+        plain = allow_plain or rules.plain
+
+        def judge(info: CommitInfo, data: bytes, rules: Rules) -> Verdict:
+            return verify_receipt(
                 data,
                 commit=info.commit,
                 tree=info.tree,
                 parents=info.parents,
                 first_parent_chain=chain,
-                allowed_signers=signers,
-                require_signature=required,
+                allowed_signers=rules.signers,
+                require_signature=rules.required,
                 when=when,
             )
+
+        if single:
+            info = walk[0]
+            data = receipts.read(info.commit)
+            if data is None:
+                return [Verdict(info.commit, False, "RECEIPT_MISSING", f"{info.commit[:12]} has no receipt")]
+            return [judge(info, data, rules)]
+        pinned = allowed_signers is not None
+        read = receipts.snapshot()  # one look at the notes tree for the whole range
+        verdicts, covered = _judge_range(cwd, spec, walk, read, rules, plain, judge, scratch, pinned=pinned)
+        if require_covered and not covered:
+            tip = walk[0].commit if walk else spec.partition("..")[2] or "HEAD"
+            verdicts.append(
+                Verdict(tip, False, "RECEIPT_MISSING", f"no commit of {spec} is covered by a valid receipt")
+            )
+        return verdicts
+
+
+def _judge_range(
+    cwd: Path,
+    spec: str,
+    walk: list[CommitInfo],
+    read: Callable[[str], bytes | None],
+    rules: Rules,
+    plain: bool,
+    judge: Any,
+    scratch: Path,
+    *,
+    pinned: bool,
+) -> tuple[list[Verdict], bool]:
+    """Oldest first: each receipt judged by the rules in force (a covered policy change moves them); then newest
+    first: coverage by each valid receipt's steps, and a verdict for every commit nothing covers. Also: whether
+    any commit is covered."""
+    changed = {} if pinned else _changed_paths(cwd, spec)
+    judged: dict[str, Verdict] = {}
+    pending: dict[str, set[str]] = {}  # policy changes waiting for a receipt that covers them
+    for info in reversed(walk):
+        touched = changed.get(info.commit, set()) & set(rules.paths)
+        data = read(info.commit)
+        if data is not None:
+            verdict = judged[info.commit] = judge(info, data, rules)
+            steps = {*verdict.covers, info.commit} if verdict.ok else set()
+            if (touched and info.commit in steps) or any(commit in steps for commit in pending):
+                for commit in [c for c in pending if c in steps]:
+                    del pending[commit]
+                rules = policy_rules(cwd, info.commit, scratch)  # integrated under the old rules: now in force
+                continue
+        if touched:
+            pending[info.commit] = touched
+    notes = {
+        commit: Verdict(
+            commit,
+            True,
+            "RECEIPT_POLICY_CHANGED",
+            f"{commit[:12]} changes {', '.join(sorted(touched))} and no receipt valid under the rules before it "
+            "covers it: the commits after it are judged by those rules",
+        )
+        for commit, touched in pending.items()
+    }
+    verdicts: list[Verdict] = []
+    covered: set[str] = set()
+    any_covered = False
+    for info in walk:
+        verdict = judged.get(info.commit)
+        if verdict is not None:
             verdicts.append(verdict)
             if verdict.ok:
-                covered.update(_steps(data))
-    return verdicts
-
-
-def _steps(data: bytes) -> set[str]:
-    try:
-        predicate = parse_envelope(data).statement()["predicate"]
-        return {step["commit"] for step in predicate["integration"]["value"]["steps"]}
-    except (AgentOpsError, KeyError, TypeError):
-        return set()
+                covered.update(verdict.covers)
+                any_covered = True
+        elif info.commit in covered:
+            any_covered = True
+        elif plain:
+            verdicts.append(
+                Verdict(info.commit, True, "RECEIPT_NOT_COVERED", f"{info.commit[:12]} is a plain commit (allowed)")
+            )
+        else:
+            verdicts.append(
+                Verdict(
+                    info.commit,
+                    False,
+                    "RECEIPT_MISSING",
+                    f"{info.commit[:12]} is on the target but no receipt covers it (a plain commit, or an integration "
+                    'whose receipt is gone); --allow-plain-commits or [receipts] plain_commits = "allow" accepts '
+                    "plain commits",
+                )
+            )
+        if info.commit in notes:
+            verdicts.append(notes[info.commit])
+    return verdicts, any_covered
 
 
 def show(cwd: Path, rev: str, *, environ: Mapping[str, str], clock: Clock) -> dict[str, Any]:

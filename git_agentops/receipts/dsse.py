@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..canonical import canonical_bytes
+from ..canonical import canonical_bytes, jcs_bytes
 from ..errors import AgentOpsError
 from ..schema import documents
-from .statement import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
+from .statement import PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPES, STATEMENT_TYPE
 
 MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024
 """A receipt note larger than this is refused before it is parsed."""
@@ -72,7 +72,7 @@ class Envelope:
             raise _malformed("the receipt statement is not a JSON object")
         if doc.get("_type") != STATEMENT_TYPE:
             raise _malformed(f"the statement's _type is {_show(doc.get('_type'))}, not {STATEMENT_TYPE!r}")
-        if doc.get("predicateType") != PREDICATE_TYPE:
+        if doc.get("predicateType") not in PREDICATE_TYPES:
             raise _malformed(f"the predicateType is {_show(doc.get('predicateType'))}, not {PREDICATE_TYPE!r}")
         _validate(doc, "in-toto-statement", "receipt statement")
         return doc
@@ -93,8 +93,10 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def statement_payload(statement: Mapping[str, Any]) -> bytes:
-    """The payload bytes of a statement: its canonical JSON (no trailing newline)."""
-    return canonical_bytes(statement)
+    """The payload bytes of a statement: its RFC 8785 form for a version 2 receipt, its canonical JSON for a
+    version 1 one (no trailing newline)."""
+    jcs = PREDICATE_TYPES.get(str(statement.get("predicateType")), False)
+    return jcs_bytes(statement) if jcs else canonical_bytes(statement)
 
 
 def envelope(statement: Mapping[str, Any], signatures: Sequence[Signature]) -> dict[str, Any]:

@@ -44,12 +44,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..canonical import digest, seal
+from ..canonical import digest
+from ..canonical import seal as make_seal
 from ..clock import iso8601
 from ..model.task import Task
 from ..schema import documents
 
-PREDICATE_TYPE: Final = "urn:git-agentops:receipt:v1"
+PREDICATE_TYPE: Final = "urn:git-agentops:receipt:v2"
+"""What receipts are written as: version 2, serialised and sealed with RFC 8785 (JCS)."""
+PREDICATE_TYPE_V1: Final = "urn:git-agentops:receipt:v1"
+"""Version 1 (this toolkit's own canonical JSON): still verified, no longer written."""
+PREDICATE_TYPES: Final = {PREDICATE_TYPE_V1: False, PREDICATE_TYPE: True}
+"""The predicate types a verifier accepts, and whether each is JCS."""
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
 SUBJECT_PREFIX: Final = "git:"
@@ -119,6 +125,7 @@ def build_predicate(
     reviews: Sequence[Mapping[str, Any]],
     created_at: float | str,
     usage: Mapping[str, Any] | None = None,
+    version: int = 2,
 ) -> dict[str, Any]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
@@ -130,6 +137,11 @@ def build_predicate(
     refuses (a programming error in the caller) and ``CANONICAL_UNSUPPORTED`` for one with no canonical form.
     """
     task_records = [task_record(t) if isinstance(t, Task) else dict(t) for t in tasks]
+    jcs = version >= 2
+
+    def seal(value: Any) -> dict[str, Any]:
+        return make_seal(value, jcs=jcs)
+
     predicate: dict[str, Any] = {
         "runId": run_id,
         "goal": seal(goal),
@@ -161,7 +173,9 @@ def build_predicate(
     return predicate
 
 
-def build_statement(*, commit: str, tree: str, subject_name: str, predicate: Mapping[str, Any]) -> dict[str, Any]:
+def build_statement(
+    *, commit: str, tree: str, subject_name: str, predicate: Mapping[str, Any], version: int = 2
+) -> dict[str, Any]:
     """The in-toto Statement binding ``predicate`` to ``commit`` and its ``tree``.
 
     ``subject_name`` is the target branch (``main``) or ``integration``; the subject is named ``git:<that>``.
@@ -170,7 +184,7 @@ def build_statement(*, commit: str, tree: str, subject_name: str, predicate: Map
     statement = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": SUBJECT_PREFIX + subject_name, "digest": {"gitCommit": commit, "gitTree": tree}}],
-        "predicateType": PREDICATE_TYPE,
+        "predicateType": PREDICATE_TYPE if version >= 2 else PREDICATE_TYPE_V1,
         "predicate": dict(predicate),
     }
     documents.validate(statement, "in-toto-statement", what="receipt statement")

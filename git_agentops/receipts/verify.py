@@ -35,7 +35,7 @@ from ..canonical import check_seal
 from ..errors import AgentOpsError
 from . import sshsig
 from .dsse import Envelope, parse_envelope
-from .statement import OPTIONAL_SEALED, SEALED, chain_problem, completeness_problem, goal_hash
+from .statement import OPTIONAL_SEALED, PREDICATE_TYPES, SEALED, chain_problem, completeness_problem, goal_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,7 @@ class Verdict:
     code: str | None
     message: str
     principals: tuple[str, ...] = ()
+    covers: tuple[str, ...] = ()  # a valid receipt's merge steps: the commits of the target it vouches for
 
     def to_json(self) -> dict[str, Any]:
         """The verdict as ``git agentops-receipt`` reports it; ``principals``: the signers whose signatures verified."""
@@ -95,7 +96,7 @@ def verify_receipt(
         principals = _check_signatures(env, allowed_signers, require_signature, when, ssh_keygen)
         _check_subject(statement, commit, tree)
         predicate = statement["predicate"]
-        values = _check_seals(predicate)
+        values = _check_seals(predicate, jcs=PREDICATE_TYPES[statement["predicateType"]])
         problem = completeness_problem(values["tasks"], values["deliveries"])
         if problem:
             raise _Fail("RECEIPT_INCOMPLETE", f"the receipt is incomplete: {problem}")
@@ -110,7 +111,10 @@ def verify_receipt(
     except _Fail as failure:
         return Verdict(commit, False, failure.code, failure.message, tuple(principals))
     signed = f"signed by {', '.join(principals)}" if principals else "unsigned"
-    return Verdict(commit, True, None, f"receipt of run {predicate['runId']} is valid ({signed})", tuple(principals))
+    steps = tuple(step["commit"] for step in values["integration"]["steps"])
+    return Verdict(
+        commit, True, None, f"receipt of run {predicate['runId']} is valid ({signed})", tuple(principals), steps
+    )
 
 
 def _parse(data: bytes) -> tuple[Envelope, dict[str, Any]]:
@@ -162,11 +166,11 @@ def _check_subject(statement: Mapping[str, Any], commit: str, tree: str) -> None
         )
 
 
-def _check_seals(predicate: Mapping[str, Any]) -> dict[str, Any]:
+def _check_seals(predicate: Mapping[str, Any], *, jcs: bool) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key in (*SEALED, *(k for k in OPTIONAL_SEALED if k in predicate)):
         try:
-            values[key] = check_seal(predicate[key])
+            values[key] = check_seal(predicate[key], jcs=jcs)
         except AgentOpsError as exc:
             raise _Fail("RECEIPT_SEAL_INVALID", f"predicate.{key}: {exc.message}") from exc
     if predicate["goalHash"] != goal_hash(values["goal"]):

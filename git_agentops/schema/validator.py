@@ -166,6 +166,7 @@ class Validator:
 
     def __init__(self, schemas: Mapping[str, Mapping[str, Any]]) -> None:
         self.by_id: dict[str, Mapping[str, Any]] = {}
+        self._refs: dict[tuple[str, int], tuple[Any, Mapping[str, Any]]] = {}  # resolved $refs (schemas never change)
         for name, schema in schemas.items():
             self._check_vocabulary(schema, name)
             self.by_id[str(schema.get("$id", name))] = schema
@@ -189,6 +190,13 @@ class Validator:
                 self._check_vocabulary(sub, f"{where}/{key}/{index}")
 
     def _resolve(self, ref: str, root: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+        key = (ref, id(root))
+        found = self._refs.get(key)
+        if found is None:
+            found = self._refs[key] = self._lookup(ref, root)
+        return found
+
+    def _lookup(self, ref: str, root: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
         base, _, fragment = ref.partition("#")
         document = self.by_id[base] if base else root
         node: Any = document
