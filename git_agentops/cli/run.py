@@ -17,9 +17,7 @@ paused or stopped, 3 refused. With --detach, start returns once a supervisor is 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -28,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run, subcommands
+from .runinfo import list_runs, log, show_status
+from .spawn import spawn_supervisor
 
 if TYPE_CHECKING:
     from ..runs.controls import Stopped
@@ -74,24 +74,6 @@ def build_parser() -> Parser:
     demo.add_argument("--dir", type=Path, help="where to build the scratch repository")
     demo.add_argument("--keep", action="store_true", help="keep the scratch repository")
     return parser
-
-
-def _latest(ctx: Context) -> str:
-    from ..runs.state import list_runs
-
-    runs = list_runs(ctx.store())
-    if not runs:
-        raise AgentOpsError("RUN_NOT_FOUND", "this repository has no runs ('git agentops-run start' creates one)")
-    return max(runs, key=lambda r: _created(ctx, r))
-
-
-def _created(ctx: Context, run_id: str) -> float:
-    from ..runs import state as runstate
-
-    try:
-        return runstate.read(ctx.store(), run_id).run().created_at
-    except AgentOpsError:
-        return 0.0
 
 
 def _logger(ctx: Context, run_dir: Path) -> Any:
@@ -158,71 +140,8 @@ def _stop_agents(ctx: Context, run_id: str, why: str, *, wait: float = 15.0) -> 
     return stopped
 
 
-def _child_error(output: str, returncode: int) -> AgentOpsError:
-    """Why a supervisor that was just spawned exited at once: its own ``error[CODE]: message`` where it printed one."""
-    from ..errors import CODES
-
-    at = output.rfind("error[")
-    head, _, message = output[at:].partition("]: ")
-    code = head.removeprefix("error[")
-    if at >= 0 and (at == 0 or output[at - 1] == "\n") and code in CODES:
-        return AgentOpsError(code, message.strip())
-    return AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor exited at once ({returncode}):\n{output[-2000:]}")
-
-
 def _exit_for(status: str) -> int:
     return 0 if status == "complete" else 1
-
-
-def _spawn_supervisor(ctx: Context, run_id: str) -> int:
-    """Start a detached supervisor and wait until it serves the run (its ``RUN_SUPERVISOR_START`` is recorded).
-
-    Holding the lock is not enough: a supervisor refusing the run holds it too, while it stops what a dead one left
-    running. A refusal is raised as the supervisor's own error.
-    """
-    from ..gitstore.private import file_lock
-    from ..runs.state import journal, run_dir
-
-    directory = run_dir(ctx.store(), run_id)
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        with file_lock(directory, "supervisor.lock", blocking=False):
-            pass
-    except AgentOpsError as exc:
-        if exc.code == "LOCK_HELD":
-            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}") from exc
-        raise
-    events = journal(ctx.store(), run_id)
-    before = next((entry.commit for entry in events.log(limit=1)), None)
-    out = os.open(directory / "supervisor.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    offset = os.fstat(out).st_size
-    try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "git_agentops.cli.run", "supervise", run_id],
-            cwd=ctx.cwd,
-            env=dict(ctx.env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    finally:
-        os.close(out)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            if child.returncode in (0, 1):  # it served the run and the run ended (complete, or blocked...) already
-                return child.pid
-            with (directory / "supervisor.out").open("rb") as handle:
-                handle.seek(offset)
-                raise _child_error(handle.read().decode("utf-8", "replace"), child.returncode)
-        for entry in events.log(limit=256):
-            if entry.commit == before:
-                break
-            if entry.code == "RUN_SUPERVISOR_START" and entry.data.get("pid") == child.pid:
-                return child.pid
-        time.sleep(0.05)
-    raise AgentOpsError("RUN_NOT_ACTIVE", f"the supervisor of {run_id} did not start within 30 s")
 
 
 def _start(args: argparse.Namespace, ctx: Context) -> int:
@@ -253,7 +172,7 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     for warning in target_warnings(store, runstate.read(store, run_id).run().target):
         ctx.warn("RUN_TARGET_CHECKED_OUT_DIRTY", warning)
     if args.detach:
-        pid = _spawn_supervisor(ctx, run_id)
+        pid = spawn_supervisor(ctx, run_id)
         ctx.emit(
             {"runId": run_id, "detached": True, "supervisorPid": pid},
             [run_id, f"supervising in the background (pid {pid}); 'git agentops-run status {run_id}'"],
@@ -277,108 +196,6 @@ def _sandbox_warning(ctx: Context, policy: Any) -> str | None:
         ctx.warn("RUN_UNSANDBOXED", f"agents run without the sandbox ({why}): they can write what you can write")
         return why
     return None
-
-
-def _spend(budget: dict[str, Any]) -> str:
-    """The tokens and dollars the hosts reported, with their limits, for the status line."""
-    parts = []
-    if budget["usedTokens"] or budget["tokenLimit"]:
-        limit = f" of {budget['tokenLimit']}" if budget["tokenLimit"] else ""
-        parts.append(f"{budget['usedTokens']} tokens{limit}")
-    if budget["usedCostUsd"] is not None or budget["costLimitUsd"]:
-        used = budget["usedCostUsd"] or 0.0
-        limit = f" of ${budget['costLimitUsd']:.2f}" if budget["costLimitUsd"] else ""
-        parts.append(f"${used:.2f}{limit}")
-    return (", " + ", ".join(parts)) if parts else ""
-
-
-def _status(args: argparse.Namespace, ctx: Context) -> int:
-    from ..runs.controls import summary
-    from ..runs.create import bound_policy
-    from ..sandbox.plan import choose_mode
-
-    run_id = args.run_id or _latest(ctx)
-    doc = summary(ctx.store(), run_id, ctx.clock)
-    policy = bound_policy(ctx.store(), run_id)
-    try:
-        mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required)
-    except AgentOpsError as exc:
-        mode, why = "unavailable", exc.message
-    doc["sandbox"] = {"mode": mode, "reason": why}
-    if mode != "landlock":
-        ctx.warn("RUN_UNSANDBOXED", f"agents of {run_id} run without the sandbox: {why}")
-    lines = [
-        f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
-        f"goal:   {doc['goal']}",
-        f"target: {doc['target']} (base {doc['base'][:12]})",
-        f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time"
-        + _spend(doc["budget"]),
-        "",
-        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  {'TOKENS':>9} {'COST':>8}  TASK",
-    ]
-    for w in doc["workers"]:
-        tokens = sum(u["inputTokens"] + u["outputTokens"] for u in w["usage"])
-        costs = [u["costUsd"] for u in w["usage"] if u["costUsd"] is not None]
-        cost = f"${sum(costs):.2f}" if costs else "-"
-        lines.append(
-            f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
-            f"{tokens or '-':>9} {cost:>8}  {w['taskId'] or '-'}"
-        )
-    lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
-    for task in doc["tasks"]:
-        lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
-        if task["blockedReason"]:
-            lines.append(f"{'':<42}blocked: {task['blockedReason'][:200]}")
-    for question in doc["questions"]:
-        if question["answer"] is None:
-            lines.append(f"\nquestion {question['questionId']} from {question['workerId']}: {question['prompt']}")
-            lines.append(f"  answer: git agentops-run answer {doc['runId']} {question['questionId']} 'TEXT'")
-    ctx.emit(doc, lines)
-    return 0
-
-
-def _list(args: argparse.Namespace, ctx: Context) -> int:
-    from ..runs import state as runstate
-
-    docs: list[dict[str, Any]] = []
-    for run_id in runstate.list_runs(ctx.store()):
-        try:
-            r = runstate.read(ctx.store(), run_id).run()
-            docs.append({"runId": run_id, "status": str(r.status), "goal": r.goal, "createdAt": r.created_at})
-        except AgentOpsError as exc:
-            docs.append({"runId": run_id, "status": "unreadable", "goal": exc.message, "createdAt": 0})
-    docs.sort(key=lambda d: d["createdAt"])
-    ctx.emit({"runs": docs}, [f"{d['runId']:<26}{d['status']:<16}{d['goal'][:80]}" for d in docs] or ["no runs"])
-    return 0
-
-
-def _log(args: argparse.Namespace, ctx: Context) -> int:
-    from ..clock import iso8601
-    from ..runs import state as runstate
-
-    journal = runstate.journal(ctx.store(), args.run_id)
-    if not journal.exists():
-        raise AgentOpsError("RUN_NOT_FOUND", f"no run {args.run_id!r}")
-    entries = list(journal.log(limit=args.limit or None))[::-1]
-    docs: list[dict[str, Any]] = [
-        {
-            "commit": e.commit,
-            "code": e.code,
-            "summary": e.summary,
-            "data": dict(e.data),
-            "time": e.time,
-            "foreign": e.foreign,  # not written by the supervisor: what it claims was never acted on
-        }
-        for e in entries
-    ]
-    lines = [
-        f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}"
-        if not d["foreign"]
-        else f"{iso8601(d['time'])}  [foreign] {d['commit'][:12]} {d['code']}: {d['summary']}"
-        for d in docs
-    ]
-    ctx.emit({"runId": args.run_id, "events": docs}, lines)
-    return 0
 
 
 def _control(args: argparse.Namespace, ctx: Context) -> int:
@@ -415,7 +232,7 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
 
         _sandbox_warning(ctx, bound_policy(store, args.run_id))
         try:
-            doc["supervisorPid"] = _spawn_supervisor(ctx, args.run_id)
+            doc["supervisorPid"] = spawn_supervisor(ctx, args.run_id)
             lines.append(f"supervising in the background (pid {doc['supervisorPid']})")
         except AgentOpsError as exc:
             if exc.code != "RUN_SUPERVISOR_ACTIVE":
@@ -474,15 +291,16 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         ctx.emit({"runId": args.run_id, "status": status}, f"{args.run_id}: {status}")
         return _exit_for(status)
     if args.command == "status":
-        return _status(args, ctx)
+        return show_status(args, ctx)
     if args.command == "list":
-        return _list(args, ctx)
+        return list_runs(args, ctx)
     if args.command == "log":
-        return _log(args, ctx)
+        return log(args, ctx)
     if args.command in ("pause", "stop", "resume", "answer"):
         return _control(args, ctx)
     if args.command == "demo":
         return _demo(args, ctx)
+
     raise AgentOpsError("USAGE", "say what to do: start, supervise, status, list, log, pause, resume, stop, answer")
 
 

@@ -1,0 +1,129 @@
+"""``git agentops-run status``, ``list`` and ``log``: what a run is and did, read from its refs (never changed)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import AgentOpsError
+from .common import Context
+
+
+def latest(ctx: Context) -> str:
+    from ..runs.state import list_runs
+
+    runs = list_runs(ctx.store())
+    if not runs:
+        raise AgentOpsError("RUN_NOT_FOUND", "this repository has no runs ('git agentops-run start' creates one)")
+    return max(runs, key=lambda r: _created(ctx, r))
+
+
+def _created(ctx: Context, run_id: str) -> float:
+    from ..runs import state as runstate
+
+    try:
+        return runstate.read(ctx.store(), run_id).run().created_at
+    except AgentOpsError:
+        return 0.0
+
+
+def _spend(budget: dict[str, Any]) -> str:
+    """The tokens and dollars the hosts reported, with their limits, for the status line."""
+    parts = []
+    if budget["usedTokens"] or budget["tokenLimit"]:
+        limit = f" of {budget['tokenLimit']}" if budget["tokenLimit"] else ""
+        parts.append(f"{budget['usedTokens']} tokens{limit}")
+    if budget["usedCostUsd"] is not None or budget["costLimitUsd"]:
+        used = budget["usedCostUsd"] or 0.0
+        limit = f" of ${budget['costLimitUsd']:.2f}" if budget["costLimitUsd"] else ""
+        parts.append(f"${used:.2f}{limit}")
+    return (", " + ", ".join(parts)) if parts else ""
+
+
+def show_status(args: argparse.Namespace, ctx: Context) -> int:
+    from ..runs.controls import summary
+    from ..runs.create import bound_policy
+    from ..sandbox.plan import choose_mode
+
+    run_id = args.run_id or latest(ctx)
+    doc = summary(ctx.store(), run_id, ctx.clock)
+    policy = bound_policy(ctx.store(), run_id)
+    try:
+        mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required)
+    except AgentOpsError as exc:
+        mode, why = "unavailable", exc.message
+    doc["sandbox"] = {"mode": mode, "reason": why}
+    if mode != "landlock":
+        ctx.warn("RUN_UNSANDBOXED", f"agents of {run_id} run without the sandbox: {why}")
+    lines = [
+        f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
+        f"goal:   {doc['goal']}",
+        f"target: {doc['target']} (base {doc['base'][:12]})",
+        f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time"
+        + _spend(doc["budget"]),
+        "",
+        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  {'TOKENS':>9} {'COST':>8}  TASK",
+    ]
+    for w in doc["workers"]:
+        tokens = sum(u["inputTokens"] + u["outputTokens"] for u in w["usage"])
+        costs = [u["costUsd"] for u in w["usage"] if u["costUsd"] is not None]
+        cost = f"${sum(costs):.2f}" if costs else "-"
+        lines.append(
+            f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
+            f"{tokens or '-':>9} {cost:>8}  {w['taskId'] or '-'}"
+        )
+    lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
+    for task in doc["tasks"]:
+        lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
+        if task["blockedReason"]:
+            lines.append(f"{'':<42}blocked: {task['blockedReason'][:200]}")
+    for question in doc["questions"]:
+        if question["answer"] is None:
+            lines.append(f"\nquestion {question['questionId']} from {question['workerId']}: {question['prompt']}")
+            lines.append(f"  answer: git agentops-run answer {doc['runId']} {question['questionId']} 'TEXT'")
+    ctx.emit(doc, lines)
+    return 0
+
+
+def list_runs(args: argparse.Namespace, ctx: Context) -> int:
+    from ..runs import state as runstate
+
+    docs: list[dict[str, Any]] = []
+    for run_id in runstate.list_runs(ctx.store()):
+        try:
+            r = runstate.read(ctx.store(), run_id).run()
+            docs.append({"runId": run_id, "status": str(r.status), "goal": r.goal, "createdAt": r.created_at})
+        except AgentOpsError as exc:
+            docs.append({"runId": run_id, "status": "unreadable", "goal": exc.message, "createdAt": 0})
+    docs.sort(key=lambda d: d["createdAt"])
+    ctx.emit({"runs": docs}, [f"{d['runId']:<26}{d['status']:<16}{d['goal'][:80]}" for d in docs] or ["no runs"])
+    return 0
+
+
+def log(args: argparse.Namespace, ctx: Context) -> int:
+    from ..clock import iso8601
+    from ..runs import state as runstate
+
+    journal = runstate.journal(ctx.store(), args.run_id)
+    if not journal.exists():
+        raise AgentOpsError("RUN_NOT_FOUND", f"no run {args.run_id!r}")
+    entries = list(journal.log(limit=args.limit or None))[::-1]
+    docs: list[dict[str, Any]] = [
+        {
+            "commit": e.commit,
+            "code": e.code,
+            "summary": e.summary,
+            "data": dict(e.data),
+            "time": e.time,
+            "foreign": e.foreign,  # not written by the supervisor: what it claims was never acted on
+        }
+        for e in entries
+    ]
+    lines = [
+        f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}"
+        if not d["foreign"]
+        else f"{iso8601(d['time'])}  [foreign] {d['commit'][:12]} {d['code']}: {d['summary']}"
+        for d in docs
+    ]
+    ctx.emit({"runId": args.run_id, "events": docs}, lines)
+    return 0
