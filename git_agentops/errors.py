@@ -78,6 +78,7 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "LOCK_TIMEOUT": _c(EXIT_REFUSED, "a file lock stayed held by another process past the timeout"),
     "LOCK_HELD": _c(EXIT_REFUSED, "a file lock is held by another process"),
     "CONFIRMATION_REQUIRED": _c(EXIT_REFUSED, "not a terminal and no --yes: say --yes to confirm"),
+    "OUTPUT_UNWRITABLE": _c(EXIT_REFUSED, "a file a command was asked to write (--html FILE) cannot be written there"),
     # policy and trust
     "POLICY_MISSING": _c(EXIT_REFUSED, "no .agentops/policy.toml here ('git agentops-init' writes one)"),
     "POLICY_TOML_INVALID": _c(EXIT_REFUSED, "the policy file is not valid TOML (line and column named)"),
@@ -135,6 +136,10 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_NOT_ACTIVE": _c(EXIT_REFUSED, "the run is not in a status that allows this (see 'git agentops-run status')"),
     "RUN_SUPERVISOR_ACTIVE": _c(EXIT_REFUSED, "another supervisor already serves this run"),
     "RUN_RESTART_STORM": _c(EXIT_REFUSED, "too many supervisor restarts since the last resume; the run is blocked"),
+    "RUN_SERVICE_UNAVAILABLE": _c(
+        EXIT_REFUSED, "AGENTOPS_SUPERVISOR_MANAGER names an unknown service manager, or one not available here"
+    ),
+    "RUN_SERVICE_FAILED": _c(EXIT_REFUSED, "the service manager (systemd-run, launchctl) did not start the supervisor"),
     "RUN_BUDGET_EXHAUSTED": _c(EXIT_NEGATIVE, "the run's active-time budget is spent (budget-limited)"),
     "RUN_WORKER_UNKNOWN": _c(EXIT_REFUSED, "no worker with that id in this run"),
     "RUN_WORKTREE_OWNERSHIP": _c(EXIT_REFUSED, "a worktree exists at the path but belongs to another run or worker"),

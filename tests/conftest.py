@@ -78,6 +78,9 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     # the console scripts installed next to this interpreter, even when the venv is not activated
     monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    # detached supervisors stay plain processes: never units in a developer's own user manager (which would also
+    # restart the ones tests kill on purpose); tests/test_service.py brings its own systemd
+    monkeypatch.setenv("AGENTOPS_SUPERVISOR_MANAGER", "process")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     for who in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{who}_NAME", "Test Agent")

@@ -232,3 +232,20 @@ def test_receipt_show_says_whether_each_verification_was_fresh_or_reused(tmp_pat
     assert shown.returncode == 0, shown.stderr
     assert "verify tests: passed, fresh" in shown.stdout
     assert f"verify lint: passed, reused from {'c' * 12}" in shown.stdout
+
+
+def test_a_long_range_reports_progress_and_json_output_stays_clean(tmp_path: Path) -> None:
+    from git_agentops.clock import SystemClock
+    from git_agentops.receipts.check import check
+
+    repo = make_repo(tmp_path / "repo")
+    base = git(repo, "rev-parse", "HEAD")
+    script = "".join(f"commit refs/heads/main\ncommitter A <a@b> 0 +0000\ndata 1\n{i % 10}\n" for i in range(300))
+    first = f"commit refs/heads/main\ncommitter A <a@b> 0 +0000\ndata 1\nx\nfrom {base}\n"
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=first + script, text=True, check=True)
+    heard: list[str] = []
+    verdicts = check(repo, f"{base}..main", environ={}, clock=SystemClock(), allow_plain=True, progress=heard.append)
+    assert heard == ["receipts: 250/301 commits checked", "receipts: 301/301 commits checked"]
+    assert [v.code for v in verdicts].count("RECEIPT_NOT_COVERED") == 301
+    code, _ = _verify(repo, f"{base}..main", "--allow-plain-commits")  # --json: no progress lines anywhere
+    assert code == 1

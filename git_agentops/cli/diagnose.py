@@ -329,6 +329,26 @@ def _signing(store: Any, environ: Mapping[str, str]) -> Check:
     )
 
 
+def _service(environ: Mapping[str, str]) -> Check:
+    """Which service manager keeps detached supervisors alive (``run start --detach``, ``resume``)."""
+    from ..errors import AgentOpsError
+    from .service import SWITCH, Manager, detect, linger
+
+    try:
+        found = detect(environ)
+    except AgentOpsError as exc:
+        return Check("service", "warn", exc.message, None, f"unset {SWITCH} or set it to auto")
+    value = {"manager": str(found.manager), "forced": found.forced}
+    if found.manager is Manager.PROCESS:
+        detail = f"detached supervisors are plain processes ({found.reason}): after a crash, 'run resume' restarts one"
+        return Check("service", "ok", detail, value)
+    detail = f"detached supervisors run as {found.reason}"
+    if found.manager is Manager.SYSTEMD and linger(environ) is False:
+        detail += "; without lingering your user manager, and runs with it, stop when you log out"
+        return Check("service", "ok", detail, value, "loginctl enable-linger")
+    return Check("service", "ok", detail, value)
+
+
 def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None = None) -> Report:
     """Run every check. ``path`` is the PATH to search for git and ssh-keygen."""
     report = Report()
@@ -349,4 +369,5 @@ def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None
             report.checks.append(_hooks(start, path))
             report.checks.append(_signing(store, environ or {}))
         report.checks.append(_sandbox(store, environ or {}))
+    report.checks.append(_service(environ or {}))
     return report

@@ -1,10 +1,10 @@
-"""Generate the documentation that must match the code: man pages and README's error-code table.
+"""Generate the documentation that must match the code: man pages, shell completions, README's error-code table.
 
 ``git agentops-run --help`` is turned by git into ``git help agentops-run``, which opens a man page; so every
 command ships ``man/man1/git-agentops-<name>.1``, rendered from the same argparse parser that ``-h`` prints.
 The README's error-code table is rendered from :data:`git_agentops.errors.CODES`.
 
-    python -m git_agentops.cli.docgen           # rewrite man/ and the README table
+    python -m git_agentops.cli.docgen           # rewrite man/, completions/ and the README table
     python -m git_agentops.cli.docgen --check   # exit 1 if either is out of date (a test runs this)
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import CODES
+from .completion import COMMANDS
 
-COMMANDS = ("run", "init", "policy", "verify", "env", "request", "receipt", "hook", "sync", "doctor")
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- error-codes:begin -->", "<!-- error-codes:end -->"
 
@@ -78,6 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets: dict[Path, str] = {ROOT / "man" / "man1" / f"git-agentops-{n}.1": man_page(n) for n in COMMANDS}
     readme = ROOT / "README.md"
     targets[readme] = _expected_readme(readme.read_text("utf-8"))
+    from . import completion
+
+    every = completion.specs()
+    targets[ROOT / "completions" / "bash" / "git-agentops"] = completion.bash(every)
+    for name in every:  # bash-completion loads a file by command name; git asks for git-agentops-<name>
+        targets[ROOT / "completions" / "bash" / f"git-agentops-{name}"] = completion.bash_loader()
+    targets[ROOT / "completions" / "zsh" / "_git-agentops"] = completion.zsh(every)
+    for name in every:  # zsh's _git calls _git-agentops-<name> for `git agentops-<name>`: compinit autoloads it
+        targets[ROOT / "completions" / "zsh" / f"_git-agentops-{name}"] = completion.zsh_loader(name)
     for path, content in targets.items():
         current = path.read_text("utf-8") if path.exists() else None
         if current != content:

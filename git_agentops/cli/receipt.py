@@ -78,6 +78,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             allowed_signers=args.allowed_signers.resolve() if args.allowed_signers else None,
             require_signature=args.require_signature,
             allow_plain=args.allow_plain_commits,
+            progress=None if ctx.json else ctx.progress,  # on a terminal only
         )
         ok = bool(verdicts) and all(v.ok for v in verdicts)
         lines = [_verdict_line(v) for v in verdicts]

@@ -8,6 +8,8 @@
     pause RUN | stop RUN   ask the supervisor to stop the writers (stop also fences the run)
     resume RUN [--add-budget AMOUNT]... [--no-supervise]   AMOUNT: 30m, $2.50 or 50k tokens
     answer RUN QUESTION TEXT
+    watch [RUN]            a live view of a run in the terminal (reads only; q quits)
+    report RUN [--html FILE]   what a run did: Markdown, or one self-contained HTML file
     demo [--dir DIR] [--keep]   an end-to-end run on a scratch repository
 
 In the foreground, start and supervise return when the run ends: exit 0 complete, 1 blocked, budget-limited,
@@ -70,6 +72,10 @@ def build_parser() -> Parser:
     answer.add_argument("run_id", metavar="RUN")
     answer.add_argument("question_id", metavar="QUESTION")
     answer.add_argument("text", metavar="TEXT")
+    from . import report, watch  # their heavy imports (rich...) happen only when they run
+
+    watch.configure(add("watch", "a live view of a run (reads only; q quits)"))
+    report.configure(add("report", "what a run did, as Markdown or one self-contained HTML file"))
     demo = add("demo", "run the built-in end-to-end demo on a scratch repository")
     demo.add_argument("--dir", type=Path, help="where to build the scratch repository")
     demo.add_argument("--keep", action="store_true", help="keep the scratch repository")
@@ -172,10 +178,10 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     for warning in target_warnings(store, runstate.read(store, run_id).run().target):
         ctx.warn("RUN_TARGET_CHECKED_OUT_DIRTY", warning)
     if args.detach:
-        pid = spawn_supervisor(ctx, run_id)
+        spawned = spawn_supervisor(ctx, run_id)
         ctx.emit(
-            {"runId": run_id, "detached": True, "supervisorPid": pid},
-            [run_id, f"supervising in the background (pid {pid}); 'git agentops-run status {run_id}'"],
+            {"runId": run_id, "detached": True, **spawned.to_json()},
+            [run_id, f"supervising in the background ({spawned.describe()}); 'git agentops-run status {run_id}'"],
         )
         return 0
     if not ctx.json:
@@ -223,6 +229,9 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
     if args.command in ("pause", "stop"):
         stopped = _stop_agents(ctx, args.run_id, f"the run was {'paused' if args.command == 'pause' else 'stopped'}")
         doc["stoppedProcesses"] = [s.to_json() for s in stopped] if stopped is not None else None
+        from .spawn import release_supervisor  # its systemd unit or launchd job goes too: nothing restarts it
+
+        doc["supervisorUnitRemoved"] = release_supervisor(ctx, args.run_id)
         if stopped is None:
             lines.append("its supervisor is still finishing a job; it stops the rest of the run when the job ends")
         elif stopped:
@@ -232,8 +241,9 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
 
         _sandbox_warning(ctx, bound_policy(store, args.run_id))
         try:
-            doc["supervisorPid"] = spawn_supervisor(ctx, args.run_id)
-            lines.append(f"supervising in the background (pid {doc['supervisorPid']})")
+            spawned = spawn_supervisor(ctx, args.run_id)
+            doc.update(spawned.to_json())
+            lines.append(f"supervising in the background ({spawned.describe()})")
         except AgentOpsError as exc:
             if exc.code != "RUN_SUPERVISOR_ACTIVE":
                 raise
@@ -300,7 +310,14 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         return _control(args, ctx)
     if args.command == "demo":
         return _demo(args, ctx)
+    if args.command == "watch":
+        from .watch import watch
 
+        return watch(args, ctx)
+    if args.command == "report":
+        from .report import report
+
+        return report(args, ctx)
     raise AgentOpsError("USAGE", "say what to do: start, supervise, status, list, log, pause, resume, stop, answer")
 
 

@@ -197,13 +197,15 @@ def check(
     allow_plain: bool = False,
     require_covered: bool = True,
     incoming: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Verdict]:
     """The verdicts of a commit or a range (see the module docstring); the check passes when every verdict is ok.
 
     ``allowed_signers`` pins the signers (then a signature is required unless ``require_signature`` is False);
     ``require_signature`` otherwise overrides the policy's. ``allow_plain`` accepts commits no receipt covers;
     ``require_covered=False`` lets a range hold no covered commit at all (a push of allowed plain commits onto a
-    tip the server already took; CI's range has no such history and keeps the default).
+    tip the server already took; CI's range has no such history and keeps the default). ``progress`` hears how
+    far a long range got (every 250 commits).
     ``incoming`` gives notes refs their value from a push still being received (``pre-receive``: the objects are
     here, the refs not yet), so receipts pushed together with their commits count.
     """
@@ -247,7 +249,9 @@ def check(
             return [judge(info, data, rules)]
         pinned = allowed_signers is not None
         read = receipts.snapshot()  # one look at the notes tree for the whole range
-        verdicts, covered = _judge_range(cwd, spec, walk, read, rules, plain, judge, scratch, pinned=pinned)
+        verdicts, covered = _judge_range(
+            cwd, spec, walk, read, rules, plain, judge, scratch, pinned=pinned, progress=progress
+        )
         if require_covered and not covered:
             tip = walk[0].commit if walk else spec.partition("..")[2] or "HEAD"
             verdicts.append(
@@ -267,6 +271,7 @@ def _judge_range(
     scratch: Path,
     *,
     pinned: bool,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[list[Verdict], bool]:
     """Oldest first: each receipt judged by the rules in force (a covered policy change moves them); then newest
     first: coverage by each valid receipt's steps, and a verdict for every commit nothing covers. Also: whether
@@ -274,7 +279,9 @@ def _judge_range(
     changed = {} if pinned else _changed_paths(cwd, spec)
     judged: dict[str, Verdict] = {}
     pending: dict[str, set[str]] = {}  # policy changes waiting for a receipt that covers them
-    for info in reversed(walk):
+    for done, info in enumerate(reversed(walk), 1):
+        if progress is not None and (done % 250 == 0 or done == len(walk)) and len(walk) >= 250:
+            progress(f"receipts: {done}/{len(walk)} commits checked")
         touched = changed.get(info.commit, set()) & set(rules.paths)
         data = read(info.commit)
         if data is not None:

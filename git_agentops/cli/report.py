@@ -1,0 +1,268 @@
+"""``git agentops-run report RUN [--html FILE]``: what a run did, from its refs and notes (which it never changes).
+
+The facts -- goal and root criteria, every task, a timeline of every generation of every worker, the evidence of
+every handoff and of the final gate, the merge chain, the reviews and their findings, the receipt of the published
+commit with CI's verdict on it, cost and tokens -- are gathered by :func:`git_agentops.runs.report.gather`. Plain
+``report RUN`` prints them as Markdown; ``--json`` prints the facts document; ``--html FILE`` writes one
+self-contained HTML page (:mod:`.report_html`: inline CSS and SVG, no script, nothing fetched).
+
+Everything agents wrote (titles, findings, messages, output tails) is escaped for where it goes: Markdown
+punctuation is backslash-escaped, so a title holding ``<script>`` reads as text in any Markdown viewer.
+
+Nothing heavy is imported at module level: ``git agentops-run`` builds its parser with :func:`configure`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import AgentOpsError
+from .common import Context, Parser
+
+if TYPE_CHECKING:
+    from ..model.report import Generation, Report
+
+_MD_SPECIAL: Final = re.compile(r"([\\`*_\[\]<>|~&])")
+
+
+def configure(parser: Parser) -> None:
+    """The ``report`` subcommand's arguments."""
+    parser.add_argument("run_id", metavar="RUN", help="the run ('git agentops-run list' shows them)")
+    parser.add_argument(
+        "--html", type=Path, metavar="FILE", help="write one self-contained HTML page there instead of Markdown"
+    )
+
+
+def report(args: argparse.Namespace, ctx: Context) -> int:
+    """Print (or write) the report of ``RUN``; ``RUN_NOT_FOUND``, ``OUTPUT_UNWRITABLE``."""
+    from ..runs.report import gather
+
+    target: Path | None = args.html
+    if target is not None:
+        _check_writable(target)
+    facts = gather(ctx.store(), args.run_id, clock=ctx.clock, environ=ctx.env)
+    if target is not None:
+        from .report_html import render
+
+        written = write_file(target, render(facts))
+        ctx.emit(facts.to_json(), f"report of {facts.run.run_id} written to {written}")
+        return 0
+    ctx.emit(facts.to_json(), markdown(facts))
+    return 0
+
+
+# -- the HTML file -----------------------------------------------------------------------------------------------------
+
+
+def _check_writable(target: Path) -> None:
+    """Refuse up front a path the page could not be written to (before any work is done)."""
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise AgentOpsError("OUTPUT_UNWRITABLE", f"--html {target}: is a directory; name a file")
+    if not parent.is_dir():
+        raise AgentOpsError("OUTPUT_UNWRITABLE", f"--html {target}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise AgentOpsError("OUTPUT_UNWRITABLE", f"--html {target}: permission denied")
+
+
+def write_file(target: Path, text: str) -> Path:
+    """Write ``text`` to ``target`` whole or not at all (a temporary file beside it, then a rename)."""
+    import tempfile
+
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise AgentOpsError("OUTPUT_UNWRITABLE", f"--html {target}: {exc.strerror or exc}") from exc
+    return target
+
+
+# -- Markdown ----------------------------------------------------------------------------------------------------------
+
+
+def md(text: object, limit: int | None = None) -> str:
+    """Agent-provided text made inert in Markdown: one line, punctuation backslash-escaped, cut at ``limit``."""
+    line = " ".join(str(text).split())
+    if limit is not None and len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return _MD_SPECIAL.sub(r"\\\1", line)
+
+
+def short(commit: object) -> str:
+    return f"`{str(commit)[:12]}`" if commit else "-"
+
+
+def _offset(facts: Report, at: float | None) -> str:
+    return f"+{at - facts.run.created_at:.1f}s" if at is not None else "-"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines if rows else ["(none)"]
+
+
+def _result(e: dict[str, Any]) -> str:
+    if e["missing"]:
+        return "MISSING"
+    if e["passed"]:
+        return "passed"
+    return "timed out" if e["timedOut"] else f"FAILED (exit {e['exitCode']})"
+
+
+def _tests(tests: Any) -> str:
+    if not isinstance(tests, dict):
+        return "-"
+    failed = tests.get("failed", 0) + tests.get("errors", 0)
+    return f"{tests.get('passed', 0)}/{tests.get('total', 0)} passed" + (f", {failed} failed" if failed else "")
+
+
+def _generation_row(facts: Report, gen: Generation) -> list[str]:
+    task = md(facts.task_title(gen.task_id), 40) if gen.task_id else "-"
+    code = f"`{gen.code}`" if gen.code else "-"
+    handoffs = ", ".join(short(h.commit) for h in gen.handoffs) or "-"
+    usage = gen.usage or {}
+    tokens = (usage.get("inputTokens", 0) + usage.get("outputTokens", 0)) if usage else None
+    spent = f"{tokens} tok" + (f", ${usage['costUsd']:.4f}" if usage.get("costUsd") is not None else "")
+    return [
+        f"`{gen.id}`",
+        gen.role,
+        task,
+        _offset(facts, gen.started_at),
+        _offset(facts, gen.ended_at),
+        gen.outcome,
+        code,
+        handoffs,
+        str(len(gen.evidence)),
+        spent if tokens is not None else "-",
+    ]
+
+
+def markdown(facts: Report) -> str:
+    """The report as Markdown (what plain ``report RUN`` prints)."""
+    from ..clock import iso8601
+
+    doc = facts.to_json()
+    run = facts.run
+    lines = [f"# Run {run.run_id}: {run.status}", ""]
+    if run.status_reason:
+        lines += [f"Status reason: {md(run.status_reason, 400)}", ""]
+    lines += [
+        f"**Goal:** {md(run.goal)}",
+        "",
+        f"Target `{md(run.target)}` from base {short(run.base_commit)}; host {md(run.host)}; "
+        f"created {iso8601(run.created_at)}.",
+        "",
+    ]
+    root = doc["root"]
+    if root["taskId"]:
+        lines.append(f"Root task **{md(root['title'])}** (`{root['taskId']}`), acceptance criteria:")
+        lines += [f"- {md(c['id'])}: {md(c['description'])}" for c in root["criteria"]]
+        lines.append("")
+    lines += ["## Tasks", ""]
+    rows = []
+    for t in doc["tasks"]:
+        delivery = t["delivery"] or {}
+        delivered = (
+            f"{short(delivery.get('commit'))} by {md(delivery.get('workerId'))} gen {delivery.get('generation')}"
+            if delivery
+            else "-"
+        )
+        rows.append(
+            [
+                f"`{t['taskId']}`",
+                md(t["title"], 60),
+                t["status"] + (f": {md(t['blockedReason'], 120)}" if t["blockedReason"] else ""),
+                ", ".join(f"`{d}`" for d in t["dependencies"]) or ("root" if t["parent"] is None else "-"),
+                delivered,
+            ]
+        )
+    lines += _table(["task", "title", "status", "depends on", "delivery"], rows)
+    lines += ["", "## Timeline", ""]
+    header = ["generation", "role", "task", "started", "ended", "outcome", "code", "handoffs", "evidence", "usage"]
+    lines += _table(header, [_generation_row(facts, g) for g in facts.generations])
+    for gen in facts.generations:
+        for refusal in gen.refusals:
+            lines.append(f"- `{gen.id}` refused `{refusal.get('code')}`: {md(refusal.get('message'), 300)}")
+    lines += ["", "## Evidence", ""]
+    rows = []
+    for e in doc["evidence"]:
+        origin = f"reused from {short(e['cachedFrom'])}" if e["cached"] else "fresh"
+        where = f"{e['producer'] or '?'}/{e['checkout'] or '?'}" + ("" if e["authentic"] else ", MAC FAILS")
+        rows.append(
+            [
+                f"`{e['id']}`",
+                e["group"] + (f" `{e['generationId']}`" if e["generationId"] else ""),
+                md(e["commandId"] or "?"),
+                _result(e),
+                _tests(e["tests"]),
+                f"{(e['durationMs'] or 0) / 1000:.2f}s",
+                origin,
+                where,
+                short(e["commit"]),
+            ]
+        )
+    header = ["id", "of", "command", "result", "tests", "duration", "fresh/reused", "producer", "commit"]
+    lines += _table(header, rows)
+    lines += ["", "## Merge chain", ""]
+    integration = facts.integration
+    if integration is None or not integration.steps:
+        lines.append("No candidate was built." if integration is None else f"Integration {integration.status}.")
+    else:
+        lines.append(
+            f"Integration {integration.status} (attempt {integration.attempts or 1}): onto `{md(run.target)}` "
+            f"at {short(integration.base)}, candidate {short(integration.candidate)}"
+            + (f", failed `{integration.failure}`" if integration.failure else "")
+        )
+        lines.append("")
+        for number, step in enumerate(integration.steps, start=1):
+            label = str(step.get("label"))
+            parents = list(step.get("parents") or [])
+            lines.append(
+                f"{number}. {short(step.get('commit'))} merges {md(facts.task_title(label), 60)} (`{label}`) "
+                f"delivery {short(parents[-1] if parents else None)}, tree {short(step.get('tree'))}"
+            )
+    lines += ["", "## Reviews", ""]
+    for review in doc["reviews"]:
+        lines.append(
+            f"- **{md(review['reviewer'])}**: {md(review['verdict'])} (report {short(review['reportDigest'])})"
+            + (f" -- {md(review['summary'], 300)}" if review["summary"] else "")
+        )
+        for f in review["findings"]:
+            where = f" at {md(f['path'])}" + (f":{f['line']}" if f.get("line") else "") if f.get("path") else ""
+            blocking = "blocking" if f["blocking"] else "non-blocking"
+            lines.append(f"  - {md(f['severity'])}, {blocking}{where}: {md(f['message'], 500)}")
+    if not doc["reviews"]:
+        lines.append("(none)")
+    receipt = doc["receipt"]
+    lines += ["", "## Receipt", ""]
+    lines.append(
+        f"Verdict: **{receipt['verdict']}**"
+        + (f" `{receipt['code']}`" if receipt["code"] else "")
+        + f" -- {md(receipt['message'], 600)}"
+    )
+    if receipt["commit"]:
+        signed = ", ".join(f"`{s}`" for s in receipt["signatures"]) or "none"
+        lines.append(f"Commit {short(receipt['commit'])}; signatures: {signed}.")
+    usage = doc["usage"]
+    lines += ["", "## Cost", ""]
+    cost = f"${usage['costUsd']:.4f}" if usage["costUsd"] is not None else "not reported"
+    lines.append(
+        f"Tokens: {usage['tokens']}" + (f" of {usage['tokenLimit']}" if usage["tokenLimit"] else "") + f"; cost: {cost}"
+        f"; active time {usage['usedSeconds']:.1f}s of {usage['limitSeconds']}s."
+    )
+    if facts.foreign_commits:
+        lines += ["", f"**{facts.foreign_commits} foreign commit(s)** in the state journal (not acted on)."]
+    return "\n".join(lines)
