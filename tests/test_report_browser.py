@@ -28,7 +28,7 @@ INSTALL = "apt-get install -y chromium  (Debian's package; Playwright is in the 
 
 def _unavailable(why: str) -> None:
     message = f"the browser test needs {why}: {INSTALL}"
-    if os.environ.get("CI"):
+    if os.environ.get("CI") or os.environ.get("AGENTOPS_REQUIRE_SYSTEM_TOOLS"):  # .ci/run sets the latter
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
 
