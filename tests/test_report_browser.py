@@ -119,3 +119,40 @@ def test_html_report_in_a_headless_browser(tmp_path: Path) -> None:
         assert seen["requests"] == [url], seen["requests"]
         assert seen["errors"] == [] and seen["dialogs"] == []
         assert [m for m in seen["console"] if m[0] in ("error", "warning")] == [], seen["console"]
+
+
+@pytest.mark.slow
+def test_the_demo_runs_html_report_in_a_headless_browser(tmp_path: Path) -> None:
+    """The issue's own scenario: ``git agentops-run demo``'s run, its ``report --html``, opened in chromium."""
+    import subprocess
+
+    from git_agentops.cli.demo import environment, run_demo
+
+    require_browser()
+    summary = run_demo(tmp_path, environ=os.environ, say=lambda line: None)
+    env = environment(tmp_path, os.environ)
+    repo, run_id = summary["repository"], summary["runId"]
+
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        command = ["git", "agentops-run", "report", run_id, *args]
+        return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    facts = json.loads(report("--json").stdout)
+    page_file = tmp_path / "demo-report.html"
+    assert report("--html", str(page_file)).returncode == 0
+    url = page_file.resolve().as_uri()
+    with browser_page() as page:
+        page.goto(url, wait_until="load")
+        assert page.locator("svg g.node").count() == len(facts["tasks"]) == 4  # the root and its three parts
+        edges = page.eval_on_selector_all("svg path.edge", "els => els.map(e => [e.dataset.from, e.dataset.to])")
+        assert sorted(edges) == sorted([d, t["taskId"]] for t in facts["tasks"] for d in t["dependencies"])
+        for gen in facts["generations"]:
+            assert page.locator(f'article[id="{gen["id"]}"]').count() == 1
+        assert page.locator("article.gen[data-outcome=failed]").count() == 1  # the Evaluator, repaired
+        for record in facts["evidence"]:
+            assert page.locator(f'tr[id="{record["id"]}"]').count() == 1
+        assert page.locator("#receipt-verdict").get_attribute("data-verdict") == "valid"
+        assert page.seen["requests"] == [url] and page.seen["errors"] == []
+        assert [m for m in page.seen["console"] if m[0] in ("error", "warning")] == []
+    markdown = report().stdout  # the Markdown form has the same facts
+    assert all(t["title"] in markdown for t in facts["tasks"]) and "valid" in markdown
