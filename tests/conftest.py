@@ -115,6 +115,23 @@ def git(cwd: Path | str, *args: str, check: bool = True, input: str | None = Non
     return done.stdout.strip()
 
 
+def commit_files(repo: Path, files: dict[str, str | bytes | None], message: str = "change") -> str:
+    """Write (or, for None, delete) files and commit them without hooks; returns the new HEAD."""
+    for name, content in files.items():
+        path = repo / name
+        if content is None:
+            git(repo, "rm", "-q", "-r", name)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
 def make_repo(path: Path, *, files: dict[str, str] | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q")

@@ -8,6 +8,8 @@ given as a TOML inline table in a string (``'{ request = "handoff" }'``); it is 
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -140,3 +142,22 @@ def mutations(doc: Any, *, replacements: Sequence[Any] = REPLACEMENTS, every_ite
             subs = mutations(item, replacements=replacements, every_item=every_item)
             out += [[*doc[:i], sub, *doc[i + 1 :]] for sub in subs]
     return out
+
+
+def missing_tool(message: str) -> None:
+    """A system tool a test needs is missing: fail where ``.ci/run`` promised to install it
+    (``AGENTOPS_REQUIRE_SYSTEM_TOOLS``, set there; or any ``CI``), skip with ``message`` elsewhere."""
+    import pytest
+
+    if os.environ.get("AGENTOPS_REQUIRE_SYSTEM_TOOLS") or os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of system tool ``name`` (see :func:`missing_tool` when it is not installed)."""
+    found = shutil.which(name)
+    if found is None:
+        missing_tool(f"{name} is not installed: {install}")
+        raise AssertionError("unreachable")
+    return found

@@ -25,6 +25,7 @@ from git_agentops.hooks.agent import install_agent_guard, refusals
 from git_agentops.hooks.hostconfig import CLAUDE_SETTINGS, CODEX_HOOKS, OPENCODE_PLUGIN, hook_entry
 
 from .conftest import git, make_repo
+from .helpers import require_tool
 
 ROOT = "/work/tree"
 HOME = "/home/agent"
@@ -331,8 +332,8 @@ def test_each_host_gets_its_own_configuration(repo: Path) -> None:
     assert git(repo, "status", "--porcelain", "--ignored") != ""  # the caller excludes them via info/exclude
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node runs the opencode plugin's JavaScript")
 def test_the_opencode_plugin_throws_the_guard_reason_and_lets_ordinary_commands_run(repo: Path, tmp_path: Path) -> None:
+    require_tool("node", "apt-get install -y nodejs (node runs the plugin's JavaScript)")
     install_agent_guard(repo, "opencode", hook_command=HOOK)
     module = tmp_path / "plugin.mjs"  # .mjs: node treats it as an ES module whatever its version
     shutil.copyfile(repo / OPENCODE_PLUGIN, module)

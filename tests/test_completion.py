@@ -7,17 +7,13 @@ Why: the scripts are generated from the parsers (``docgen``); these tests run th
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from git_agentops.cli import completion
 
 from .conftest import git, make_repo
-from .helpers import child, write_step
+from .helpers import child, missing_tool, require_tool, write_step
 from .runkit import project, recipe, start, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,8 +69,9 @@ def test_gits_loader_finds_the_script_by_command_name(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.split() == ["_git_agentops_receipt", "_git_agentops_run"]
 
 
-@pytest.mark.skipif(not GIT_COMPLETION.exists(), reason="git's bash completion is not installed here")
 def test_git_agentops_run_completes_through_gits_own_completion(tmp_path: Path) -> None:
+    if not GIT_COMPLETION.exists():  # Debian's git package ships it
+        missing_tool(f"git's bash completion is not at {GIT_COMPLETION}: apt-get install -y git")
     repo = make_repo(tmp_path / "repo")
     git(repo, "update-ref", "refs/agentops/runs/run-20261201-cccccc/state", "HEAD")
     assert _complete(["git", "agentops-run", "res"], repo, through_git=True) == ["resume"]
@@ -96,10 +93,7 @@ def test_worker_and_question_ids_come_from_the_named_run(tmp_path: Path) -> None
 
 
 def test_the_zsh_script_loads_and_defines_every_command() -> None:
-    if shutil.which("zsh") is None:
-        if os.environ.get("AGENTOPS_REQUIRE_SYSTEM_TOOLS"):  # .ci/run installs zsh and sets this
-            pytest.fail("zsh is not installed: apt-get install -y zsh")
-        pytest.skip("zsh is not installed (.ci/run installs it)")
+    require_tool("zsh", "apt-get install -y zsh")
     names = " ".join(f"_git-agentops-{name}" for name in completion.COMMANDS)
     # with the directory on fpath, compinit makes each _git-agentops-<name> autoloadable: what _git looks for
     script = f"fpath=({ZSH.parent} $fpath); autoload -U compinit; compinit -u -D; whence -w {names}"

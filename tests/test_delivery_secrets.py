@@ -21,24 +21,11 @@ from git_agentops.integrate.secrets import Finding, path_rule, scan_delivery, se
 from git_agentops.model.policy import DEFAULT_SECRET_PATHS, Policy, effective
 from git_agentops.runs.jobs import Request
 
-from .conftest import git
+from .conftest import commit_files, git
 from .helpers import HANDOFF, child, simple_child, ssh_key
 from .runkit import children_settled, cli, events, project, recipe, refs, start, stop, supervisor_log, wait_for
 
 TOKEN = "ghp_" + "Q" * 36
-
-
-def _commit(repo: Path, files: dict[str, str | bytes], message: str = "change") -> str:
-    for name, content in files.items():
-        path = repo / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--no-verify", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def _scan(store: Store, base: str, head: str, **kwargs: object) -> list[tuple[str, str, int | None]]:
@@ -53,7 +40,7 @@ def _private_key(tmp_path: Path) -> str:
 
 def test_a_pem_private_key_in_a_text_file_is_found_with_its_line(tmp_path: Path, repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"src/config.txt": "name = demo\n\n" + _private_key(tmp_path)})
+    head = commit_files(repo_path, {"src/config.txt": "name = demo\n\n" + _private_key(tmp_path)})
     assert _scan(store, base, head) == [("src/config.txt", "private-key", 3)]
 
 
@@ -62,7 +49,7 @@ def test_an_ssh_key_file_is_found_by_name_and_content_and_its_public_half_is_not
 ) -> None:
     key = ssh_key(tmp_path / "id_ed25519")
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(
+    head = commit_files(
         repo_path,
         {".ssh/id_ed25519": key.read_text(), ".ssh/id_ed25519.pub": key.with_suffix(".pub").read_text()},
     )
@@ -74,27 +61,27 @@ def test_an_ssh_key_file_is_found_by_name_and_content_and_its_public_half_is_not
 
 def test_a_p12_bundle_is_found_by_name_though_binary(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"certs/client.P12": os.urandom(2048), "certs/readme.md": "how to rotate\n"})
+    head = commit_files(repo_path, {"certs/client.P12": os.urandom(2048), "certs/readme.md": "how to rotate\n"})
     assert _scan(store, base, head) == [("certs/client.P12", "file name matches '*.p12'", None)]
 
 
 def test_a_policy_deny_pattern_is_a_rule_too(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"notes.md": "ok\nticket internal-123456 here\n"})
+    head = commit_files(repo_path, {"notes.md": "ok\nticket internal-123456 here\n"})
     assert _scan(store, base, head, patterns=("internal-[0-9]{6}",)) == [("notes.md", "policy-0", 2)]
     assert _scan(store, base, head) == []
 
 
 def test_a_clean_diff_has_no_findings(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"src/app.py": "def key():\n    return 'risk-free task-1234'\n", "id.txt": "x\n"})
+    head = commit_files(repo_path, {"src/app.py": "def key():\n    return 'risk-free task-1234'\n", "id.txt": "x\n"})
     assert _scan(store, base, head) == []
     assert _scan(store, head, head) == []  # a no-change delivery adds nothing
 
 
 def test_a_secret_in_a_file_marked_binary_is_still_found(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {".gitattributes": "*.bin binary\n*.dat -diff -text\n"})
-    head = _commit(repo_path, {"blob.bin": b"\x00\x01\xff" * 100 + TOKEN.encode() + b"\x00\xfe", "x.dat": b"\0ok"})
+    base = commit_files(repo_path, {".gitattributes": "*.bin binary\n*.dat -diff -text\n"})
+    head = commit_files(repo_path, {"blob.bin": b"\x00\x01\xff" * 100 + TOKEN.encode() + b"\x00\xfe", "x.dat": b"\0ok"})
     assert _scan(store, base, head) == [("blob.bin", "github-token", 1)]
 
 
@@ -102,7 +89,7 @@ def test_a_secret_removed_by_a_later_commit_is_still_in_the_history(
     tmp_path: Path, repo_path: Path, store: Store
 ) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    added = _commit(repo_path, {"deploy.txt": _private_key(tmp_path)}, "add")
+    added = commit_files(repo_path, {"deploy.txt": _private_key(tmp_path)}, "add")
     git(repo_path, "rm", "-q", "deploy.txt")
     git(repo_path, "commit", "-q", "--no-verify", "-m", "remove")
     head = git(repo_path, "rev-parse", "HEAD")
@@ -111,10 +98,10 @@ def test_a_secret_removed_by_a_later_commit_is_still_in_the_history(
 
 
 def test_a_secret_already_in_the_base_is_not_the_deliverys(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {"fixtures.py": f"FAKE = '{TOKEN}'\n"})
-    head = _commit(repo_path, {"fixtures.py": f"# test data\nFAKE = '{TOKEN}'\nOTHER = 1\n"})
+    base = commit_files(repo_path, {"fixtures.py": f"FAKE = '{TOKEN}'\n"})
+    head = commit_files(repo_path, {"fixtures.py": f"# test data\nFAKE = '{TOKEN}'\nOTHER = 1\n"})
     assert _scan(store, base, head) == []
-    newer = _commit(repo_path, {"fixtures.py": f"FAKE = '{TOKEN}'\nNEW = '{'ghp_' + 'R' * 36}'\n"})
+    newer = commit_files(repo_path, {"fixtures.py": f"FAKE = '{TOKEN}'\nNEW = '{'ghp_' + 'R' * 36}'\n"})
     assert _scan(store, head, newer) == [("fixtures.py", "github-token", 2)]
 
 
@@ -133,7 +120,7 @@ def test_a_blob_too_large_to_scan_is_reported_not_skipped(
 ) -> None:
     monkeypatch.setattr(secrets, "MAX_BLOB_BYTES", 1024)
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"data/big.csv": "a,b\n" * 1000, "small.txt": "fine\n"})
+    head = commit_files(repo_path, {"data/big.csv": "a,b\n" * 1000, "small.txt": "fine\n"})
     [(path, rule, line)] = _scan(store, base, head)
     assert path == "data/big.csv" and rule.startswith("unscannable: 4000 bytes") and line is None
 
@@ -147,7 +134,7 @@ def test_the_refusal_names_paths_and_rules_never_values_and_scanning_can_be_off(
 ) -> None:
     key = _private_key(tmp_path)
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"keys/deploy.key": key, f"{TOKEN}.txt": "named after a token\n", "a.txt": TOKEN})
+    head = commit_files(repo_path, {"keys/deploy.key": key, f"{TOKEN}.txt": "named after a token\n", "a.txt": TOKEN})
     request = Request({"requestId": "r-1"}, "0" * 64, "1" * 64)
     refused = secrets_refusal(store, _policy({}), request, base=base, head=head)
     assert refused is not None and refused.code == "RUN_DELIVERY_SECRET" and CODES[refused.code].exit_status == 1

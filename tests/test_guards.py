@@ -29,28 +29,11 @@ from git_agentops.model.policy import ALWAYS_PROTECTED, DEFAULT_PROTECTED_PATHS,
 from git_agentops.policy.load import check_text
 from git_agentops.runs.jobs import Request
 
-from .conftest import git
+from .conftest import commit_files, git
 
 POLICY = 'version = 1\n[[verify.commands]]\nid = "tests"\nargv = ["python3", "-m", "pytest", "-q"]\n'
 WEAKENED = 'version = 1\n[[verify.commands]]\nid = "tests"\nargv = ["python3", "-c", "print(1)"]\n'
 REQUEST = Request({"requestId": "r1", "workerId": "w1", "action": "handoff"}, "0" * 64, "0" * 64)
-
-
-def _commit(repo: Path, files: dict[str, str | bytes | None], message: str = "change") -> str:
-    """Write (or, for None, delete) files and commit them without hooks; returns the new HEAD."""
-    for name, content in files.items():
-        path = repo / name
-        if content is None:
-            git(repo, "rm", "-q", "-r", name)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--no-verify", "--allow-empty", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def _policy(doc: dict[str, Any] | None = None) -> Policy:
@@ -124,7 +107,7 @@ def test_default_protected_paths_are_not_in_the_effective_policy_so_no_config_ha
     policy = Policy.from_effective(doc)
     assert policy.config_hash == UNCHANGED_HASH
     assert policy.protected_paths == (*DEFAULT_PROTECTED_PATHS, *ALWAYS_PROTECTED, "/keys/allowed_signers")
-    _commit(repo_path, {".agentops/policy.toml": UNCHANGED_TEXT})
+    commit_files(repo_path, {".agentops/policy.toml": UNCHANGED_TEXT})
     shown = run_cli("git", "agentops-policy", "show", "--json", cwd=repo_path)
     assert shown.returncode == 0, shown.stderr
     out = json.loads(shown.stdout)
@@ -168,13 +151,13 @@ def test_a_protected_pattern_that_names_nothing_is_a_coded_policy_problem(value:
 
 
 def test_a_weakened_policy_is_a_protected_change(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {".agentops/policy.toml": POLICY + "[receipts]\nrequire_signature = true\n"})
-    head = _commit(repo_path, {".agentops/policy.toml": WEAKENED + "[receipts]\nrequire_signature = false\n"})
+    base = commit_files(repo_path, {".agentops/policy.toml": POLICY + "[receipts]\nrequire_signature = true\n"})
+    head = commit_files(repo_path, {".agentops/policy.toml": WEAKENED + "[receipts]\nrequire_signature = false\n"})
     assert _changes(store, base, head) == [(".agentops/policy.toml", ".agentops/**")]
 
 
 def test_the_allowed_signers_file_is_protected_wherever_a_policy_names_it(repo_path: Path, store: Store) -> None:
-    base = _commit(
+    base = commit_files(
         repo_path,
         {
             ".agentops/policy.toml": POLICY + '[receipts]\nallowed_signers = "trust/signers"\n',
@@ -182,7 +165,7 @@ def test_the_allowed_signers_file_is_protected_wherever_a_policy_names_it(repo_p
             "keys/allowed_signers": "old\n",
         },
     )
-    head = _commit(repo_path, {"trust/signers": "mallory\n", "keys/allowed_signers": "mallory\n"})
+    head = commit_files(repo_path, {"trust/signers": "mallory\n", "keys/allowed_signers": "mallory\n"})
     bound = _policy({"receipts": {"allowed_signers": "./keys//allowed_signers"}})
     # the bound policy names one, the policy committed at the base (and head) the other: both are guarded
     assert _changes(store, base, head, bound) == [
@@ -194,7 +177,7 @@ def test_the_allowed_signers_file_is_protected_wherever_a_policy_names_it(repo_p
 
 def test_added_ci_configuration_is_a_protected_change(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(
+    head = commit_files(
         repo_path,
         {
             ".github/workflows/ci.yml": "on: push\n",
@@ -217,7 +200,7 @@ def test_added_ci_configuration_is_a_protected_change(repo_path: Path, store: St
 
 def test_hook_directories_and_the_in_repo_hooks_path_are_protected(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(
+    head = commit_files(
         repo_path,
         {
             ".githooks/pre-commit": "#!/bin/sh\nexit 0\n",
@@ -242,7 +225,7 @@ def test_hook_directories_and_the_in_repo_hooks_path_are_protected(repo_path: Pa
 
 
 def test_a_rename_counts_on_both_sides(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {".agentops/policy.toml": POLICY, "lint.yml": "on: push\n", "a.txt": "a\n"})
+    base = commit_files(repo_path, {".agentops/policy.toml": POLICY, "lint.yml": "on: push\n", "a.txt": "a\n"})
     for old, new in ((".agentops/policy.toml", "docs/policy.toml"), ("lint.yml", ".github/workflows/lint.yml")):
         (repo_path / new).parent.mkdir(parents=True, exist_ok=True)
         git(repo_path, "mv", old, new)
@@ -256,22 +239,22 @@ def test_a_rename_counts_on_both_sides(repo_path: Path, store: Store) -> None:
 
 
 def test_a_binary_file_is_judged_by_its_path(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {".gitattributes": "*.bin binary\n"})
-    head = _commit(repo_path, {".github/actions/tool.bin": os.urandom(4096) + b"\0", "assets/logo.bin": b"\0\1"})
+    base = commit_files(repo_path, {".gitattributes": "*.bin binary\n"})
+    head = commit_files(repo_path, {".github/actions/tool.bin": os.urandom(4096) + b"\0", "assets/logo.bin": b"\0\1"})
     assert _changes(store, base, head) == [(".github/actions/tool.bin", ".github/actions/**")]
 
 
 def test_a_mode_change_a_deletion_and_a_symlink_in_place_of_a_directory_are_changes(
     repo_path: Path, store: Store
 ) -> None:
-    base = _commit(repo_path, {".githooks/pre-push": "#!/bin/sh\n", ".ci/run.sh": "make\n", ".drone.yml": "x\n"})
+    base = commit_files(repo_path, {".githooks/pre-push": "#!/bin/sh\n", ".ci/run.sh": "make\n", ".drone.yml": "x\n"})
     (repo_path / ".ci" / "run.sh").chmod(0o755)
-    _commit(repo_path, {".drone.yml": None})
+    commit_files(repo_path, {".drone.yml": None})
     git(repo_path, "rm", "-q", "-r", ".githooks")
     (repo_path / "tools").mkdir()
     (repo_path / "tools" / "pre-push").write_text("#!/bin/sh\n")
     (repo_path / ".githooks").symlink_to("tools")
-    head = _commit(repo_path, {})
+    head = commit_files(repo_path, {})
     assert _changes(store, base, head) == [
         (".ci/run.sh", ".ci/**"),
         (".drone.yml", ".drone.yml"),
@@ -282,7 +265,7 @@ def test_a_mode_change_a_deletion_and_a_symlink_in_place_of_a_directory_are_chan
 
 def test_a_negation_unprotects_a_path_but_never_the_always_protected_ones(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(
+    head = commit_files(
         repo_path,
         {".github/dependabot.yml": "version: 2\n", ".github/workflows/ci.yml": "x\n", ".agentops/notes.md": "n\n"},
     )
@@ -294,26 +277,26 @@ def test_a_negation_unprotects_a_path_but_never_the_always_protected_ones(repo_p
 
 
 def test_a_change_that_came_from_the_target_is_not_counted(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {".agentops/policy.toml": POLICY, ".drone.yml": "old\n"})
+    base = commit_files(repo_path, {".agentops/policy.toml": POLICY, ".drone.yml": "old\n"})
     git(repo_path, "switch", "-q", "-c", "worker")
-    _commit(repo_path, {"src/work.py": "x = 1\n"}, "work")
+    commit_files(repo_path, {"src/work.py": "x = 1\n"}, "work")
     git(repo_path, "switch", "-q", "main")
-    tip = _commit(repo_path, {".agentops/policy.toml": POLICY + "# reviewed by a person\n", ".drone.yml": None})
+    tip = commit_files(repo_path, {".agentops/policy.toml": POLICY + "# reviewed by a person\n", ".drone.yml": None})
     git(repo_path, "switch", "-q", "worker")
     git(repo_path, "merge", "-q", "--no-edit", "main")
     head = git(repo_path, "rev-parse", "HEAD")
     changed = [(".agentops/policy.toml", ".agentops/**"), (".drone.yml", ".drone.yml")]
     assert _changes(store, base, head) == changed  # against the base alone, the person's change shows
     assert _changes(store, base, head, also_unchanged_from=tip) == []  # but the target has exactly it
-    edited = _commit(repo_path, {".agentops/policy.toml": WEAKENED})
+    edited = commit_files(repo_path, {".agentops/policy.toml": WEAKENED})
     assert _changes(store, base, edited, also_unchanged_from=tip) == [(".agentops/policy.toml", ".agentops/**")]
 
 
 def test_every_changed_path_is_found_as_git_diff_finds_it(repo_path: Path, store: Store) -> None:
-    base = _commit(repo_path, {"a/b/c.txt": "1\n", "a/d.txt": "2\n", "e": "3\n", "f/g": "4\n", "h/i/j": "5\n"})
+    base = commit_files(repo_path, {"a/b/c.txt": "1\n", "a/d.txt": "2\n", "e": "3\n", "f/g": "4\n", "h/i/j": "5\n"})
     (repo_path / "e").unlink()
     (repo_path / "e").mkdir()
-    head = _commit(
+    head = commit_files(
         repo_path,
         {"a/b/c.txt": "changed\n", "e/inside": "6\n", "f/g": None, "h/i/k": "7\n", "new/deep/file.bin": b"\0\1"},
     )
@@ -329,9 +312,9 @@ def test_a_delivery_that_changes_protected_paths_is_refused_naming_each_path_and
     repo_path: Path, store: Store
 ) -> None:
     assert "RUN_DELIVERY_PROTECTED_PATH" in CODES
-    base = _commit(repo_path, {".agentops/policy.toml": POLICY})
+    base = commit_files(repo_path, {".agentops/policy.toml": POLICY})
     tip = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {".agentops/policy.toml": WEAKENED, ".github/workflows/ci.yml": "on: push\n"})
+    head = commit_files(repo_path, {".agentops/policy.toml": WEAKENED, ".github/workflows/ci.yml": "on: push\n"})
     refusal = protected_refusal(store, _policy(), REQUEST, base=base, head=head, target_tip=tip)
     assert refusal is not None and refusal.code == "RUN_DELIVERY_PROTECTED_PATH" and refusal.head == head
     assert refusal.request is REQUEST
@@ -341,13 +324,13 @@ def test_a_delivery_that_changes_protected_paths_is_refused_naming_each_path_and
     assert refusal.detail == {
         "paths": [[".agentops/policy.toml", ".agentops/**"], [".github/workflows/ci.yml", ".github/workflows/**"]]
     }
-    honest = _commit(repo_path, {".agentops/policy.toml": POLICY, ".github/workflows/ci.yml": None, "x.py": "1\n"})
+    honest = commit_files(repo_path, {".agentops/policy.toml": POLICY, ".github/workflows/ci.yml": None, "x.py": "1\n"})
     assert protected_refusal(store, _policy(), REQUEST, base=base, head=honest, target_tip=tip) is None
 
 
 def test_the_refusal_reads_the_in_repo_hooks_path_itself(repo_path: Path, store: Store) -> None:
     base = git(repo_path, "rev-parse", "HEAD")
-    head = _commit(repo_path, {"scripts/git-hooks/pre-commit": "#!/bin/sh\n"})
+    head = commit_files(repo_path, {"scripts/git-hooks/pre-commit": "#!/bin/sh\n"})
     assert protected_refusal(store, _policy(), REQUEST, base=base, head=head, target_tip=base) is None
     git(repo_path, "config", "core.hooksPath", "scripts/git-hooks")
     refused = protected_refusal(store, _policy(), REQUEST, base=base, head=head, target_tip=base)
@@ -358,13 +341,13 @@ def test_the_refusal_reads_the_in_repo_hooks_path_itself(repo_path: Path, store:
 def test_a_candidate_that_changes_protected_paths_against_its_target_fails_the_gate(
     repo_path: Path, store: Store
 ) -> None:
-    tip = _commit(repo_path, {".agentops/policy.toml": POLICY})
-    candidate = _commit(repo_path, {".agentops/policy.toml": WEAKENED, "src/x.py": "1\n"})
+    tip = commit_files(repo_path, {".agentops/policy.toml": POLICY})
+    candidate = commit_files(repo_path, {".agentops/policy.toml": WEAKENED, "src/x.py": "1\n"})
     breach = candidate_breach(store, _policy(), base=tip, candidate=candidate)
     assert isinstance(breach, Breach) and breach.code == "RUN_DELIVERY_PROTECTED_PATH"
     assert breach.detail == {"paths": [[".agentops/policy.toml", ".agentops/**"]]}
     assert "nothing was published" in breach.message and "person" in breach.message
-    clean = _commit(repo_path, {".agentops/policy.toml": POLICY})
+    clean = commit_files(repo_path, {".agentops/policy.toml": POLICY})
     assert candidate_breach(store, _policy(), base=tip, candidate=clean) is None
 
 

@@ -18,7 +18,7 @@ from git_agentops.receipts import make_receipt
 
 from .conftest import git, make_repo
 from .helpers import allowed_signer, ssh_key
-from .test_receipts import World, _commit, _reseal, _statement
+from .test_receipts import World, _commit, _reseal, _statement, merge_two
 
 POLICY = 'version = 1\n[receipts]\nallowed_signers = ".agentops/allowed_signers"\nrequire_signature = true\n'
 
@@ -51,15 +51,7 @@ def _target(tmp_path: Path, *, extra_policy: str = "", before: Any = None, signe
     if before is not None:
         before(repo, {"key": key, "other": other})
     start = git(repo, "rev-parse", "HEAD")
-    git(repo, "checkout", "-q", "-b", "d1")
-    d1 = _commit(repo, "a.txt", "a\n")
-    git(repo, "checkout", "-q", "-b", "d2", start)
-    d2 = _commit(repo, "b.txt", "b\n")
-    git(repo, "checkout", "-q", "main")
-    git(repo, "merge", "-q", "--no-ff", "d1", "-m", "agentops: merge task 1")
-    m1 = git(repo, "rev-parse", "HEAD")
-    git(repo, "merge", "-q", "--no-ff", "d2", "-m", "agentops: merge task 2")
-    m2 = git(repo, "rev-parse", "HEAD")
+    d1, d2, m1, m2 = merge_two(repo, start)
     world = World(repo, start, d1, d2, m1, m2, key, other, keys / "allowed_signers")
     (keys / "allowed_signers").write_text(allowed_signer("alice", key))
     signing = {"key": [key], "other": [other], "none": []}[signer]

@@ -91,19 +91,25 @@ def _commit(repo: Path, name: str, text: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> World:
-    repo = make_repo(tmp_path / "repo")
-    base = git(repo, "rev-parse", "HEAD")
-    git(repo, "checkout", "-q", "-b", "d1")
+def merge_two(repo: Path, start: str) -> tuple[str, str, str, str]:
+    """Two deliveries made from ``start`` and merged ``--no-ff`` onto main, as an integration does:
+    (delivery 1, delivery 2, merge 1, merge 2)."""
+    git(repo, "checkout", "-q", "-b", "d1", start)
     d1 = _commit(repo, "a.txt", "a\n")
-    git(repo, "checkout", "-q", "-b", "d2", base)
+    git(repo, "checkout", "-q", "-b", "d2", start)
     d2 = _commit(repo, "b.txt", "b\n")
     git(repo, "checkout", "-q", "main")
     git(repo, "merge", "-q", "--no-ff", "d1", "-m", "agentops: merge task 1")
     m1 = git(repo, "rev-parse", "HEAD")
     git(repo, "merge", "-q", "--no-ff", "d2", "-m", "agentops: merge task 2")
-    m2 = git(repo, "rev-parse", "HEAD")
+    return d1, d2, m1, git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    repo = make_repo(tmp_path / "repo")
+    base = git(repo, "rev-parse", "HEAD")
+    d1, d2, m1, m2 = merge_two(repo, base)
     keys = tmp_path / "keys"
     keys.mkdir()
     key, other = ssh_key(keys / "key"), ssh_key(keys / "other")

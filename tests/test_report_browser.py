@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from .helpers import missing_tool
 from .runkit import cli
 from .test_report import FINDING, HOSTILE, complete_run
 
@@ -27,10 +28,7 @@ INSTALL = "apt-get install -y chromium  (Debian's package; Playwright is in the 
 
 
 def _unavailable(why: str) -> None:
-    message = f"the browser test needs {why}: {INSTALL}"
-    if os.environ.get("CI") or os.environ.get("AGENTOPS_REQUIRE_SYSTEM_TOOLS"):  # .ci/run sets the latter
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing_tool(f"the browser test needs {why}: {INSTALL}")
 
 
 def system_chromium() -> str:

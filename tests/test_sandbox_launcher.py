@@ -29,6 +29,9 @@ from git_agentops.sandbox.landlock import Access
 from git_agentops.sandbox.spec import LAUNCHER, Mode, Rule, SandboxSpec, launcher_command, write_spec
 
 ABI = landlock.abi()
+# A kernel without Landlock cannot be installed around a test: there the product runs agents unconfined (warned,
+# RUN_UNSANDBOXED; tests/test_attacks.py covers that mode), so only what needs the kernel's wall is skipped, by
+# reason. This machine and CI have ABI 7.
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock (or it is disabled or filtered)")
 needs_scoping = pytest.mark.skipif(ABI < 6, reason=f"Landlock ABI {ABI} < 6 cannot scope signals or sockets")
 

@@ -22,6 +22,7 @@ from .conftest import git
 from .helpers import HANDOFF, child, commit_step, simple_child, write_step
 from .runkit import children_settled, project, recipe, start, stop, task_by_title, wait_for, worker_of
 
+# needs the kernel's wall (see tests/test_sandbox_launcher.py for why a missing Landlock skips rather than fails)
 pytestmark = pytest.mark.skipif(kernel_abi() < 6, reason="needs Landlock ABI 6+ (this machine has 7)")
 
 
