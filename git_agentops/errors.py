@@ -130,6 +130,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RECEIPT_SUBJECT_MISMATCH": _c(EXIT_NEGATIVE, "the receipt names another commit, tree or merge chain"),
     "RECEIPT_SEAL_INVALID": _c(EXIT_NEGATIVE, "a sealed part of the receipt does not match its digest"),
     "RECEIPT_INCOMPLETE": _c(EXIT_NEGATIVE, "the receipt records a task that was not delivered"),
+    "RECEIPT_POLICY_MISMATCH": _c(
+        EXIT_NEGATIVE, "the receipt's policy transitions do not chain, or its evidence names a policy the run lacked"
+    ),
     "RECEIPT_SIGNING_FAILED": _c(EXIT_REFUSED, "ssh-keygen could not sign the receipt (key missing or unusable)"),
     # runs: supervisor, workers, requests (request codes are answered in the worker's response.json)
     "RUN_NOT_FOUND": _c(EXIT_REFUSED, "no run with that id ('git agentops-run list')"),
@@ -196,6 +199,30 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_DELIVERY_MISMATCH": _c(
         EXIT_REFUSED, "a delivery's state record, frozen ref, delivery note and evidence do not agree"
     ),
+    "RUN_POLICY_STALE": _c(
+        EXIT_NEGATIVE, "a policy request names another policy than the one in force, or comes while integrating"
+    ),
+    "RUN_POLICY_INVALID": _c(
+        EXIT_NEGATIVE,
+        "the proposed policy is invalid, changes nothing, or removes or weakens a guard (JSON path named)",
+    ),
+    "RUN_POLICY_UNAPPROVED": _c(EXIT_NEGATIVE, "an added or changed capability has no approval with a reason"),
+    "RUN_POLICY_CHANGES_DISABLED": _c(EXIT_NEGATIVE, 'the policy says [run] policy_changes = "never"'),
+    "RUN_POLICY_TRANSITION_PENDING": _c(
+        EXIT_NEGATIVE, "another policy transition is pending; nothing else starts until it ends"
+    ),
+    "RUN_POLICY_DIRTY": _c(EXIT_NEGATIVE, "a writer's checkout has uncommitted changes; the policy cannot change now"),
+    "RUN_POLICY_PROPOSAL_CHANGED": _c(
+        EXIT_NEGATIVE, "the proposal file (or its recorded copy) changed after it was proposed; propose again"
+    ),
+    "RUN_POLICY_REFUSED": _c(EXIT_NEGATIVE, "a person refused the policy transition ('git agentops-run refuse')"),
+    "RUN_POLICY_TRANSITION_STALE": _c(EXIT_REFUSED, "the run's binding moved away from the transition's old policy"),
+    "RUN_POLICY_SYNC_FAILED": _c(EXIT_REFUSED, "committing the bound policy in a worker's checkout failed"),
+    "RUN_POLICY_RECOVERY_REQUIRED": _c(
+        EXIT_REFUSED, "a bound policy transition could not complete; the run is blocked until 'run resume'"
+    ),
+    "RUN_TRANSITION_UNKNOWN": _c(EXIT_REFUSED, "no policy transition with that id (or prefix) in this run"),
+    "RUN_APPROVAL_AGENT": _c(EXIT_REFUSED, "'run approve' refuses to run inside an agent's environment"),
     "POLICY_TRUST_AGENT": _c(EXIT_REFUSED, "'policy trust' refuses to run inside an agent's environment"),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),
@@ -216,6 +243,7 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_WORKER_PLANNED": _c(EXIT_OK, "a child task was planned"),
     "RUN_AWAITING_INPUT": _c(EXIT_OK, "the question was recorded; writers stop until it is answered"),
     "RUN_WORKER_DELIVERED": _c(EXIT_OK, "the delivery passed verification and is frozen"),
+    "RUN_POLICY_PENDING": _c(EXIT_OK, "the policy transition is recorded; it is applied once approved"),
     "RUN_COMPLETE": _c(EXIT_OK, "integrated, published and receipted"),
 }
 

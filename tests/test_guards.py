@@ -354,3 +354,30 @@ def test_a_candidate_that_changes_protected_paths_against_its_target_fails_the_g
 def test_protected_changes_are_named_tuples_of_path_and_pattern() -> None:
     change = ProtectedChange(".agentops/policy.toml", ".agentops/**")
     assert change == (".agentops/policy.toml", ".agentops/**") and change.pattern == ".agentops/**"
+
+
+def test_after_a_transition_only_the_bound_policy_file_may_ride_along(store: Store, repo_path: Path) -> None:
+    """Invariant: a transition lets ``.agentops/policy.toml`` change to exactly the file it bound (the supervisor
+    committed it in the workers' checkouts); any other content there -- or the bound bytes made executable, or
+    anything else under ``.agentops/`` -- is still a protected change."""
+    from git_agentops.runs.transitions import blob_id
+
+    bound = POLICY + '[[verify.runners]]\nid = "acceptance"\nargv = ["true"]\n'
+    base = commit_files(repo_path, {".agentops/policy.toml": POLICY, "a.txt": "a\n"})
+    synced = commit_files(repo_path, {".agentops/policy.toml": bound}, "Synchronize the run's policy")
+    blob = blob_id(bound.encode())
+    assert _changes(store, base, synced, bound_policy=blob) == []
+    assert _changes(store, base, synced) == [(".agentops/policy.toml", ".agentops/**")]  # before any transition
+    other = commit_files(repo_path, {".agentops/policy.toml": WEAKENED}, "weaken")
+    assert _changes(store, base, other, bound_policy=blob) == [(".agentops/policy.toml", ".agentops/**")]
+    git(repo_path, "checkout", "-q", synced)
+    os.chmod(repo_path / ".agentops/policy.toml", 0o755)
+    git(repo_path, "add", ".agentops/policy.toml")
+    git(repo_path, "commit", "-q", "-m", "mode")
+    executable = git(repo_path, "rev-parse", "HEAD")
+    assert _changes(store, base, executable, bound_policy=blob) == [(".agentops/policy.toml", ".agentops/**")]
+    git(repo_path, "checkout", "-q", synced)
+    more = commit_files(repo_path, {".agentops/extra.toml": "x"}, "more")
+    assert _changes(store, base, more, bound_policy=blob) == [(".agentops/extra.toml", ".agentops/**")]
+    breach = candidate_breach(store, _policy(), base=base, candidate=synced, bound_policy=blob)
+    assert breach is None

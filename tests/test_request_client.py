@@ -267,7 +267,7 @@ def test_missing_title_is_a_usage_error_and_nothing_is_written(run_cli: Any, wor
     [
         (["handoff", "--prompt", "x"], "handoff does not take --prompt"),
         (["question"], "question needs --prompt"),
-        (["policy", "--config-file", "p.toml"], "policy needs --expected-policy-hash, --approval"),
+        (["policy", "--config-file", "p.toml"], "policy needs --expected-policy-hash"),
         (["plan", "--title", "", "--intent", "I", "--criterion", "a"], "plan request is invalid at $.title"),
         (["handoff", "--source-file", "../x"], "handoff request is invalid at $.sourceFiles[0]"),
         (["policy", "--config-file", "p", "--expected-policy-hash", HASH_A, "--approval", "x"], "CAPABILITY=REASON"),

@@ -150,6 +150,25 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
     ]
 
 
+def _policy_changes(transitions: list[dict[str, Any]]) -> list[str]:
+    """The run's policy transitions: from and to, who approved, what each added or changed."""
+    from ..model.transition import describe_changes
+
+    if not transitions:
+        return []
+    lines = ["", "## Policy changes", ""]
+    for t in transitions:
+        by = t["approvedBy"] or {}
+        outcome = f"refused ({t['refused']['code']})" if t["refused"] else t["stage"]
+        lines.append(
+            f"- `{t['transitionId']}` {outcome}: {short(t['oldConfigHash'])} -> {short(t['newConfigHash'])}, "
+            f"proposed by {md(t['requestedBy']['workerId'])}, approved by {md(by.get('by', 'nobody yet'))} "
+            f"{md(by.get('name', ''), 120)}"
+        )
+        lines += [f"  - {md(line, 400)}" for line in describe_changes(t["changes"])]
+    return lines
+
+
 def markdown(facts: Report) -> str:
     """The report as Markdown (what plain ``report RUN`` prints)."""
     from ..clock import iso8601
@@ -190,6 +209,7 @@ def markdown(facts: Report) -> str:
             ]
         )
     lines += _table(["task", "title", "status", "depends on", "delivery"], rows)
+    lines += _policy_changes(doc["policyTransitions"])
     lines += ["", "## Timeline", ""]
     header = ["generation", "role", "task", "started", "ended", "outcome", "code", "handoffs", "evidence", "usage"]
     lines += _table(header, [_generation_row(facts, g) for g in facts.generations])

@@ -13,8 +13,11 @@ actions and their fields:
   handoff    [--source-file PATH...]                     deliver this task (files only for a no-change delivery)
   question   --prompt TEXT                               ask the user; writers stop until it is answered
   finalize   [--source-file PATH...]                     integrate every delivery (coordinator)
-  policy     --config-file PATH --expected-policy-hash HASH --approval CAPABILITY=REASON...
-                                                         propose a policy change (coordinator)
+  policy     --file PATH --expected-policy-hash HASH (--approve CAPABILITY --reason TEXT)...
+                                                         propose a complete new policy (coordinator); one
+                                                         approval per added or changed command:<id>,
+                                                         runner:<id>, setup:<index> or host:<name>
+                                                         (--approval CAPABILITY=REASON is the same)
 
 Prints ``CODE: message`` and the response's data (``--json``: the response document). Exit 0 when the
 supervisor accepted the request, 1 when it refused it or no answer came within --timeout (REQUEST_TIMEOUT),
@@ -80,15 +83,21 @@ def build_parser() -> Parser:
         "--source-file", action="append", metavar="PATH", help="a source file of a no-change delivery; repeat"
     )
     parser.add_argument("--prompt", help="the question to ask (question)")
-    parser.add_argument("--config-file", metavar="PATH", help="the proposed policy file, relative (policy)")
+    parser.add_argument(
+        "--file", "--config-file", dest="config_file", metavar="PATH", help="the proposed policy file (policy)"
+    )
     parser.add_argument("--expected-policy-hash", metavar="HASH", help="config hash of the policy it replaces")
     parser.add_argument(
         "--approval",
         action="append",
         type=_approval,
         metavar="CAPABILITY=REASON",
-        help="approval of one changed capability (command:<id>, runner:<id>, setup:<n>); repeat",
+        help="approval of one changed capability (command:<id>, runner:<id>, setup:<n>, host:<name>); repeat",
     )
+    parser.add_argument(
+        "--approve", action="append", metavar="CAPABILITY", help="a capability the proposal adds or changes; repeat"
+    )
+    parser.add_argument("--reason", action="append", metavar="TEXT", help="why, for the --approve before it")
     parser.add_argument(
         "--timeout",
         type=_timeout,
@@ -104,6 +113,13 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from ..protocol.client import OPTIONAL_FIELDS, REQUIRED_FIELDS, approvals
 
     action: str = args.action
+    if args.approve or args.reason:
+        if len(args.approve or ()) != len(args.reason or ()):
+            raise AgentOpsError("USAGE", "each --approve CAPABILITY needs one --reason TEXT")
+        pairs = list(zip(args.approve, args.reason, strict=True))
+        if any(not c.strip() or not r.strip() for c, r in pairs):
+            raise AgentOpsError("USAGE", "--approve and --reason may not be blank")
+        args.approval = [*(args.approval or []), *((c.strip(), r) for c, r in pairs)]
     fields: dict[str, Any] = {}
     for dest, field in _FIELDS.items():
         value = getattr(args, dest)
@@ -112,6 +128,8 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         fields[field] = approvals(value) if dest == "approval" else value
     if action == "worker":
         fields.setdefault("dependencies", [])
+    if action == "policy":
+        fields.setdefault("approvals", [])  # a change of settings alone needs none
     missing = [_OPTION[f] for f in REQUIRED_FIELDS[action] if f not in fields]
     if missing:
         raise AgentOpsError("USAGE", f"{action} needs {', '.join(missing)} (see 'git-agentops-request --help')")

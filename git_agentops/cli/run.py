@@ -8,6 +8,7 @@
     pause RUN | stop RUN   ask the supervisor to stop the writers (stop also fences the run)
     resume RUN [--add-budget AMOUNT]... [--no-supervise]   AMOUNT: 30m, $2.50 or 50k tokens
     answer RUN QUESTION TEXT
+    approve RUN TRANSITION | refuse RUN TRANSITION [--reason TEXT]   decide a coordinator's policy change
     watch [RUN]            a live view of a run in the terminal (reads only; q quits)
     report RUN [--html FILE]   what a run did: Markdown, or one self-contained HTML file
     demo [--dir DIR] [--keep]   an end-to-end run on a scratch repository
@@ -72,7 +73,9 @@ def build_parser() -> Parser:
     answer.add_argument("run_id", metavar="RUN")
     answer.add_argument("question_id", metavar="QUESTION")
     answer.add_argument("text", metavar="TEXT")
-    from . import report, watch  # their heavy imports (rich...) happen only when they run
+    from . import report, transition, watch  # their heavy imports (rich...) happen only when they run
+
+    transition.configure(add)
 
     watch.configure(add("watch", "a live view of a run (reads only; q quits)"))
     report.configure(add("report", "what a run did, as Markdown or one self-contained HTML file"))
@@ -104,11 +107,13 @@ def _supervisor(ctx: Context, run_id: str) -> Supervisor:
     from ..policy.trust import TrustStore
     from ..runs.create import bound_policy
     from ..runs.state import run_dir
+    from ..runs.transitions import base_policy
     from ..supervisor.loop import Supervisor
 
     store = ctx.store()
     policy = bound_policy(store, run_id)
-    verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), policy)
+    # trust is of the policy the run started under: a transition binds its change to this run only
+    verdict = TrustStore(ctx.state_dir(), ctx.clock).status(ctx.repo_identity(), base_policy(store, run_id))
     return Supervisor(
         store,
         run_id,
@@ -308,6 +313,10 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         return log(args, ctx)
     if args.command in ("pause", "stop", "resume", "answer"):
         return _control(args, ctx)
+    if args.command in ("approve", "refuse"):
+        from .transition import handle
+
+        return handle(args, ctx)
     if args.command == "demo":
         return _demo(args, ctx)
     if args.command == "watch":
@@ -318,7 +327,9 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         from .report import report
 
         return report(args, ctx)
-    raise AgentOpsError("USAGE", "say what to do: start, supervise, status, list, log, pause, resume, stop, answer")
+    raise AgentOpsError(
+        "USAGE", "say what to do: start, supervise, status, list, log, pause, resume, stop, answer, approve, refuse"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

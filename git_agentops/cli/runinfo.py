@@ -77,6 +77,17 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
         if task["blockedReason"]:
             lines.append(f"{'':<42}blocked: {task['blockedReason'][:200]}")
+    from ..model.transition import Transition
+    from .transition import change_lines
+
+    for record in doc["policy"]["transitions"]:
+        transition = Transition.from_json(record)
+        if transition.ended:
+            continue
+        lines += ["", *change_lines(transition)]
+        if not transition.approved:
+            lines.append(f"  approve: git agentops-run approve {doc['runId']} {transition.transition_id}")
+            lines.append(f"  refuse:  git agentops-run refuse {doc['runId']} {transition.transition_id} --reason TEXT")
     for question in doc["questions"]:
         if question["answer"] is None:
             lines.append(f"\nquestion {question['questionId']} from {question['workerId']}: {question['prompt']}")

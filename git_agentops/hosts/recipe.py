@@ -127,11 +127,23 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyChange:
+    """``[coordinator.policy]``: a complete policy to propose once, its approvals, and the tasks to re-plan (by name,
+    with new criteria) once the transition is complete."""
+
+    file: str
+    content: str
+    approvals: tuple[tuple[str, str], ...]
+    replan: tuple[tuple[str, tuple[Criterion, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Coordinator:
     finalize: bool = True
     one_shot: bool = False  # end the turn after planning and act when woken, as agent CLIs do
     question: str | None = None
     steps: tuple[Step, ...] = ()
+    policy: PolicyChange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +296,9 @@ def _criteria_of(doc: Mapping[str, Any]) -> Iterator[tuple[JsonPath, Any]]:
     for t, task in enumerate(doc.get("tasks", [])):
         for index, item in enumerate(task["criteria"]):
             yield ("tasks", t, "criteria", index), item
+    for r, replan in enumerate(doc.get("coordinator", {}).get("policy", {}).get("replan", [])):
+        for index, item in enumerate(replan["criteria"]):
+            yield ("coordinator", "policy", "replan", r, "criteria", index), item
 
 
 def _check(doc: Mapping[str, Any]) -> None:
@@ -332,6 +347,13 @@ def _check(doc: Mapping[str, Any]) -> None:
     cycle = _find_cycle({task["name"]: list(task.get("depends_on", [])) for task in tasks})
     if cycle:
         raise _Problem(("tasks", names[cycle[0]], "depends_on"), f"dependency cycle: {' -> '.join(cycle)}")
+    change = doc.get("coordinator", {}).get("policy")
+    if change is not None:
+        if why := check_path(change["file"]):
+            raise _Problem(("coordinator", "policy", "file"), f"{change['file']!r} {why}")
+        for index, replan in enumerate(change.get("replan", [])):
+            if replan["task"] not in names:
+                raise _Problem(("coordinator", "policy", "replan", index, "task"), f"no task named {replan['task']!r}")
     names_seen: set[str] = set()
     for index, reviewer in enumerate(doc.get("reviewers", [])):
         if reviewer["name"] in names_seen:
@@ -388,6 +410,15 @@ def _step(raw: Mapping[str, Any]) -> Step:
     return Exit(int(raw["exit"]))
 
 
+def _policy_change(raw: Mapping[str, Any]) -> PolicyChange:
+    return PolicyChange(
+        file=raw["file"],
+        content=raw["content"],
+        approvals=tuple((a["capability"], a["reason"]) for a in raw["approvals"]),
+        replan=tuple((r["task"], tuple(map(_criterion, r["criteria"]))) for r in raw.get("replan", [])),
+    )
+
+
 def _finding(raw: Mapping[str, Any]) -> Finding:
     return Finding(raw["severity"], raw["message"], bool(raw.get("blocking", False)))
 
@@ -404,6 +435,7 @@ def _build(doc: Mapping[str, Any], path: Path, digest: str) -> Recipe:
             one_shot=bool(coordinator.get("one_shot", False)),
             question=coordinator.get("question"),
             steps=tuple(map(_step, coordinator.get("steps", []))),
+            policy=_policy_change(coordinator["policy"]) if "policy" in coordinator else None,
         ),
         tasks=tuple(
             Task(

@@ -1,23 +1,19 @@
-"""The scripted agent: a deterministic worker that follows a recipe instead of a model.
+"""The scripted agent: a deterministic worker that follows a recipe instead of a model, through the same mailbox
+protocol as a model-driven agent (:mod:`git_agentops.protocol.client`), so the demo and the tests exercise the
+real supervisor:
 
-It plays either role of a run, exactly as a model-driven agent would, through the same mailbox protocol
-(:mod:`git_agentops.protocol.client`), so the demo and the tests exercise the real supervisor:
+* **coordinator** -- runs its recipe steps (idempotent: an empty commit is skipped, so a restarted generation
+  replays them harmlessly), asks its question once, plans the root task and each recipe task not yet planned (by
+  title, dependencies mapped to task ids, in dependency order), proposes its policy change once and, when that
+  transition is complete, re-plans the tasks it names; then watches until every child is delivered and requests
+  ``finalize``. A blocked child ends it with status 2.
+* **child** -- plays attempt ``min(generation, N)`` of its recipe task (found by title): a failing first attempt
+  and a fixed second one rehearse the supervisor's restart path.
 
-* **coordinator** -- runs the recipe's coordinator steps (idempotent: a commit with nothing to commit is skipped,
-  so a restarted generation replays them harmlessly), asks the recipe's question once, plans the root task if
-  there is none, plans each recipe task not yet planned (recognised by title; dependencies mapped from recipe
-  names to the task ids found in the instructions, in dependency order), then watches the instructions until
-  every child is delivered and requests ``finalize``. A blocked child ends it with status 2.
-* **child** -- finds its recipe task by the title of its own task and plays attempt ``min(generation, N)``: the
-  steps of a failing first attempt and a fixed second one rehearse the supervisor's restart path.
-
-Everything with an effect outside this process -- talking to the supervisor, running git and commands, sleeping,
-logging -- is passed in, so tests drive it with fakes; :mod:`git_agentops.cli.agent` wires the real ones. File
-writes and deletions go straight to the worktree (through :func:`resolve_contained`, so a symlink planted in the
-worktree cannot redirect them). The ``exit`` step ends the agent with its code: :func:`run_agent` returns it.
-
-The supervisor stops a worker's process group while it handles a handoff or a question, so this agent is often
-killed while it waits for those responses: that is the protocol working, not a failure.
+Every effect outside this process (the supervisor, git and commands, sleeping, logging) is passed in, so tests
+drive it with fakes (:mod:`git_agentops.cli.agent` wires the real ones). Files are written through
+:func:`resolve_contained`, so a planted symlink cannot redirect them. ``exit`` ends it with its code. The
+supervisor stops it while it waits for a handoff's or a question's answer: that is the protocol working.
 """
 
 from __future__ import annotations
@@ -33,7 +29,21 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import resolve_contained
 from ..protocol import mailbox
-from .recipe import Commit, Delete, Exit, Question, RawRequest, Recipe, Request, Run, Sleep, Step, Task, Write
+from .recipe import (
+    Commit,
+    Delete,
+    Exit,
+    PolicyChange,
+    Question,
+    RawRequest,
+    Recipe,
+    Request,
+    Run,
+    Sleep,
+    Step,
+    Task,
+    Write,
+)
 
 RAW_REQUEST_TIMEOUT: Final = 30.0
 GIT_TIMEOUT: Final = 120.0
@@ -255,6 +265,8 @@ class _Agent:
         for task in recipe.planning_order():
             if not self._plan_child(task):
                 return 1
+        if recipe.coordinator.policy is not None and not self._policy(recipe.coordinator.policy):
+            return 0  # proposed, or not complete yet: end the turn; the supervisor starts it again when it ends
         if recipe.coordinator.one_shot:
             return self._act_and_end_turn()
         return self._wait_and_finalize()
@@ -274,6 +286,35 @@ class _Agent:
             return 0 if self.call("finalize", {})["ok"] else 1
         self.log("ending my turn; the supervisor wakes me when something needs me")
         return 0
+
+    def _policy(self, change: PolicyChange) -> bool:
+        """Propose ``change`` once; True when its transition ended (the tasks to re-plan re-planned, if complete)."""
+        policy = self.instructions()["policy"]
+        mine = [t for t in policy["transitions"] if t["configFile"] == change.file]
+        if not mine:
+            self.step(Write(change.file, change.content))
+            approvals = [
+                {"capabilityId": c, "classification": "non-dangerous", "reason": r} for c, r in change.approvals
+            ]
+            fields = {"configFile": change.file, "expectedPolicyHash": policy["configHash"], "approvals": approvals}
+            self.call("policy", fields)
+            return False
+        if mine[-1]["stage"] not in ("complete", "refused"):
+            self.log(f"the policy transition {mine[-1]['transitionId']} is {mine[-1]['stage']}")
+            return False
+        if mine[-1]["stage"] == "complete":
+            tasks = {t["title"]: t for t in self.instructions()["tasks"]}
+            for name, criteria in change.replan:
+                task = next(t for t in self.recipe.tasks if t.name == name)
+                wanted = [c.to_request() for c in criteria]
+                current = tasks.get(task.title)
+                if current is None or [(c["description"], c.get("runner")) for c in current["criteria"]] == [
+                    (c.description, c.runner) for c in criteria
+                ]:
+                    continue
+                fields = {"title": task.title, "intent": task.intent, "criteria": wanted, "taskId": current["id"]}
+                self.call("worker", {**fields, "dependencies": list(current["dependencies"])})
+        return True
 
     def _plan_child(self, task: Task) -> bool:
         ids = {entry["title"]: entry["id"] for entry in self.instructions()["tasks"]}

@@ -20,7 +20,7 @@ supervisor adopt them after a ``kill -9``, and moved a delivery ref (ignored, bu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -110,9 +110,10 @@ class Mismatch:
     why: str
 
 
-def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_hash: str) -> str | None:
+def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_hashes: Collection[str]) -> str | None:
     """None when every evidence record named by ``digests`` is on ``commit``, authentic, passed (if required) and
-    the supervisor's, under ``policy_hash``; else why not."""
+    the supervisor's, under one of ``policy_hashes`` (the run's policy; for a delivery frozen before a policy
+    transition, the policy it was proven under too); else why not."""
     records = {digest(r): r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(commit)}
     missing = [d for d in digests if d not in records]
     if missing:
@@ -123,14 +124,14 @@ def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_has
             return f"evidence {record['commandId']} was not produced by the supervisor in a clean checkout"
         if record["required"] and not record["passed"]:
             return f"evidence {record['commandId']} did not pass"
-        if record["policyConfigHash"] != policy_hash:
+        if record["policyConfigHash"] not in policy_hashes:
             return f"evidence {record['commandId']} was made under another policy"
     if not digests:
         return "the delivery names no evidence"
     return None
 
 
-def check_delivered(store: Store, run_id: str, task: Task, policy_hash: str) -> Mismatch | None:
+def check_delivered(store: Store, run_id: str, task: Task, policy_hashes: Collection[str]) -> Mismatch | None:
     """The custody chain of one delivered task (see the module docstring); a moved ref is quarantined here."""
     delivery = task.extra.get("delivery") or {}
     commit = str(delivery.get("commit") or "")
@@ -148,7 +149,7 @@ def check_delivered(store: Store, run_id: str, task: Task, policy_hash: str) -> 
         delivery.get("evidence") or []
     ):
         return Mismatch(task.id, "the delivery note and the run state disagree")
-    why = check_evidence(store, commit, list(note["evidence"]), policy_hash)
+    why = check_evidence(store, commit, list(note["evidence"]), policy_hashes)
     return Mismatch(task.id, why) if why is not None else None
 
 

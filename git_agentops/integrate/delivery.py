@@ -136,7 +136,15 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     if refused is not None:
         return refused
     target_tip = read_ref(store, f"refs/heads/{view.run().target}")
-    refused = protected_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head, target_tip=target_tip)
+    refused = protected_refusal(
+        store,
+        ctx.policy,
+        handoff.request,
+        base=base,
+        head=handoff.head,
+        target_tip=target_tip,
+        bound_policy=ctx.policy_file,
+    )
     if refused is not None:
         return refused
     task = view.task(handoff.worker.task_id or "")
@@ -367,7 +375,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
             why = (
                 reverify(store, task, record)
                 if reverify is not None
-                else custody.check_evidence(store, commit, list(record.get("evidence") or []), run.policy_config_hash)
+                else custody.check_evidence(store, commit, list(record.get("evidence") or []), {run.policy_config_hash})
             )
         if why is not None or record is None:
             custody.quarantine(store, run_id, ref, commit, None, f"an orphaned delivery that was not adopted: {why}")

@@ -35,7 +35,7 @@ CANDIDATE_SLOT: Final = "candidate"
 def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: str, base: str) -> Refusal | None:
     """Steps 2 and 3: the policy's commands on the candidate in a clean checkout, then the reviews (first of all:
     the candidate changes no protected path against the tip it was built on)."""
-    breach = candidate_breach(store, ctx.policy, base=base, candidate=candidate)
+    breach = candidate_breach(store, ctx.policy, base=base, candidate=candidate, bound_policy=ctx.policy_file)
     if breach is not None:
         return fail(ctx, store, breach.code, breach.message, dict(breach.detail))
     try:

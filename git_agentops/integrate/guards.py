@@ -132,12 +132,15 @@ def protected_changes(
     *,
     also_unchanged_from: str | None = None,
     hooks_path: str | None = None,
+    bound_policy: str | None = None,
 ) -> list[ProtectedChange]:
     """The protected paths that differ between ``base_commit`` and ``head_commit``, sorted by path, each once.
 
     With ``also_unchanged_from`` (the current target tip), a path whose entry at the head is the one there is left
-    out. ``hooks_path`` is the in-repository hooks directory (:func:`in_repo_hooks`). ``OBJECT_MISSING`` when a
-    revision names no commit.
+    out. ``hooks_path`` is the in-repository hooks directory (:func:`in_repo_hooks`). ``bound_policy`` is the blob
+    id of the policy file a transition bound to the run (:mod:`git_agentops.runs.transitions`): the supervisor
+    committed it in the workers' checkouts, so ``.agentops/policy.toml`` holding exactly it (as a regular file) is
+    left out. ``OBJECT_MISSING`` when a revision names no commit.
     """
     base = store.resolve_commit(base_commit)
     head = store.resolve_commit(head_commit)
@@ -146,6 +149,7 @@ def protected_changes(
     rules = PathRules(protected_patterns(store, policy, commits, hooks_path=hooks_path))
     found: dict[str, ProtectedChange] = {}
     lookup = _Lookup(store.repo, tip.tree) if tip is not None else None
+    bound = (pygit2.Oid(hex=bound_policy), int(pygit2.enums.FileMode.BLOB)) if bound_policy else None
     for parts, _old, new in _changes(base.tree, head.tree, ()):
         path = b"/".join(parts).decode("utf-8", errors="replace")
         pattern = rules.decide(path)
@@ -153,6 +157,8 @@ def protected_changes(
             continue
         if lookup is not None and lookup.entry(parts) == new:
             continue  # the target has exactly this: the change came from there
+        if bound is not None and path == POLICY_PATH and new == bound:
+            continue  # the policy this run's transition bound, committed by the supervisor
         found[path] = ProtectedChange(path, pattern)
     return [found[path] for path in sorted(found)]
 
@@ -216,12 +222,25 @@ def _detail(changes: Sequence[ProtectedChange], patterns: Sequence[str]) -> dict
 
 
 def protected_refusal(
-    store: Store, policy: Policy, request: Request, *, base: str, head: str, target_tip: str | None
+    store: Store,
+    policy: Policy,
+    request: Request,
+    *,
+    base: str,
+    head: str,
+    target_tip: str | None,
+    bound_policy: str | None = None,
 ) -> Refusal | None:
     """``RUN_DELIVERY_PROTECTED_PATH`` naming each protected path ``base..head`` changes (and the pattern it
     matched), leaving out what the head has exactly as ``target_tip`` has it; None when there is nothing."""
     changes = protected_changes(
-        store, policy, base, head, also_unchanged_from=target_tip, hooks_path=in_repo_hooks(store)
+        store,
+        policy,
+        base,
+        head,
+        also_unchanged_from=target_tip,
+        hooks_path=in_repo_hooks(store),
+        bound_policy=bound_policy,
     )
     if not changes:
         return None
@@ -235,10 +254,14 @@ def protected_refusal(
     return Refusal(CODE, message, request, _detail(changes, policy.deny_patterns), head)
 
 
-def candidate_breach(store: Store, policy: Policy, *, base: str, candidate: str) -> Breach | None:
+def candidate_breach(
+    store: Store, policy: Policy, *, base: str, candidate: str, bound_policy: str | None = None
+) -> Breach | None:
     """The final gate's check: the integration ``candidate`` may not change a protected path against the target tip
     ``base`` it was built on (a :class:`Breach` to fail the integration with), None when it does not."""
-    changes = protected_changes(store, policy, base, candidate, hooks_path=in_repo_hooks(store))
+    changes = protected_changes(
+        store, policy, base, candidate, hooks_path=in_repo_hooks(store), bound_policy=bound_policy
+    )
     if not changes:
         return None
     message = (

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import pygit2
 
-from ..canonical import sha256_hex
+from ..canonical import digest, sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.checkout import checkouts_of, dirty_paths, move_checkout
 from ..gitstore.journal import Change, Event
@@ -51,8 +51,10 @@ from ..protocol import mailbox
 from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
+from ..runs import transitions
 from ..runs.jobs import Integrated, JobContext, Refusal, Wait
 from ..runs.proof import remove_slots
+from ..verify.evidence import EvidenceStore
 from . import custody
 from .gate import gate
 from .merge import ChainResult, merge_chain
@@ -137,8 +139,11 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
     tasks = view.tasks()
     children = [t for t in tasks.values() if t.parent is not None]
     order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
+    frozen_before = _frozen_before_transitions(store, ctx.run_id)
     for task_id in order:  # the state is authentic; the refs, notes and evidence around it must agree with it
-        mismatch = custody.check_delivered(store, ctx.run_id, tasks[task_id], run.policy_config_hash)
+        commit = str((tasks[task_id].extra.get("delivery") or {}).get("commit"))
+        hashes = {run.policy_config_hash, *frozen_before.get((task_id, commit), ())}
+        mismatch = custody.check_delivered(store, ctx.run_id, tasks[task_id], hashes)
         if mismatch is not None:
             return fail(
                 ctx,
@@ -181,6 +186,16 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
         f"{run.target} kept moving: {MAX_PUBLISH_ATTEMPTS} candidates were rebuilt",
         {},
     )
+
+
+def _frozen_before_transitions(store: Store, run_id: str) -> dict[tuple[str, str], set[str]]:
+    """(task id, delivery commit) -> the policy hashes it was proven under, for the deliveries frozen before a
+    policy transition (the binding lists them): their evidence stays valid under the policy it was made under."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for bound in transitions.binding(store, run_id).get("transitions", ()):
+        for frozen in bound["delivered"]:
+            out.setdefault((frozen["taskId"], frozen["commit"]), set()).add(frozen["configHash"])
+    return out
 
 
 def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: str) -> bool | Wait:
@@ -306,13 +321,18 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
     existing = notes.read(candidate)
     if existing is not None:
         return sha256_hex(existing)
+    tasks = view.tasks()
+    binding = transitions.binding(store, ctx.run_id)
     data = integration_receipt(
         run,
-        view.tasks(),
+        tasks,
         policy_config_hash=ctx.policy.config_hash,
         created_at=ctx.clock.now(),
         keys=signing_keys(store),
         usage=usage_record(view.workers()),
+        base_config_hash=binding.get("baseConfigHash"),
+        policy_transitions=[_receipt_transition(t) for t in binding.get("transitions", ())],
+        delivery_evidence={task_id: _evidence_of(store, tasks[task_id]) for task_id in run.integration.order or ()},
     )
     try:
         notes.add(candidate, data, message=f"Receipt of run {run.run_id}")
@@ -320,6 +340,33 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
         if exc.code != "NOTE_EXISTS":
             raise
     return sha256_hex(data)
+
+
+def _receipt_transition(bound: dict[str, Any]) -> dict[str, Any]:
+    """A transition as the binding records it -> as the receipt does (:func:`~git_agentops.receipts.statement.
+    transition_record`)."""
+    approved = bound["approvedBy"]
+    return {
+        "transitionId": bound["transitionId"],
+        "from": bound["from"],
+        "to": bound["to"],
+        "approvedBy": approved["by"],
+        "approver": approved["name"],
+        "approvals": [{"capabilityId": a["capabilityId"], "reason": a["reason"]} for a in bound["approvals"]],
+        "capabilities": [
+            {"capabilityId": c["capabilityId"], "change": c["change"], "definitionDigest": c["definitionDigest"]}
+            for c in bound["changes"]
+        ],
+        "completedAt": bound["boundAt"],
+    }
+
+
+def _evidence_of(store: Store, task: Task) -> list[dict[str, Any]]:
+    """The evidence records a task's delivery names, as the evidence store holds them (authentic only)."""
+    delivery = task.extra.get("delivery") or {}
+    wanted = list(delivery.get("evidence") or ())
+    records = {digest(r): r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(delivery["commit"])}
+    return [records[d] for d in wanted if d in records]
 
 
 def _complete(ctx: JobContext, store: Store) -> str:

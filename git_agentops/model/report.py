@@ -227,6 +227,8 @@ class Report:
     run_events: tuple[EventFact, ...]
     used_seconds: float
     foreign_commits: int = 0
+    transitions: tuple[Mapping[str, Any], ...] = ()
+    """The run's policy transitions (``transition.json`` of each journal, oldest first)."""
 
     @property
     def integration(self) -> Integration | None:
@@ -279,6 +281,7 @@ class Report:
             "usage": self.usage(),
             "runEvents": [e.to_json() for e in self.run_events],
             "foreignCommits": self.foreign_commits,
+            "policyTransitions": [dict(t) for t in self.transitions],
         }
 
 

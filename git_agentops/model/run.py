@@ -479,3 +479,15 @@ def total_usage(workers: Iterable[Worker]) -> tuple[int, float | None]:
             if usage.cost_usd is not None:
                 cost = (cost or 0.0) + usage.cost_usd
     return tokens, cost
+
+
+def budget_spent(run: Run, workers: Iterable[Worker], now: float) -> str | None:
+    """Why the run's budget is spent -- active time, dollars or tokens as the hosts reported them -- or None."""
+    if used_seconds(run.intervals, now) >= run.budget_seconds:
+        return f"active-time budget of {run.budget_seconds}s spent"
+    tokens, cost = total_usage(workers)
+    if run.cost_limit_usd is not None and cost is not None and cost >= run.cost_limit_usd:
+        return f"cost budget of ${run.cost_limit_usd:.2f} spent (${cost:.2f} reported by the hosts)"
+    if run.token_limit is not None and tokens >= run.token_limit:
+        return f"token budget of {run.token_limit} spent ({tokens} reported by the hosts)"
+    return None

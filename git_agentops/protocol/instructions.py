@@ -7,6 +7,7 @@ can always re-read them instead of remembering.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,19 @@ from ..model.task import Task
 
 
 def instructions(
-    run: Run, worker: Worker, tasks: dict[str, Task], answers: list[dict[str, Any]], recipe: Path | None
+    run: Run,
+    worker: Worker,
+    tasks: dict[str, Task],
+    answers: list[dict[str, Any]],
+    recipe: Path | None,
+    policy: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``instructions.json`` document of ``worker``: a pure function of the run state it is given.
 
     It carries the worker's identity, its generation, the contract hash its requests must bind
     (:func:`~git_agentops.model.run.worker_contract`), its own task, the child tasks in plan order (with the commit of
-    each delivery), the answered questions, its diagnostic and its mailbox path.
+    each delivery), the answered questions, its diagnostic and its mailbox path; and ``policy``: the config hash in
+    force (what a ``policy`` request names as expected), who approves changes, and the run's transitions.
     """
     children = [t for t in tasks.values() if t.parent is not None]
     order = {task_id: i for i, task_id in enumerate(run.plan_order)}
@@ -46,6 +53,7 @@ def instructions(
                 if isinstance(t.extra.get("delivery"), dict)
                 else None,
                 "blockedReason": t.blocked_reason,
+                "criteria": [c.to_json() for c in t.criteria],
             }
             for t in children
         ],
@@ -63,6 +71,12 @@ def instructions(
         "host": worker.host,
         "recipe": str(recipe) if recipe is not None else None,
         "runStatus": str(run.status),
+        "policy": {
+            "configHash": run.policy_config_hash,
+            "changes": "user",
+            "transitions": [],
+            **(policy or {}),
+        },
     }
 
 
@@ -85,6 +99,14 @@ Task statuses: `planned` (waiting for its dependencies), `running`, `delivered`,
 For a blocked child: re-plan it with a new revision, which starts it again,
 `git agentops-request worker --task-id TASK_ID --title "..." --intent "..." --criterion "..."`, plan another task
 instead, or ask the user: `git agentops-request question --prompt "TEXT"`.
+
+Only you may change what the run executes (a verification command, an acceptance runner, a setup step, a host):
+write the complete new policy to `.agentops/proposals/NAME.toml` in your worktree (never committed), then
+`git agentops-request policy --file PATH --expected-policy-hash HASH --approve runner:ID --reason "WHY IT IS SAFE"`,
+one `--approve`/`--reason` per added or changed capability, HASH being `policy.configHash` of instructions.json.
+Never drop, weaken or re-point a required command, reviewer or signature rule: such a proposal is refused. Every
+writer stops while the change is approved (by a person, unless the policy lets you) and applied; you are started
+again with what changed. Commit source changes and let the children hand off before you propose.
 """
 
 CHILD_STEPS = """\

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..errors import AgentOpsError
 from . import make_receipt
-from .statement import build_predicate, build_statement
+from .statement import build_predicate, build_statement, evidence_summary
 
 if TYPE_CHECKING:  # pygit2 (through the store) stays out of the receipts package's imports
     from ..gitstore.repo import Store
@@ -41,20 +41,29 @@ def signing_keys(store: Store) -> list[Path]:
     return [Path(key).expanduser()]
 
 
-def deliveries_of(integration: Integration, tasks: Mapping[str, Task]) -> list[dict[str, Any]]:
-    """The receipt's delivery entries, in merge order, from each task's recorded delivery."""
+def deliveries_of(
+    integration: Integration,
+    tasks: Mapping[str, Task],
+    evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """The receipt's delivery entries, in merge order, from each task's recorded delivery.
+
+    ``evidence`` (task id -> the evidence of that task's delivery) adds ``evidence``, as summaries, to the entries
+    of the tasks it names.
+    """
     entries = []
     for task_id in integration.order or ():
         delivery = tasks[task_id].extra["delivery"]
-        entries.append(
-            {
-                "taskId": task_id,
-                "workerId": delivery["workerId"],
-                "generation": delivery["generation"],
-                "sourceCommit": delivery["commit"],
-                "deliveryDigest": delivery["digest"],
-            }
-        )
+        entry: dict[str, Any] = {
+            "taskId": task_id,
+            "workerId": delivery["workerId"],
+            "generation": delivery["generation"],
+            "sourceCommit": delivery["commit"],
+            "deliveryDigest": delivery["digest"],
+        }
+        if evidence is not None and task_id in evidence:
+            entry["evidence"] = [evidence_summary(record) for record in evidence[task_id]]
+        entries.append(entry)
     return entries
 
 
@@ -66,8 +75,16 @@ def integration_receipt(
     created_at: float,
     keys: Sequence[Path],
     usage: Mapping[str, Any] | None = None,
+    base_config_hash: str | None = None,
+    policy_transitions: Sequence[Mapping[str, Any]] = (),
+    delivery_evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> bytes:
-    """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``)."""
+    """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``).
+
+    ``base_config_hash`` and ``policy_transitions``: the policy the run started under and its journaled changes
+    (:func:`.statement.build_predicate`); ``delivery_evidence``: per task id, the evidence its delivery was
+    accepted with (:func:`deliveries_of`).
+    """
     integration = run.integration
     if integration is None or integration.candidate is None or not integration.steps or integration.base is None:
         raise AgentOpsError("RECEIPT_MALFORMED", f"run {run.run_id} has no built integration to receipt")
@@ -78,7 +95,7 @@ def integration_receipt(
         toolkit_version=__version__,
         tasks=list(tasks.values()),
         contract_hash=run.contract_hash,
-        deliveries=deliveries_of(integration, tasks),
+        deliveries=deliveries_of(integration, tasks, delivery_evidence),
         integration={
             "target": run.target,
             "base": integration.base,
@@ -91,6 +108,8 @@ def integration_receipt(
         reviews=[dict(r) for r in integration.reviews or ()],
         created_at=created_at,
         usage=usage,
+        base_config_hash=base_config_hash,
+        policy_transitions=policy_transitions,
     )
     tree = str(integration.steps[-1]["tree"])
     statement = build_statement(commit=integration.candidate, tree=tree, subject_name=run.target, predicate=predicate)

@@ -15,10 +15,17 @@ The predicate (``schemas/receipt-predicate.schema.json``)::
     runId           the run's id
     goal            seal(goal text)
     goalHash        digest({"goal": goal}) -- the run record's goalHash, checked against ``goal``
-    policy          seal({configHash, toolkitVersion}) -- the policy binding the run was trusted under
+    policy          seal({configHash, toolkitVersion, baseConfigHash?, transitions?}) -- the policy binding the run
+                    ended under (``configHash``); when its policy changed mid-run, also the one it was started and
+                    trusted under (``baseConfigHash``) and every journaled change between them, in order:
+                    transitions: [{transitionId, from, to, approvedBy: user|coordinator, approver,
+                                   approvals: [{capabilityId, reason}],
+                                   capabilities: [{capabilityId, change: added|changed, definitionDigest}],
+                                   completedAt}]
     tasks           seal([{id, parent, status, title?, revision?, dependencies?}]) -- the task tree
     contractHash    the task tree's contract hash (model.task.contract_hash)
-    deliveries      seal([{taskId, workerId, generation, sourceCommit, deliveryDigest}]) -- in merge order
+    deliveries      seal([{taskId, workerId, generation, sourceCommit, deliveryDigest, evidence?}]) -- in merge
+                    order; ``evidence``: the summaries of the evidence the delivery was accepted with
     integration     seal({target, base, order: [task ids], steps: [{label, commit, parents: [2 oids], tree}],
                           unreviewed?: [oids of target commits without a receipt], targetRewritten?: true})
     verification    seal([{commandId, argvDigest, exitCode, tests, outputDigest, tree, ...}]) -- evidence summaries
@@ -37,6 +44,14 @@ order; there is one step per delivery; step *i* has exactly two parents, the fir
 (the ``base`` for the first step) and the second the source commit of delivery *i*. The last step is the
 receipt's subject. A delivery is always merged as a two-parent merge commit, never fast-forwarded, so the
 first-parent history of the target shows one commit per delivered task.
+
+**Policy** (checked by :func:`policy_problem`, ``RECEIPT_POLICY_MISMATCH`` otherwise): ``baseConfigHash`` and
+``transitions`` come together; the transitions form a chain from ``baseConfigHash`` to ``configHash`` (each starts
+where the previous one ended, none is a no-op, no ``transitionId`` twice). The final verification ran under the
+policy the receipt names: a verification entry's ``policyConfigHash`` is ``configHash``, and after a transition
+every entry must say it. A delivery's evidence was proven under one of the run's policies (its base, a transition's
+end, or the final one): a delivery proven before a transition is fine, one proven under a policy the run never had
+is not. Receipts of runs whose policy never changed carry neither key, byte for byte as before.
 """
 
 from __future__ import annotations
@@ -81,7 +96,9 @@ _EVIDENCE_FIELDS: Final = (
     "cachedFrom",
     "producer",
     "checkout",
+    "policyConfigHash",
 )
+_TRANSITION_FIELDS: Final = ("transitionId", "from", "to", "approvedBy", "approver", "completedAt")
 
 
 def goal_hash(goal: str) -> str:
@@ -111,6 +128,38 @@ def evidence_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     return {key: record[key] for key in _EVIDENCE_FIELDS if key in record}
 
 
+def transition_record(transition: Mapping[str, Any]) -> dict[str, Any]:
+    """The predicate's record of one policy transition: its fields, approvals and capability changes.
+
+    Keeps the fields the schema names (an approval's ``classification`` from the request, say, is dropped) and
+    writes ``completedAt`` as RFC 3339 when given as seconds since the epoch. A missing field is left missing, for
+    the schema to refuse.
+    """
+    record = {key: transition[key] for key in _TRANSITION_FIELDS if key in transition}
+    if isinstance(record.get("completedAt"), int | float):
+        record["completedAt"] = iso8601(record["completedAt"])
+    if "approvals" in transition:
+        record["approvals"] = [{k: a[k] for k in ("capabilityId", "reason") if k in a} for a in transition["approvals"]]
+    if "capabilities" in transition:
+        record["capabilities"] = [
+            {k: c[k] for k in ("capabilityId", "change", "definitionDigest") if k in c}
+            for c in transition["capabilities"]
+        ]
+    return record
+
+
+def policy_record(
+    config_hash: str, toolkit_version: str, base_config_hash: str | None, transitions: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The sealed ``policy`` value: ``configHash`` and ``toolkitVersion``, plus the base and transitions if any."""
+    record: dict[str, Any] = {"configHash": config_hash, "toolkitVersion": toolkit_version}
+    if base_config_hash is not None and (transitions or base_config_hash != config_hash):
+        record["baseConfigHash"] = base_config_hash
+    if transitions:
+        record["transitions"] = [transition_record(t) for t in transitions]
+    return record
+
+
 def build_predicate(
     *,
     run_id: str,
@@ -126,15 +175,21 @@ def build_predicate(
     created_at: float | str,
     usage: Mapping[str, Any] | None = None,
     version: int = 2,
+    base_config_hash: str | None = None,
+    policy_transitions: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
     ``tasks`` may be :class:`..model.task.Task` values (see :func:`task_record`) or records already in the
     predicate's form; ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same
     order); ``created_at`` seconds since the epoch or an RFC 3339 UTC string; ``usage`` the tokens and dollars the
-    agent hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given. The builder records;
-    it does not judge completeness -- :mod:`.verify` does. Raises ``SCHEMA_INVALID`` for a value the schema
-    refuses (a programming error in the caller) and ``CANONICAL_UNSUPPORTED`` for one with no canonical form.
+    agent hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given.
+    ``base_config_hash`` is the policy the run was started and trusted under and ``policy_transitions`` its
+    journaled changes in order (see :func:`transition_record`); without transitions a base equal to
+    ``policy_config_hash`` (or None) adds nothing, so the receipt is byte for byte what it was before transitions
+    existed. The builder records; it does not judge completeness or the policy chain -- :mod:`.verify` does. Raises
+    ``SCHEMA_INVALID`` for a value the schema refuses (a programming error in the caller) and
+    ``CANONICAL_UNSUPPORTED`` for one with no canonical form.
     """
     task_records = [task_record(t) if isinstance(t, Task) else dict(t) for t in tasks]
     jcs = version >= 2
@@ -146,7 +201,7 @@ def build_predicate(
         "runId": run_id,
         "goal": seal(goal),
         "goalHash": goal_hash(goal),
-        "policy": seal({"configHash": policy_config_hash, "toolkitVersion": toolkit_version}),
+        "policy": seal(policy_record(policy_config_hash, toolkit_version, base_config_hash, policy_transitions)),
         "tasks": seal(task_records),
         "contractHash": contract_hash,
         "deliveries": seal([dict(d) for d in deliveries]),
@@ -253,4 +308,54 @@ def chain_problem(integration: Mapping[str, Any], deliveries: Sequence[Mapping[s
                 f"{delivery['sourceCommit'][:12]} of {delivery['taskId']}"
             )
         previous = step["commit"]
+    return None
+
+
+def policy_problem(
+    policy: Mapping[str, Any], verification: Sequence[Mapping[str, Any]], deliveries: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why the policy record, its transitions and the evidence's policy hashes disagree (module docstring), or None."""
+    final = policy["configHash"]
+    base = policy.get("baseConfigHash")
+    transitions = list(policy.get("transitions") or ())
+    if base is not None and not transitions:
+        return f"policy.baseConfigHash {base[:12]} is recorded without any transition to configHash {final[:12]}"
+    if transitions and base is None:
+        return f"policy records {len(transitions)} transition(s) but no baseConfigHash they start from"
+    hashes = {final}
+    if base is not None:
+        hashes.add(base)
+        previous, where = base, "policy.baseConfigHash"
+        seen: set[str] = set()
+        for index, transition in enumerate(transitions):
+            label = f"policy transition {index} ({transition['transitionId']})"
+            if transition["transitionId"] in seen:
+                return f"{label} is listed twice"
+            seen.add(transition["transitionId"])
+            start, end = transition["from"], transition["to"]
+            if start == end:
+                return f"{label} goes from {start[:12]} to itself"
+            if start != previous:
+                return f"{label} starts from {start[:12]}, not {where} {previous[:12]}"
+            hashes |= {start, end}
+            previous, where = end, f"the end of transition {index}"
+        if previous != final:
+            return f"the last policy transition ends at {previous[:12]}, not policy.configHash {final[:12]}"
+    for index, record in enumerate(verification):
+        label = f"verification entry {index} ({record['commandId']})"
+        used = record.get("policyConfigHash")
+        if used is None:
+            if transitions:
+                return f"{label} does not say which policy it ran under, and the run's policy changed"
+        elif used != final:
+            return f"{label} ran under policy {used[:12]}, not the receipt's policy.configHash {final[:12]}"
+    known = ", ".join(sorted(h[:12] for h in hashes))
+    for delivery in deliveries:
+        for index, record in enumerate(delivery.get("evidence") or ()):
+            used = record.get("policyConfigHash")
+            if used is not None and used not in hashes:
+                return (
+                    f"the delivery of {delivery['taskId']} has evidence {index} ({record['commandId']}) proven under "
+                    f"policy {used[:12]}, which the run never had ({known})"
+                )
     return None

@@ -20,7 +20,10 @@ The checks run in this order and the first failure is the verdict, each with its
 7. ``RECEIPT_SUBJECT_MISMATCH`` -- the merge chain: internally (order, parents, source commits: see
    :func:`.statement.chain_problem`), then against the repository -- the last step is the commit, with its real
    parents and tree, and (given ``first_parent_chain``) the first-parent history from the commit down to the
-   recorded base is exactly the steps' commits.
+   recorded base is exactly the steps' commits;
+8. ``RECEIPT_POLICY_MISMATCH`` -- the policy transitions do not chain from ``baseConfigHash`` to ``configHash``, the
+   final verification names another policy (or, after a transition, none), or a delivery's evidence was proven
+   under a policy the run never had (rule in :mod:`.statement`, :func:`.statement.policy_problem`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,15 @@ from ..canonical import check_seal
 from ..errors import AgentOpsError
 from . import sshsig
 from .dsse import Envelope, parse_envelope
-from .statement import OPTIONAL_SEALED, PREDICATE_TYPES, SEALED, chain_problem, completeness_problem, goal_hash
+from .statement import (
+    OPTIONAL_SEALED,
+    PREDICATE_TYPES,
+    SEALED,
+    chain_problem,
+    completeness_problem,
+    goal_hash,
+    policy_problem,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +119,9 @@ def verify_receipt(
             parents=parents,
             first_parent_chain=first_parent_chain,
         )
+        problem = policy_problem(values["policy"], values["verification"], values["deliveries"])
+        if problem:
+            raise _Fail("RECEIPT_POLICY_MISMATCH", f"the receipt's policy record is inconsistent: {problem}")
     except _Fail as failure:
         return Verdict(commit, False, failure.code, failure.message, tuple(principals))
     signed = f"signed by {', '.join(principals)}" if principals else "unsigned"

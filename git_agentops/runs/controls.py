@@ -26,6 +26,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, total_usage, used_seconds
 from ..model.task import TaskStatus
+from ..model.transition import Stage, Transition
 from ..process.groups import (
     KILL_SETTLE,
     TICK,
@@ -36,7 +37,7 @@ from ..process.groups import (
     terminate_group,
 )
 from . import state as runstate
-from . import tamper
+from . import tamper, transitions
 from . import tasks as taskbook
 
 
@@ -144,6 +145,56 @@ def answer(store: Store, run_id: str, question_id: str, text: str, clock: Clock)
     return _control(store, run_id, "RUN_ANSWERED", f"question {question_id} answered", fn)
 
 
+def approve(store: Store, run_id: str, given: str, approver: str, clock: Clock) -> tuple[Transition, Run]:
+    """A person approves the pending policy transition ``given`` (an id or a unique prefix): the supervisor applies
+    it next (``RUN_TRANSITION_UNKNOWN``; ``RUN_POLICY_TRANSITION_STALE`` once it ended)."""
+    transition_id = transitions.resolve(store, run_id, given)
+    transition = transitions.read(store, run_id, transition_id)
+    if transition.ended:
+        raise AgentOpsError("RUN_POLICY_TRANSITION_STALE", f"{transition_id} is {transition.stage}")
+    if not transition.approved:
+        transition = transitions.update(
+            store,
+            run_id,
+            transition_id,
+            None,
+            clock.now(),
+            f"approved by {approver}",
+            expect=Stage.PREPARED,
+            approved_by={"by": "user", "name": approver[:256], "at": clock.now()},
+        )
+
+    def fn(change: Change, view: runstate.RunView) -> Run:
+        run = view.run()
+        open_questions = [q for q in view.questions() if q["answer"] is None]
+        if run.status_reason == transitions.awaiting_reason(transition_id) and not open_questions:
+            run = replace(run, status=RunStatus.ACTIVE, status_reason=None)
+            runstate.put_run(change, run)
+        return run
+
+    return transition, _control(store, run_id, "RUN_POLICY_APPROVED", f"{transition_id} approved by {approver}", fn)
+
+
+def refuse(store: Store, run_id: str, given: str, approver: str, reason: str, clock: Clock) -> Transition:
+    """A person refuses the policy transition ``given`` before it is applied; the run goes on under its policy."""
+    transition_id = transitions.resolve(store, run_id, given)
+    tamper.contain(store, run_id)
+    message = f"refused by {approver}" + (f": {reason}" if reason.strip() else "")
+    now = clock.now()
+    transition = transitions.update(
+        store,
+        run_id,
+        transition_id,
+        Stage.REFUSED,
+        now,
+        message,
+        expect=Stage.PREPARED,
+        refused={"code": "RUN_POLICY_REFUSED", "message": message[:8000], "by": approver[:256], "at": now},
+    )
+    transitions.tell_refused(runstate.journal(store, run_id), transition, "RUN_POLICY_REFUSED", message)
+    return transition
+
+
 def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
     """Everything ``git agentops-run status`` shows, as one JSON-able document."""
     view = runstate.read(store, run_id)
@@ -198,6 +249,10 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
             for t in sorted(tasks.values(), key=lambda t: (t.parent is not None, order.get(t.id, 0)))
         ],
         "questions": [q for q in view.questions()],
+        "policy": {
+            "configHash": run.policy_config_hash,
+            "transitions": [t.to_json() for t in transitions.all_of(store, run_id)],
+        },
     }
 
 

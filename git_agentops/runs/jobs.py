@@ -39,6 +39,9 @@ class JobContext:
     log: Callable[[str], None]
     fault: Callable[[str], None]
     """``fault(point)``: the crash-test hook (``AGENTOPS_FAULT``), a no-op in normal use."""
+    policy_file: str | None = None
+    """The git blob id of the policy file a transition bound (None before any): the one change of
+    ``.agentops/policy.toml`` a delivery may carry (:mod:`git_agentops.integrate.guards`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from ..receipts.statement import evidence_summary
 from ..schema import documents
 from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
 from . import state as runstate
+from . import transitions
 
 ENDINGS: Final = {
     "WORKER_FAILED": "failed",
@@ -90,6 +91,7 @@ def gather(store: Store, run_id: str, *, clock: Clock, environ: Mapping[str, str
         run_events=tuple(run_events),
         used_seconds=used_seconds(run.intervals, clock.now()),
         foreign_commits=sum(1 for e in entries if e.foreign),
+        transitions=tuple(t.to_json() for t in transitions.all_of(store, run.run_id)),
     )
 
 
@@ -286,11 +288,16 @@ def _gate_evidence(evidence: EvidenceStore, integration: Integration | None) -> 
     records = evidence.for_commit(integration.candidate)
     facts = []
     for summary in integration.verification:
-        record = next((r for r in records[::-1] if evidence_summary(r) == dict(summary)), None)
+        # on the keys the summary has: one kept before the summary carried policyConfigHash still finds its record
+        record = next((r for r in records[::-1] if _agrees(evidence_summary(r), summary)), None)
         name = digest(record) if record is not None else digest(dict(summary))
         ok = record is not None and authentic(record, evidence.keys)
         facts.append(EvidenceFact(name, "gate", summary.get("taskId"), None, record or dict(summary), ok))
     return facts
+
+
+def _agrees(found: dict[str, Any], summary: Mapping[str, Any]) -> bool:
+    return {k: v for k, v in found.items() if k in summary} == dict(summary)
 
 
 def _reviews(journal: Journal, integration: Integration | None, entries: Sequence[Entry]) -> list[ReviewFact]:

@@ -25,6 +25,7 @@ from typing import Any, Final, TypeVar
 from ..canonical import sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
+from ..gitstore.private import read_private, write_private
 from ..gitstore.refnames import check_component
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
@@ -67,6 +68,20 @@ def branch_ref(run_id: str, worker_id: str) -> str:
 def run_dir(store: Store, run_id: str) -> Path:
     """The run's private directory, ``$GIT_COMMON_DIR/agentops/runs/<run>/``: lock, heartbeat, logs, recipe."""
     return store.private_dir() / "runs" / check_run_id(run_id)
+
+
+def write_heartbeat(directory: Path, now: float) -> None:
+    """The supervisor's heartbeat in the run's private dir: a crash's open budget interval is closed there."""
+    write_private(directory, "heartbeat", f"{now}\n".encode())
+
+
+def read_heartbeat(directory: Path) -> float | None:
+    """The last heartbeat (None when there is none or it is unreadable)."""
+    try:
+        data = read_private(directory, "heartbeat", max_bytes=64)
+        return float(data) if data else None
+    except (AgentOpsError, ValueError):
+        return None
 
 
 def recipe_path(store: Store, run_id: str) -> Path:

@@ -7,7 +7,7 @@
 | ``question`` | anyone                    | records the question, stops every writer, the run awaits input            |
 | ``handoff``  | a child                   | checks the checkout, stops the worker, verifies and freezes in a job      |
 | ``finalize`` | the coordinator           | every child delivered: stops the writers and integrates in a job          |
-| ``policy``   | the coordinator           | not available in this version (``RUN_ACTION_UNAVAILABLE``)                |
+| ``policy``   | the coordinator           | records a policy transition (:mod:`.proposal`, :mod:`.transition`)        |
 
 An action refuses by raising :class:`~git_agentops.errors.AgentOpsError`; the refusal is recorded as the
 request's answer. ``handoff`` and ``finalize`` answer from their job.
@@ -37,6 +37,7 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Request
+from . import proposal
 from .ports import Loop
 from .requests import Action, answer
 
@@ -305,16 +306,11 @@ def begin_integration(
     runstate.mutate(loop.journal, begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending["requestId"]}))
 
 
-def policy(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
-    """``policy``: journaled policy transitions are not in this version."""
-    raise AgentOpsError("RUN_ACTION_UNAVAILABLE", "journaled policy transitions are not available in this version")
-
-
 ACTIONS: Mapping[str, Action] = {
     "plan": plan,
     "worker": plan_child,
     "question": question,
     "handoff": handoff,
     "finalize": finalize,
-    "policy": policy,
+    "policy": proposal.request,
 }

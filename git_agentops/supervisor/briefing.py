@@ -25,6 +25,8 @@ class Briefing:
         self.recipe = recipe
         self.log = log
         self._written_from: dict[str, tuple[Any, ...]] = {}
+        self.policy: dict[str, Any] = {}
+        """The instructions' ``policy`` section but its config hash: who approves changes, the run's transitions."""
 
     def _relevant(self, worker: Worker) -> tuple[Any, ...]:
         """What a worker's instructions depend on: rewrite them only when this changes."""
@@ -39,12 +41,15 @@ class Briefing:
         else:
             own = tasks.get(worker.task_id or "")
             seen = (str(own.status), own.revision) if own else ()
-        return (run.root_task_id, str(run.status), worker.generation, worker.diagnostic, answers, seen)
+        policy = (run.policy_config_hash, repr(self.policy))
+        return (run.root_task_id, str(run.status), worker.generation, worker.diagnostic, answers, seen, policy)
 
     def write(self, worker: Worker) -> dict[str, Any]:
         """Write the worker's instructions now; returns the document."""
         recipe = self.recipe if self.recipe.exists() else None
-        doc = instructions.instructions(self.state.run(), worker, self.state.tasks(), self.state.answers(), recipe)
+        doc = instructions.instructions(
+            self.state.run(), worker, self.state.tasks(), self.state.answers(), recipe, self.policy
+        )
         mailbox.write_instructions(Path(worker.worktree), doc)
         self._written_from[worker.worker_id] = self._relevant(worker)
         return doc

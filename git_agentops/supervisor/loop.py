@@ -39,7 +39,7 @@ import pygit2
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal
-from ..gitstore.private import file_lock, read_private, write_private
+from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import integrate
@@ -50,21 +50,22 @@ from ..model.run import (
     RunStatus,
     Worker,
     WorkerStatus,
+    budget_spent,
     close_intervals,
     is_restart_storm,
     open_interval,
-    total_usage,
-    used_seconds,
 )
 from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
+from ..runs import transitions
 from ..runs.controls import Stopped, stopped_note
 from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
-from . import requests, scheduler
+from . import requests, scheduler, transition
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
 from .cache import StateCache
+from .confine import Confinement
 from .workers import Workers
 
 HEARTBEAT_EVERY: Final = 2.0
@@ -108,7 +109,9 @@ class Supervisor:
             run_dir=self.dir,
             log=self.log,
             fault=self.fault,
+            policy_file=transitions.blob_of(transitions.bound_file(store, run_id)),
         )
+        self.transition: str | None = None  # the pending policy transition (supervisor.transition)
         self.briefing = Briefing(self.state, runstate.recipe_path(store, run_id), self.log)
         self.workers = Workers(
             store,
@@ -144,6 +147,23 @@ class Supervisor:
 
     def busy(self, worker_id: str) -> bool:
         return worker_id in self.jobs
+
+    def jobs_running(self) -> bool:
+        return bool(self.jobs)
+
+    def block(self, worker_id: str, code: str, reason: str) -> None:
+        self.workers.block(worker_id, code, reason)
+
+    def brief_policy(self) -> None:
+        changes = str(self.policy.doc["run"].get("policy_changes", "user"))
+        self.briefing.policy = {"changes": changes, "transitions": transitions.brief(self.store, self.run_id)}
+
+    def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
+        self.policy = policy
+        self.ctx = replace(self.ctx, policy=policy, policy_file=transitions.blob_of(policy_file))
+        self.workers.policy = policy
+        self.workers.confine = Confinement(self.store, policy, self.environ, self.dir, self.log)
+        self.log(f"now bound to the policy {policy.config_hash[:12]}")
 
     def submit(self, worker_id: str, job: Callable[[Store], JobResult]) -> None:
         """Run ``job`` in a thread with its own repository handle (pygit2 objects are not shared across threads)."""
@@ -222,7 +242,7 @@ class Supervisor:
 
     def _startup(self) -> None:
         now = self.clock.now()
-        heartbeat = self._read_heartbeat()
+        heartbeat = runstate.read_heartbeat(self.dir)
         if is_restart_storm(self.state.run(), now):
             self._set_status(
                 RunStatus.BLOCKED,
@@ -253,15 +273,15 @@ class Supervisor:
         self.workers.reconcile()
         adopt_orphans(self.store, self.run_id, self.clock, reverify=reverifier(self.ctx))
         self.state.refresh()
+        transition.discover(self)  # finished before anything else
+        self.brief_policy()
         if self._resume_integration():
             self.log("resuming an interrupted integration")
         self.state.refresh()
 
     def stop_unsupervised(self, why: str) -> list[Stopped] | None:
-        """Without serving the run, stop the agent processes a dead supervisor left (``WORKER_LEFTOVER_STOPPED``).
-
-        Holds the run's lock meanwhile; None, doing nothing, while a supervisor holds it (it stops its own).
-        """
+        """Without serving the run, stop what a dead supervisor left (``WORKER_LEFTOVER_STOPPED``), holding the run's
+        lock meanwhile; None, doing nothing, while a supervisor holds it (it stops its own)."""
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
                 return self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why=why)
@@ -319,21 +339,29 @@ class Supervisor:
                 self.state.refresh()
                 return self.state.run().status
             now = self.clock.now()
-            spent = self._budget_spent(run, now)
+            spent = budget_spent(run, self.state.workers().values(), now)
             if spent is not None:
                 self._set_status(RunStatus.BUDGET_LIMITED, spent, disable=True)
                 continue
             self._heartbeat(now)
             self.workers.reap()
             self._collect_jobs()
+            if transition.drive(self):  # nothing else happens while the policy changes
+                self.workers.transition = self.transition
+                self._serve_requests()  # an idle worker's request is answered RUN_POLICY_TRANSITION_PENDING
+                time.sleep(self.poll)
+                continue
+            self.workers.transition = None
             self._wake_coordinator()
             if run.status is RunStatus.AWAITING_INPUT:
                 time.sleep(self.poll)
                 continue
             served = self._serve_requests()  # first: a waiting agent should not wait for provisioning
             requests.flush_refusals(self)  # the coalesced counts of refusals whose window has passed
-            self.workers.restart()
-            scheduler.schedule(self)
+            self.workers.transition = self.transition  # a policy request just recorded one: nothing starts
+            if self.transition is None:
+                self.workers.restart()
+                scheduler.schedule(self)
             self.briefing.refresh(self.busy)
             # poll fast while requests are flowing, back off to ``poll`` when idle
             idle_ticks = 0 if served else idle_ticks + 1
@@ -371,28 +399,10 @@ class Supervisor:
         self.state.refresh()
 
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
-    def _budget_spent(self, run: Run, now: float) -> str | None:
-        """Why the run's budget is spent -- active time, dollars or tokens as the hosts reported them -- or None."""
-        if used_seconds(run.intervals, now) >= run.budget_seconds:
-            return f"active-time budget of {run.budget_seconds}s spent"
-        tokens, cost = total_usage(self.state.workers().values())
-        if run.cost_limit_usd is not None and cost is not None and cost >= run.cost_limit_usd:
-            return f"cost budget of ${run.cost_limit_usd:.2f} spent (${cost:.2f} reported by the hosts)"
-        if run.token_limit is not None and tokens >= run.token_limit:
-            return f"token budget of {run.token_limit} spent ({tokens} reported by the hosts)"
-        return None
-
     def _heartbeat(self, now: float) -> None:
         if now - self._last_heartbeat >= HEARTBEAT_EVERY:
-            write_private(self.dir, "heartbeat", f"{now}\n".encode())
+            runstate.write_heartbeat(self.dir, now)
             self._last_heartbeat = now
-
-    def _read_heartbeat(self) -> float | None:
-        try:
-            data = read_private(self.dir, "heartbeat", max_bytes=64)
-            return float(data) if data else None
-        except (AgentOpsError, ValueError):
-            return None
 
     def _close_budget(self) -> None:
         now = self.clock.now()

@@ -26,6 +26,8 @@ class Loop(Protocol):
     policy: Policy
     state: StateCache
     ctx: JobContext
+    transition: str | None
+    """The pending policy transition's id (:mod:`.transition`), or None."""
 
     @property
     def journal(self) -> Journal:
@@ -51,6 +53,22 @@ class Loop(Protocol):
 
     def busy(self, worker_id: str) -> bool:
         """Whether a job is running for this worker."""
+        ...
+
+    def jobs_running(self) -> bool:
+        """Whether any job (provisioning, handoff, integration) is still running."""
+        ...
+
+    def block(self, worker_id: str, code: str, reason: str) -> None:
+        """Block a worker, its task and every task depending on it."""
+        ...
+
+    def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
+        """Adopt ``policy`` (and the bound policy file's bytes): every job and generation started later uses it."""
+        ...
+
+    def brief_policy(self) -> None:
+        """Tell every worker's instructions the policy in force and the run's transitions (after one changed)."""
         ...
 
     def log(self, message: str) -> None:

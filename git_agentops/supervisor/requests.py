@@ -10,7 +10,8 @@ the supervisor or touches another worker):
 3. idempotency: a ``requestId`` seen before replays its stored response when the canonical content is the same,
    and is ``RUN_REQUEST_ID_CONFLICT`` otherwise;
 4. fencing: the worker id and generation must be this mailbox's current ones (``RUN_REQUEST_STALE``);
-5. the contract hash must be the run's current one and the run active (``RUN_CONTRACT_CHANGED``);
+5. no policy transition may be pending (``RUN_POLICY_TRANSITION_PENDING``: nothing else is done meanwhile), and
+   the contract hash must be the run's current one and the run active (``RUN_CONTRACT_CHANGED``);
 6. the action's own rules.
 
 The effect of a request and its idempotency record are written in the **same** state commit (:func:`answer`), so
@@ -148,6 +149,17 @@ def _respond(
                 "RUN_REQUEST_STALE",
                 f"this mailbox belongs to {worker.worker_id} generation {worker.generation}, not "
                 f"{doc['workerId']} generation {doc['generation']}",
+            ),
+        )
+    if loop.transition is not None:
+        return refuse(
+            loop,
+            worker,
+            request.request_id,
+            claimed.digest,
+            AgentOpsError(
+                "RUN_POLICY_TRANSITION_PENDING",
+                f"the policy transition {loop.transition} is pending; nothing else is done until it has ended",
             ),
         )
     run = loop.state.run()

@@ -1,9 +1,8 @@
 """The worker lifecycle: start a generation, stop it, notice it ended, and decide between restart and block.
 
-* **start** -- issue a new generation by CAS (only while the run is active and unfenced), write the worker's
-  instructions and prompt, and launch its host in its worktree;
-* **kill** -- SIGTERM the worker's process group, SIGKILL after the grace period, and reap it: once this returns
-  nothing of that generation runs;
+* **start** -- issue a new generation by CAS (only while the run is active, unfenced and no policy transition is
+  pending: ``RUN_POLICY_TRANSITION_PENDING``), write its instructions and prompt, launch its host in its worktree;
+* **kill** -- SIGTERM the worker's process group, SIGKILL after the grace, and reap it: then nothing of it runs;
 * **reap** -- a worker whose process ended is accounted (the session id and usage its host reported) and then
   judged: a coordinator that ended its turn after planning is *idle* (:mod:`git_agentops.model.lifecycle`); any
   other end without a delivery is a failure (``RUN_WORKER_EXITED``, with the end of its log); a resumed session
@@ -105,6 +104,7 @@ class Workers:
         self.jobs = jobs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}  # worker id -> the generation this supervisor started
         self.confine = Confinement(store, policy, environ, run_dir, log)
+        self.transition: str | None = None  # a pending policy transition: no generation starts
 
     def set(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
         """Update one worker record by CAS, recording ``event``."""
@@ -118,13 +118,9 @@ class Workers:
 
     # -- processes ---------------------------------------------------------------------------------------------------
     def kill(self, worker: Worker) -> dict[str, Any]:
-        """Stop a worker's process group (SIGTERM, then SIGKILL after the grace) and reap it, and every process
-        that left the group but still carries the worker's ``AGENTOPS_WORKER_ID`` (a ``setsid`` daemon): before a
-        handoff is verified, nothing of the worker is left running.
-
-        Returns the worker changes that account for the stopped generation (:meth:`account`), for the caller's next
-        update of the worker; empty when there was no process.
-        """
+        """Stop a worker's process group (SIGTERM, SIGKILL after the grace) and reap it, and every process that left
+        the group but carries its ``AGENTOPS_WORKER_ID`` (a ``setsid`` daemon): nothing of the worker is left running.
+        Returns the changes that account for the stopped generation (:meth:`account`); empty without a process."""
         proc = self.procs.pop(worker.worker_id, None)
         had_process = proc is not None or worker.process is not None
         if worker.process is not None:
@@ -140,10 +136,8 @@ class Workers:
         return self.account(worker) if had_process else {}
 
     def account(self, worker: Worker) -> dict[str, Any]:
-        """The session id and usage the host reported for the worker's current generation, as worker changes.
-
-        A model host that printed no JSON where JSON was asked is logged as an event and costs nothing known.
-        """
+        """The session id and usage the host reported for the worker's current generation, as worker changes (a
+        model host that printed no JSON where JSON was asked is logged as an event and costs nothing known)."""
         kind = host_spec(self.policy, worker.host).kind
         output = generation_output(self.log_file(worker), worker.generation)
         report = parse_output(kind, output)
@@ -235,6 +229,9 @@ class Workers:
         """
         spec = host_spec(self.policy, self.state.workers()[worker_id].host)
 
+        if self.transition is not None:
+            raise AgentOpsError("RUN_POLICY_TRANSITION_PENDING", f"{self.transition} is pending; no generation starts")
+
         def next_generation(change: Change, view: runstate.RunView) -> Worker:
             run = view.run()
             if run.status is not RunStatus.ACTIVE or run.disable_restart:
@@ -262,7 +259,11 @@ class Workers:
         worker = runstate.mutate(
             self.state.journal,
             next_generation,
-            Event("WORKER_STARTING", f"{worker_id} starting a new generation{why}", {"workerId": worker_id}),
+            Event(
+                "WORKER_STARTING",
+                f"{worker_id} starting a new generation{why}",
+                {"workerId": worker_id, "policyConfigHash": self.policy.config_hash},
+            ),
         )
         self.state.refresh()
         worktree = Path(worker.worktree)
@@ -314,7 +315,7 @@ class Workers:
                 try:
                     self.start(worker.worker_id)
                 except AgentOpsError as exc:
-                    if exc.code == "RUN_NOT_ACTIVE":
+                    if exc.code in ("RUN_NOT_ACTIVE", "RUN_POLICY_TRANSITION_PENDING"):
                         return
                     self.block(worker.worker_id, exc.code, exc.message)
                 self.state.refresh()
