@@ -66,18 +66,19 @@ def recipe(
     return path
 
 
-def start(repo: Path, recipe_path: Path, *extra: str) -> str:
-    done = cli(
-        repo,
-        "agentops-run",
-        "start",
-        "--goal",
-        "Build the parts",
-        "--recipe",
-        str(recipe_path),
-        "--detach",
-        "--json",
-        *extra,
+START = ("--detach", "--json")
+
+
+def start(repo: Path, recipe_path: Path, *extra: str, env: dict[str, str] | None = None) -> str:
+    """Start a detached run of ``recipe_path``; ``env`` adds to the supervisor's environment (``AGENTOPS_FAULT``)."""
+    done = subprocess.run(
+        ["git", "agentops-run", "start", "--goal", "Build the parts", "--recipe", str(recipe_path), *START, *extra],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout)["runId"])
@@ -144,6 +145,14 @@ def supervisor_running(repo: Path, run_id: str) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 120) -> None:
+    """Until the run's supervisor exits (a fault injection killed it, or the run ended)."""
+    deadline = time.monotonic() + timeout
+    while supervisor_running(repo, run_id):
+        assert time.monotonic() < deadline, "the supervisor did not exit"
+        time.sleep(0.1)
 
 
 def stop(repo: Path, run_id: str, *, timeout: float = 30) -> None:

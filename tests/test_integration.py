@@ -6,14 +6,13 @@ import base64
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, allowed_signer, child, reviewers, simple_child, ssh_key, write_step
-from .runkit import CHECK_PY, cli, events, recipe, status, supervisor_running, wait_for
+from .runkit import CHECK_PY, cli, events, recipe, status, wait_for, wait_supervisor_gone
 
 REVIEWERS = reviewers("reviewer-a", "reviewer-b")
 POLICY = """version = 1
@@ -67,13 +66,6 @@ def _start(repo: Path, recipe_path: Path, *, env: dict[str, str] | None = None, 
     )
     assert done.returncode in (0, 1), done.stderr
     return str(json.loads(done.stdout)["runId"])
-
-
-def _wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while supervisor_running(repo, run_id):
-        assert time.monotonic() < deadline, "the supervisor did not exit"
-        time.sleep(0.1)
 
 
 def _verify(repo: Path, spec: str, *extra: str) -> tuple[int, dict[str, object]]:
@@ -218,7 +210,7 @@ def test_kill_9_after_each_step_then_resume_moves_the_target_once_with_a_receipt
         ),
         env={"AGENTOPS_FAULT": step},
     )
-    _wait_supervisor_gone(repo, run_id)  # killed by the fault injection
+    wait_supervisor_gone(repo, run_id)  # killed by the fault injection
     assert "fault injection" in (repo / ".git" / "agentops" / "runs" / run_id / "supervisor.log").read_text()
     moved = git(repo, "rev-parse", "main") != base
     has_receipt = git(repo, "notes", "--ref=agentops/receipts", "list", "main", check=False) != ""

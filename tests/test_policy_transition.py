@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from .conftest import git
 from .helpers import HANDOFF, child, toml, write_step
-from .runkit import POLICY, cli, events, project, status, supervisor_log, supervisor_running, wait_for
+from .runkit import POLICY, cli, events, project, start, status, supervisor_log, wait_for, wait_supervisor_gone
 
 RUNNER_ARGV = ["python3", "-c", "import pathlib, sys; sys.exit(0 if pathlib.Path('src/b.txt').exists() else 1)"]
 PROPOSAL_FILE = ".agentops/proposals/runner.toml"
@@ -62,30 +61,6 @@ def scenario(tmp: Path, run_options: str, *, first_sleep: float = 1.0) -> Path:
     path = tmp / "recipe.toml"
     path.write_text(toml(doc))
     return path
-
-
-def start(repo: Path, recipe_path: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [
-            "git",
-            "agentops-run",
-            "start",
-            "--goal",
-            "Build the parts",
-            "--recipe",
-            str(recipe_path),
-            "--json",
-            "--detach",
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-    assert done.returncode == 0, done.stderr
-    return str(json.loads(done.stdout)["runId"])
 
 
 def receipt(repo: Path) -> dict[str, Any]:
@@ -235,9 +210,7 @@ def test_kill_9_at_each_stage_then_supervise_completes_the_transition_exactly_on
     repo = project(tmp_path, run_options='policy_changes = "coordinator"')
     base = git(repo, "rev-parse", "main")
     run_id = start(repo, scenario(tmp_path, 'policy_changes = "coordinator"'), env={"AGENTOPS_FAULT": point})
-    deadline = time.monotonic() + 120
-    while supervisor_running(repo, run_id) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_supervisor_gone(repo, run_id)
     assert f"fault injection: SIGKILL at {point}" in supervisor_log(repo, run_id)
     supervised = subprocess.Popen(
         ["git", "agentops-run", "supervise", run_id], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -476,9 +449,7 @@ def test_a_failure_after_the_bind_blocks_the_run_and_resume_rolls_it_forward(tmp
     repo = project(tmp_path, run_options=options)
     base = git(repo, "rev-parse", "main")
     run_id = start(repo, scenario(tmp_path, options), env={"AGENTOPS_FAULT": "policy:bound"})
-    deadline = time.monotonic() + 120
-    while supervisor_running(repo, run_id) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_supervisor_gone(repo, run_id)
     doc = status(repo, run_id)
     assert transitions_of(doc)[0]["stage"] == "bound"
     child_worktree = Path(next(w["worktree"] for w in doc["workers"] if w["role"] == "child"))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run, subcommands
 from .runinfo import list_runs, log, show_status
-from .spawn import spawn_supervisor
+from .spawn import spawn_supervisor, supervise_in_background
 
 if TYPE_CHECKING:
     from ..runs.controls import Stopped
@@ -245,14 +245,7 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
         from ..runs.create import bound_policy
 
         _sandbox_warning(ctx, bound_policy(store, args.run_id))
-        try:
-            spawned = spawn_supervisor(ctx, args.run_id)
-            doc.update(spawned.to_json())
-            lines.append(f"supervising in the background ({spawned.describe()})")
-        except AgentOpsError as exc:
-            if exc.code != "RUN_SUPERVISOR_ACTIVE":
-                raise
-            lines.append("its supervisor is already running")
+        supervise_in_background(ctx, args.run_id, doc, lines)
     ctx.emit(doc, lines)
     return 0
 

@@ -96,6 +96,19 @@ class _Process:
         """It exited already (a supervisor left running is never killed here)."""
 
 
+def supervise_in_background(ctx: Context, run_id: str, doc: dict[str, Any], lines: list[str]) -> None:
+    """After a control that lets the run go on: a detached supervisor, unless one serves it already (said in
+    ``doc`` and ``lines``)."""
+    try:
+        spawned = spawn_supervisor(ctx, run_id)
+        doc.update(spawned.to_json())
+        lines.append(f"supervising in the background ({spawned.describe()})")
+    except AgentOpsError as exc:
+        if exc.code != "RUN_SUPERVISOR_ACTIVE":
+            raise
+        lines.append("its supervisor is already running")
+
+
 def spawn_supervisor(ctx: Context, run_id: str) -> Spawned:
     """Start a detached supervisor and wait until it serves the run (its ``RUN_SUPERVISOR_START`` is recorded).
 

@@ -90,16 +90,8 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         lines = [*change_lines(transition), f"refused by {who}; the run goes on under its policy"]
         doc = {"runId": args.run_id, "transition": transition.to_json()}
     if not args.no_supervise:
-        from ..errors import AgentOpsError
-        from .spawn import spawn_supervisor
+        from .spawn import supervise_in_background
 
-        try:
-            spawned = spawn_supervisor(ctx, args.run_id)
-            doc.update(spawned.to_json())
-            lines.append(f"supervising in the background ({spawned.describe()})")
-        except AgentOpsError as exc:
-            if exc.code != "RUN_SUPERVISOR_ACTIVE":
-                raise
-            lines.append("its supervisor is already running")
+        supervise_in_background(ctx, args.run_id, doc, lines)
     ctx.emit(doc, lines)
     return 0
