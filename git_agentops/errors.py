@@ -223,6 +223,12 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "RUN_TRANSITION_UNKNOWN": _c(EXIT_REFUSED, "no policy transition with that id (or prefix) in this run"),
     "RUN_APPROVAL_AGENT": _c(EXIT_REFUSED, "'run approve' refuses to run inside an agent's environment"),
+    "SYNC_REMOTE_UNREACHABLE": _c(EXIT_REFUSED, "the remote cannot be reached; nothing was changed (retry later)"),
+    "SYNC_REMOTE_MOVED": _c(EXIT_REFUSED, "the remote moved under an atomic push, which changed nothing; fetch again"),
+    "SYNC_PUSH_REFUSED": _c(EXIT_REFUSED, "the server refused the push (its hook's message shown); nothing changed"),
+    "SYNC_DIVERGED": _c(
+        EXIT_NEGATIVE, "a ref diverged from the remote (not forced) or two notes for one object differ"
+    ),
     "POLICY_TRUST_AGENT": _c(EXIT_REFUSED, "'policy trust' refuses to run inside an agent's environment"),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),

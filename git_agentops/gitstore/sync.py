@@ -1,0 +1,375 @@
+"""Moving run state between a repository and a remote with compare-and-swap: the Git server is the shared store.
+
+What moves (:data:`NAMESPACES`): every run's refs (``refs/agentops/runs/*``: state, policy, journals, deliveries,
+candidate), the workers' branches (``refs/heads/agentops/*``) and the agentops notes (``refs/notes/agentops/*``).
+
+* :func:`fetch` copies the remote's values into a mirror namespace, ``refs/agentops-sync/<remote>/...`` (never into
+  the refs themselves), then brings each local ref up to date: a missing one is created, one the remote is ahead
+  of is fast-forwarded -- both by CAS on the value read -- and one that diverged is **reported, never forced**
+  (:class:`Outcome`). Notes refs that diverged are **merged**: notes are per object, so the union of the two
+  fan-out trees is conflict-free, except for one object with two different notes -- for an append-only ref
+  (evidence, deliveries) a note that extends the other is taken whole, otherwise it is a real conflict: the local
+  note stays, the remote one is kept aside under ``refs/agentops-sync/<remote>/conflicts/...`` and reported.
+* :func:`push` sends every local ref the remote does not have or is behind on in **one atomic push** with the
+  expected old value of each (``--force-with-lease=<ref>:<expected>``; never a plain force). When the remote moved
+  meanwhile the push is refused as a whole: fetch (merging the notes), push again -- a bounded number of times.
+
+Remote operations run the person's own git (their SSH and credential configuration): ``git`` in the main
+repository, with no fsmonitor. A remote that cannot be reached is ``SYNC_REMOTE_UNREACHABLE``, a server hook's
+refusal ``SYNC_PUSH_REFUSED`` with the server's own message; both leave every ref as it was.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pygit2
+
+from ..errors import AgentOpsError
+from .refnames import RefConflict, check_component
+from .refs import RefUpdate, list_refs, read_ref, try_update_refs
+from .repo import Store
+
+NAMESPACES: Final = ("refs/agentops/runs/", "refs/heads/agentops/", "refs/notes/agentops/")
+APPEND_ONLY: Final = frozenset({"refs/notes/agentops/evidence", "refs/notes/agentops/deliveries"})
+MIRROR: Final = "refs/agentops-sync/"
+TIMEOUT: Final = 300.0
+_UNREACHABLE: Final = re.compile(
+    r"could not read from remote|does not appear to be a git repository|unable to access|could not resolve|"
+    r"connection (refused|timed out)|no such file or directory|repository .* not found|host key verification",
+    re.IGNORECASE,
+)
+
+
+def mirror_prefix(remote: str) -> str:
+    """Where the remote's values are mirrored: ``refs/agentops-sync/<remote>/``."""
+    return f"{MIRROR}{check_component(remote, 'remote name')}/"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one sync did to each ref: ``created``, ``fast-forwarded``, ``merged`` (notes), ``pushed``, ``up to
+    date``, ``diverged`` (reported, not forced) or ``conflict`` (two different notes for one object; both kept)."""
+
+    refs: Mapping[str, str] = field(default_factory=dict)
+    conflicts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # notes ref -> annotated objects
+    attempts: int = 1
+
+    def to_json(self) -> dict[str, object]:
+        """The ``sync --json`` document's body."""
+        return {
+            "refs": dict(sorted(self.refs.items())),
+            "conflicts": {ref: list(objects) for ref, objects in sorted(self.conflicts.items())},
+            "attempts": self.attempts,
+        }
+
+
+def _git(repo: Path, *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            ["git", "-c", "core.fsmonitor=false", *args],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AgentOpsError("SYNC_REMOTE_UNREACHABLE", f"git {args[0]} timed out after {timeout:g}s") from exc
+    except OSError as exc:
+        raise AgentOpsError("GIT_FAILED", f"cannot run git: {exc}") from exc
+
+
+def _remote_error(done: subprocess.CompletedProcess[str], what: str) -> AgentOpsError:
+    text = (done.stderr or done.stdout).strip()
+    code = "SYNC_REMOTE_UNREACHABLE" if _UNREACHABLE.search(text) else "GIT_FAILED"
+    return AgentOpsError(code, f"{what} failed: {text[-2000:] or f'exit status {done.returncode}'}")
+
+
+def remote_refs(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> dict[str, str]:
+    """The remote's refs under ``namespaces`` (``git ls-remote``)."""
+    done = _git(store_root(store), "ls-remote", "--refs", remote, *(f"{n}*" for n in namespaces))
+    if done.returncode != 0:
+        raise _remote_error(done, f"git ls-remote {remote}")
+    out = {}
+    for line in done.stdout.splitlines():
+        oid, _, name = line.partition("\t")
+        if any(name.startswith(n) for n in namespaces):
+            out[name] = oid
+    return out
+
+
+def store_root(store: Store) -> Path:
+    """Where remote git commands run: the repository's git dir (works for bare and non-bare alike)."""
+    return store.git_dir
+
+
+def mirror(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> dict[str, str]:
+    """Fetch the remote's values of ``namespaces`` into the mirror; returns them, by the remote's ref names."""
+    prefix = mirror_prefix(remote)
+    specs = [f"+{n}*:{prefix}{n[len('refs/') :]}*" for n in namespaces]
+    done = _git(store_root(store), "fetch", "--no-tags", "--no-write-fetch-head", "--prune", remote, *specs)
+    if done.returncode != 0:
+        raise _remote_error(done, f"git fetch {remote}")
+    found = list_refs(store, prefix)
+    return {
+        "refs/" + name[len(prefix) :]: oid
+        for name, oid in found.items()
+        if not name[len(prefix) :].startswith("conflicts/")
+    }
+
+
+def _ancestor(repo: pygit2.Repository, old: str, new: str) -> bool:
+    """Whether ``old`` is ``new`` or one of its ancestors."""
+    try:
+        return old == new or bool(repo.descendant_of(new, old))
+    except (pygit2.GitError, KeyError, ValueError):
+        return False
+
+
+def fetch(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> Outcome:
+    """Bring the local refs up to date with the remote (see the module docstring)."""
+    theirs = mirror(store, remote, namespaces)
+    outcome: dict[str, str] = {}
+    conflicts: dict[str, tuple[str, ...]] = {}
+    repo = store.repo
+    for name, tip in sorted(theirs.items()):
+        mine = read_ref(store, name)
+        if mine == tip or (mine is not None and _ancestor(repo, tip, mine)):
+            outcome[name] = "up to date"
+            continue
+        if mine is None or _ancestor(repo, mine, tip):
+            if name.startswith("refs/agentops/runs/") and "/deliveries/" in name and mine is not None:
+                outcome[name] = "diverged"  # a frozen delivery never moves
+                continue
+            try:
+                try_update_refs(store, [RefUpdate(name, tip, mine)], f"agentops-sync: from {remote}")
+            except RefConflict:
+                outcome[name] = "diverged"  # moved under us: the next sync judges again
+                continue
+            outcome[name] = "created" if mine is None else "fast-forwarded"
+        elif name.startswith("refs/notes/agentops/"):
+            merged, clashes = merge_notes(store, name, mine, tip, remote)
+            outcome[name] = "merged" if merged else "diverged"
+            if clashes:
+                conflicts[name] = clashes
+        else:
+            outcome[name] = "diverged"
+    return Outcome(outcome, conflicts)
+
+
+# -- notes ------------------------------------------------------------------------------------------------------------
+
+
+def _note_map(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> dict[str, pygit2.Oid]:
+    """Annotated object hex -> note blob id, at any fan-out depth."""
+    out: dict[str, pygit2.Oid] = {}
+    for entry in tree:
+        name = entry.name or ""
+        if entry.type_str == "tree":
+            sub = repo.get(entry.id)
+            assert isinstance(sub, pygit2.Tree)
+            out.update(_note_map(repo, sub, prefix + name))
+        else:
+            out[prefix + name] = entry.id
+    return out
+
+
+def _subtrees(tree: pygit2.Tree) -> dict[str, pygit2.Object]:
+    return {entry.name or "": entry for entry in tree}
+
+
+def merge_notes(store: Store, ref: str, mine: str, theirs: str, remote: str) -> tuple[bool, tuple[str, ...]]:
+    """Merge the remote's notes commit ``theirs`` into the local notes ref at ``mine``: a two-parent notes commit
+    whose tree is the union (see the module docstring), by CAS. Returns (merged, objects in conflict).
+
+    Only the fan-out directories that differ are opened: two sides with 10,000 notes each that share most of them
+    cost one read of each differing directory.
+    """
+    repo = store.repo
+    local: object = repo.get(mine)
+    other: object = repo.get(theirs)
+    assert isinstance(local, pygit2.Commit) and isinstance(other, pygit2.Commit)
+    ours, remote_tree = _subtrees(local.tree), _subtrees(other.tree)
+    append_only = ref in APPEND_ONLY
+    clashes: list[str] = []
+    kept_aside: dict[str, pygit2.Oid] = {}
+    notes: dict[str, pygit2.Oid] = {}
+    for name in sorted(set(ours) | set(remote_tree)):
+        a, b = ours.get(name), remote_tree.get(name)
+        if a is not None and b is not None and a.id == b.id:
+            notes.update(_flatten(repo, a, name))
+            continue
+        mine_notes = _flatten(repo, a, name) if a is not None else {}
+        their_notes = _flatten(repo, b, name) if b is not None else {}
+        for hexid in sorted(set(mine_notes) | set(their_notes)):
+            x, y = mine_notes.get(hexid), their_notes.get(hexid)
+            if x is None or y is None or x == y:
+                found = x if x is not None else y
+                assert found is not None
+                notes[hexid] = found
+                continue
+            taken = _extension(repo, x, y) if append_only else None
+            if taken is not None:
+                notes[hexid] = taken
+            else:
+                notes[hexid] = x
+                kept_aside[hexid] = y
+                clashes.append(hexid)
+    tree = _fanout_tree(repo, notes)
+    signature = store.signature()
+    message = f"Notes merged from {remote} by git-agentops sync" + (
+        f"\n\n{len(clashes)} conflicting note(s) kept aside under {mirror_prefix(remote)}conflicts/\n"
+        if clashes
+        else "\n"
+    )
+    commit = repo.create_commit(None, signature, signature, message, tree, [local.id, other.id])
+    if kept_aside:
+        aside_tree = _fanout_tree(repo, kept_aside)
+        aside_ref = f"{mirror_prefix(remote)}conflicts/{ref[len('refs/notes/') :]}"
+        parent = read_ref(store, aside_ref)
+        aside = repo.create_commit(
+            None,
+            signature,
+            signature,
+            f"Conflicting notes of {ref} from {remote}\n",
+            aside_tree,
+            [parent] if parent else [],
+        )
+        try_update_refs(store, [RefUpdate(aside_ref, aside, parent)], "agentops-sync: conflicting notes kept aside")
+    try:
+        try_update_refs(store, [RefUpdate(ref, commit, mine)], f"agentops-sync: notes merged from {remote}")
+    except RefConflict:
+        return False, tuple(clashes)
+    return True, tuple(clashes)
+
+
+def _flatten(repo: pygit2.Repository, entry: pygit2.Object, name: str) -> dict[str, pygit2.Oid]:
+    if entry.type_str == "tree":
+        sub = repo.get(entry.id)
+        assert isinstance(sub, pygit2.Tree)
+        return _note_map(repo, sub, name)
+    return {name: entry.id}
+
+
+def _extension(repo: pygit2.Repository, x: pygit2.Oid, y: pygit2.Oid) -> pygit2.Oid | None:
+    """For append-only notes: the one of two notes that extends the other (records are only ever appended)."""
+    a: object = repo.get(x)
+    b: object = repo.get(y)
+    assert isinstance(a, pygit2.Blob) and isinstance(b, pygit2.Blob)
+    if b.data.startswith(a.data):
+        return y
+    if a.data.startswith(b.data):
+        return x
+    return None
+
+
+def _fanout_tree(repo: pygit2.Repository, notes: Mapping[str, pygit2.Oid]) -> pygit2.Oid:
+    """A notes tree with git's 2/38 fan-out."""
+    groups: dict[str, dict[str, pygit2.Oid]] = {}
+    for hexid, blob in notes.items():
+        groups.setdefault(hexid[:2], {})[hexid[2:]] = blob
+    root = repo.TreeBuilder()
+    for prefix, entries in sorted(groups.items()):
+        sub = repo.TreeBuilder()
+        for name, blob in sorted(entries.items()):
+            sub.insert(name, blob, pygit2.enums.FileMode.BLOB)
+        root.insert(prefix, sub.write(), pygit2.enums.FileMode.TREE)
+    return root.write()
+
+
+# -- push -------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One ref to push: the local value, and the value the remote must still hold (None: it must not exist)."""
+
+    ref: str
+    new: str
+    expected: str | None
+
+
+def push_atomic(store: Store, remote: str, sends: Iterable[Send]) -> dict[str, str]:
+    """One atomic push of ``sends``, each with its lease; {ref: status} (``ok``). ``SYNC_REMOTE_MOVED`` when a
+    lease failed (nothing was pushed), ``SYNC_PUSH_REFUSED`` with the server's message when a hook refused it,
+    ``SYNC_REMOTE_UNREACHABLE``."""
+    sends = list(sends)
+    if not sends:
+        return {}
+    leases = [f"--force-with-lease={s.ref}:{s.expected or ''}" for s in sends]
+    specs = [f"{s.new}:{s.ref}" for s in sends]
+    done = _git(store_root(store), "push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *specs)
+    statuses = _porcelain(done.stdout)
+    if done.returncode == 0:
+        return {ref: "ok" for ref in statuses} or {s.ref: "ok" for s in sends}
+    text = (done.stderr + done.stdout).strip()
+    if any("stale info" in why or "fetch first" in why for why in statuses.values()):
+        raise AgentOpsError(
+            "SYNC_REMOTE_MOVED",
+            f"{remote} moved meanwhile; nothing was pushed: "
+            + "; ".join(f"{ref} {why}" for ref, why in statuses.items() if why != "ok"),
+            details={"refs": statuses},
+        )
+    server = [line[len("remote: ") :] for line in done.stderr.splitlines() if line.startswith("remote: ")]
+    if server or any("hook declined" in why for why in statuses.values()):
+        raise AgentOpsError(
+            "SYNC_PUSH_REFUSED",
+            f"{remote} refused the push; nothing was changed there: " + (" / ".join(server) or text[-2000:]),
+            details={"server": server, "refs": statuses},
+        )
+    raise _remote_error(done, f"git push {remote}")
+
+
+def _porcelain(stdout: str) -> dict[str, str]:
+    """``git push --porcelain``: ref -> ``ok`` or the reason in parentheses."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and len(parts[0]) == 1 and ":" in parts[1]:
+            ref = parts[1].split(":", 1)[1]
+            reason = parts[2] if len(parts) > 2 else ""
+            out[ref] = "ok" if parts[0] in "*+-= " else reason.strip("()") or "rejected"
+    return out
+
+
+def push(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, attempts: int = 5) -> Outcome:
+    """Send what the remote lacks (see the module docstring); a remote that moved is fetched and merged first."""
+    outcome: dict[str, str] = {}
+    conflicts: dict[str, tuple[str, ...]] = {}
+    for attempt in range(1, attempts + 1):
+        fetched = fetch(store, remote, namespaces)
+        conflicts.update(fetched.conflicts)
+        theirs = {
+            "refs/" + k[len(mirror_prefix(remote)) :]: v for k, v in list_refs(store, mirror_prefix(remote)).items()
+        }
+        sends, outcome = [], {}
+        for name, mine in sorted(_local(store, namespaces).items()):
+            remote_value = theirs.get(name)
+            if remote_value == mine:
+                outcome[name] = "up to date"
+            elif remote_value is None or _ancestor(store.repo, remote_value, mine):
+                sends.append(Send(name, mine, remote_value))
+            else:
+                outcome[name] = fetched.refs.get(name, "diverged")
+        try:
+            for ref in push_atomic(store, remote, sends):
+                outcome[ref] = "pushed"
+        except AgentOpsError as exc:
+            if exc.code == "SYNC_REMOTE_MOVED" and attempt < attempts:
+                continue
+            raise
+        return Outcome(outcome, conflicts, attempt)
+    raise AgentOpsError("SYNC_REMOTE_MOVED", f"{remote} kept moving: {attempts} pushes refused")  # pragma: no cover
+
+
+def _local(store: Store, namespaces: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for namespace in namespaces:
+        out.update(list_refs(store, namespace))
+    return out
