@@ -48,7 +48,12 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..errors import AgentOpsError
     from ..receipts import check as receipt_check
 
-    where = ctx.worktree() if args.command else ctx.cwd
+    try:
+        where = ctx.worktree() if args.command else ctx.cwd
+    except AgentOpsError as exc:  # a bare repository -- the server a team pushes to: git plumbing reads it as it is
+        if exc.code != "REPO_BARE":
+            raise
+        where = ctx.cwd
     if args.command == "show":
         doc = receipt_check.show(where, args.rev, environ=ctx.env, clock=ctx.clock)
         predicate = doc["statement"]["predicate"]

@@ -59,6 +59,7 @@ from . import custody
 from .gate import gate
 from .merge import ChainResult, merge_chain
 from .record import ZERO_DIGEST, advance, fail
+from .remote import publish, remote_tip
 
 MAX_PUBLISH_ATTEMPTS: Final = 3
 
@@ -82,13 +83,33 @@ def check_finalize(worker: Worker, run: Run, tasks: dict[str, Task]) -> None:
 
 
 def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
-    """The integration job (see the module docstring), from wherever the record says it stopped."""
+    """The integration job (see the module docstring), from wherever the record says it stopped.
+
+    A remote that stays unreachable, or a server that refuses the push, makes the run wait with everything kept
+    (:mod:`.remote`): ``git agentops-run resume`` tries again.
+    """
+    try:
+        return _integrate(ctx, store)
+    except AgentOpsError as exc:
+        if exc.code not in ("SYNC_REMOTE_UNREACHABLE", "SYNC_PUSH_REFUSED"):
+            raise
+        ctx.log(f"waiting: {exc.message}")
+        return Wait(exc.code, f"{exc.message}; 'git agentops-run resume {ctx.run_id}' tries again (nothing was lost)")
+
+
+def _tip(ctx: JobContext, store: Store, target: str) -> str | None:
+    """The target's tip: the remote's with ``[run] remote``, else the local branch's."""
+    where = ctx.policy.remote
+    return remote_tip(ctx, store, where, target) if where else read_ref(store, f"refs/heads/{target}")
+
+
+def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
     view = runstate.read(store, ctx.run_id)
     run = view.run()
     integration = run.integration or Integration(IntegrationStatus.REQUESTED)
     status = integration.status
     if status in BUILT and integration.candidate is not None:
-        tip = read_ref(store, f"refs/heads/{run.target}")
+        tip = _tip(ctx, store, run.target)
         if tip is not None and _contains(store, tip, integration.candidate):
             advance(
                 ctx,
@@ -101,7 +122,7 @@ def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
     if status not in (IntegrationStatus.PUBLISHED, IntegrationStatus.RECEIPTED):
         published: bool | Wait = False
         gated = status is IntegrationStatus.REVIEWED and integration.candidate and integration.base
-        if gated and integration.base == read_ref(store, f"refs/heads/{run.target}"):  # gated already: publish it
+        if gated and integration.base == _tip(ctx, store, run.target):  # gated already: publish it
             assert integration.base is not None and integration.candidate is not None
             published = _publish(ctx, store, run.target, integration.base, integration.candidate)
         if isinstance(published, Wait):
@@ -135,7 +156,6 @@ def _contains(store: Store, tip: str, commit: str) -> bool:
 def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) -> Refusal | Wait | None:
     """Build the candidate on the target's tip, gate it, and move the target to it by CAS; rebuild if it moved."""
     run = view.run()
-    target_ref = f"refs/heads/{run.target}"
     tasks = view.tasks()
     children = [t for t in tasks.values() if t.parent is not None]
     order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
@@ -155,7 +175,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
     deliveries = [(task_id, tasks[task_id].extra["delivery"]["commit"]) for task_id in order]
     root = tasks[run.root_task_id] if run.root_task_id else None
     for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
-        base = read_ref(store, target_ref)
+        base = _tip(ctx, store, run.target)
         if base is None:
             return fail(ctx, store, "OBJECT_MISSING", f"the target branch {run.target} is gone", {})
         _report_unreviewed(ctx, store, run, base)
@@ -206,6 +226,9 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     (``RUN_TARGET_CHECKED_OUT_DIRTY``, naming the worktree and its files), with the candidate kept.
     """
     target_ref = f"refs/heads/{target}"
+    where = ctx.policy.remote
+    if where is not None:
+        return _publish_remote(ctx, store, where, target, base, candidate)
     checked_out = checkouts_of(store.common_dir, target_ref)
     dirty = {worktree: paths for worktree in checked_out if (paths := dirty_paths(worktree, untracked=False))}
     if dirty:
@@ -231,6 +254,31 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
         store,
         "INTEGRATION_PUBLISHED",
         f"{target} moved to {candidate[:12]}" + (f"; {len(checked_out)} checkout(s) updated" if checked_out else ""),
+        status=IntegrationStatus.PUBLISHED,
+        published_at=ctx.clock.now(),
+    )
+    return True
+
+
+def _publish_remote(ctx: JobContext, store: Store, remote: str, target: str, base: str, candidate: str) -> bool:
+    """Step 4 on a remote: the receipt first (the server's pre-receive reads it among the incoming refs), then one
+    atomic push of the target and the notes (:func:`.remote.publish`); False when the remote's target moved."""
+    _add_receipt(ctx, store)
+    before = read_ref(store, f"refs/heads/{target}")
+    if not publish(ctx, store, remote, target, base, candidate):
+        return False
+    if before != candidate and read_ref(store, f"refs/heads/{target}") == candidate:
+        for worktree in checkouts_of(store.common_dir, f"refs/heads/{target}"):
+            if before is not None and not dirty_paths(worktree, untracked=False):
+                try:
+                    move_checkout(worktree, before, candidate)
+                except AgentOpsError as exc:
+                    ctx.log(f"{target}'s checkout {worktree} could not follow: {exc.message}")
+    advance(
+        ctx,
+        store,
+        "INTEGRATION_PUBLISHED",
+        f"{remote}'s {target} moved to {candidate[:12]} (one atomic push with the receipt and the notes)",
         status=IntegrationStatus.PUBLISHED,
         published_at=ctx.clock.now(),
     )

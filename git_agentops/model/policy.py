@@ -262,6 +262,12 @@ class Policy:
         return str(self.doc["run"]["worktree_root"])
 
     @property
+    def remote(self) -> str | None:
+        """``run.remote``: the remote whose target a run builds on and publishes to (None: the local branch)."""
+        value = self.doc["run"].get("remote")
+        return str(value) if value else None
+
+    @property
     def deny_patterns(self) -> tuple[str, ...]:
         """Extra regular expressions treated as secrets (``guardrails.deny_patterns``).
 

@@ -135,7 +135,7 @@ class Weakening:
     message: str
 
 
-_FIXED_RUN_KEYS: Final = ("target", "worktree_root")
+_FIXED_RUN_KEYS: Final = ("target", "worktree_root", "remote")
 
 
 def weakenings(

@@ -110,10 +110,16 @@ def create_run(
     root = repo_root(store)
     target = target or policy.target
     base = read_ref(store, f"refs/heads/{target}")
+    if policy.remote is not None:  # the run builds on the remote's target: the local one may be behind
+        from ..gitstore.sync import mirror
+
+        base = mirror(store, policy.remote, (f"refs/heads/{target}",)).get(f"refs/heads/{target}") or base
     if base is None:
         raise AgentOpsError(
             "OBJECT_MISSING",
-            f"the target branch {target!r} does not exist: set [run] target in the policy, or pass --target BRANCH",
+            f"the target branch {target!r} does not exist"
+            + (f" (here or on {policy.remote})" if policy.remote else "")
+            + ": set [run] target in the policy, or pass --target BRANCH",
         )
     budget_seconds = duration_seconds(budget) if budget else policy.budget_seconds
     if budget and budget_seconds <= 0:

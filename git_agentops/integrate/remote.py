@@ -1,0 +1,128 @@
+"""A target on a remote: the tip is the remote's, and publishing is one atomic push with expected old values.
+
+With ``[run] remote = "origin"`` the candidate is built on the remote's target tip (fetched), and publishing is one
+``git push --atomic`` of the target and every agentops notes ref -- the receipt, the delivery and evidence notes --
+each with ``--force-with-lease=<ref>:<expected>`` (never a plain force; :func:`git_agentops.gitstore.sync.
+push_atomic`). The notes are fetched and merged first (another machine's notes are kept, never overwritten); the
+receipt is written on the candidate before the push, so the server's ``pre-receive`` finds it among the incoming
+refs. What can happen:
+
+* the push lands -- the local target follows when it was at the base (or did not exist);
+* the remote's target moved meanwhile -- nothing was pushed; the pipeline rebuilds on the new tip and verifies
+  again, exactly as for a local target. The notes moved -- fetched, merged, pushed again;
+* the server refused it (its ``pre-receive``) -- ``SYNC_PUSH_REFUSED`` with the server's own message: the run waits
+  with everything kept, and ``git agentops-run resume`` tries again;
+* the remote cannot be reached -- retried with backoff (1 s, doubling, at most 60 s apart) for ``[run]
+  remote_patience`` (10 minutes by default), each attempt an event; then the run waits
+  (``SYNC_REMOTE_UNREACHABLE``) and ``run resume`` tries again. Never a half-published state: the push is atomic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Final, TypeVar
+
+from ..errors import AgentOpsError
+from ..gitstore import sync
+from ..gitstore.refnames import RefConflict
+from ..gitstore.refs import list_refs, read_ref, update_ref
+from ..gitstore.repo import Store
+from ..model.policy import Policy, duration_seconds
+from ..runs import state as runstate
+from ..runs.jobs import JobContext
+
+T = TypeVar("T")
+NOTES: Final = ("refs/notes/agentops/",)
+DEFAULT_PATIENCE: Final = 600.0
+MAX_BACKOFF: Final = 60.0
+
+
+def patience(policy: Policy) -> float:
+    """``[run] remote_patience`` in seconds."""
+    value = policy.doc["run"].get("remote_patience")
+    return float(duration_seconds(value)) if value else DEFAULT_PATIENCE
+
+
+def patiently(ctx: JobContext, store: Store, what: str, attempt: Callable[[], T]) -> T:
+    """``attempt()`` until the remote answers, with backoff, for the policy's patience; then
+    ``SYNC_REMOTE_UNREACHABLE`` stands. Each miss is an event on the run's log."""
+    deadline = time.monotonic() + patience(ctx.policy)
+    delay, tries = 1.0, 0
+    while True:
+        try:
+            return attempt()
+        except AgentOpsError as exc:
+            if exc.code != "SYNC_REMOTE_UNREACHABLE":
+                raise
+            tries += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentOpsError(
+                    "SYNC_REMOTE_UNREACHABLE",
+                    f"{what}: the remote did not answer in {tries} attempt(s) over {patience(ctx.policy):g}s: "
+                    f"{exc.message[-500:]}",
+                ) from exc
+            wait = min(delay, left, MAX_BACKOFF)
+            note(ctx, store, f"{what}: the remote did not answer (attempt {tries}); retrying in {wait:.0f}s")
+            time.sleep(wait)
+            delay *= 2
+
+
+def note(ctx: JobContext, store: Store, summary: str) -> None:
+    """An event on the run's log, and the supervisor's log."""
+    from ..gitstore.journal import Event
+
+    ctx.log(summary)
+    runstate.mutate(
+        runstate.journal(store, ctx.run_id), lambda change, view: None, Event("INTEGRATION_REMOTE", summary, {})
+    )
+
+
+def remote_tip(ctx: JobContext, store: Store, remote: str, target: str) -> str | None:
+    """The remote's target tip, fetched (its objects too) into the mirror."""
+    ref = f"refs/heads/{target}"
+
+    def fetch() -> str | None:
+        return sync.mirror(store, remote, (ref,)).get(ref)
+
+    return patiently(ctx, store, f"fetching {target} from {remote}", fetch)
+
+
+def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, candidate: str) -> bool:
+    """Push the target from ``base`` to ``candidate`` with every agentops notes ref, atomically; False when the
+    remote's target moved (nothing was pushed). ``SYNC_PUSH_REFUSED``, ``SYNC_REMOTE_UNREACHABLE``."""
+    ref = f"refs/heads/{target}"
+    for _ in range(5):
+        patiently(ctx, store, f"fetching the notes from {remote}", partial(sync.fetch, store, remote, NOTES))
+        theirs = {
+            "refs/" + name[len(sync.mirror_prefix(remote)) :]: oid
+            for name, oid in list_refs(store, sync.mirror_prefix(remote) + "notes/").items()
+        }
+        sends = [sync.Send(ref, candidate, base)]
+        for name, mine in sorted(list_refs(store, NOTES[0]).items()):
+            if theirs.get(name) != mine:
+                sends.append(sync.Send(name, mine, theirs.get(name)))
+        try:
+            patiently(ctx, store, f"pushing {target} to {remote}", partial(sync.push_atomic, store, remote, sends))
+        except AgentOpsError as exc:
+            if exc.code != "SYNC_REMOTE_MOVED":
+                raise
+            now = remote_tip(ctx, store, remote, target)
+            if now != base:
+                return now == candidate  # moved: rebuild (or it is ours already, from a push that crashed)
+            continue  # only the notes moved: merge them again
+        _follow(store, ref, base, candidate)
+        return True
+    raise AgentOpsError("SYNC_REMOTE_MOVED", f"the agentops notes on {remote} kept moving: 5 pushes refused")
+
+
+def _follow(store: Store, ref: str, base: str, candidate: str) -> None:
+    """The local target follows the published one when it was at the base (or absent); else it is left alone."""
+    local = read_ref(store, ref)
+    if local in (None, base):
+        try:
+            update_ref(store, ref, candidate, local, "agentops: follow the published target")
+        except RefConflict:
+            pass

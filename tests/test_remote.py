@@ -1,0 +1,115 @@
+"""Runs on two machines publishing to one shared bare repository (our pre-receive installed): atomic pushes with
+expected old values are the compare-and-swap, the server's hook the gate."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import git, make_repo
+from .helpers import simple_child
+from .runkit import CHECK_PY, POLICY, cli, recipe, start, status, supervisor_log, wait_for
+
+REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
+
+
+def team(tmp: Path) -> tuple[Path, Path, Path]:
+    """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy."""
+    seed = make_repo(
+        tmp / "seed",
+        files={
+            "check.py": CHECK_PY,
+            "src/base.txt": "hello\n",
+            ".agentops/policy.toml": REMOTE_POLICY,
+            ".gitignore": "__pycache__/\n",
+        },
+    )
+    server = tmp / "server.git"
+    git(tmp, "clone", "-q", "--bare", str(seed), str(server))
+    installed = cli(server, "agentops-init", "--server", "--yes")
+    assert installed.returncode == 0, installed.stderr
+    machines = []
+    for name in ("a", "b"):
+        where = tmp / name
+        git(tmp, "clone", "-q", str(server), str(where))
+        git(where, "config", "user.name", f"Machine {name.upper()}")
+        assert cli(where, "agentops-policy", "trust", "--yes").returncode == 0
+        machines.append(where)
+    return server, machines[0], machines[1]
+
+
+def server_chain(server: Path, base: str) -> list[str]:
+    return git(server, "rev-list", "--first-parent", f"{base}..main").split()
+
+
+@pytest.mark.slow
+def test_two_machines_integrate_into_one_remote_target_concurrently(tmp_path: Path) -> None:
+    """Invariant: two runs on two machines publishing to one server both land, in some order, each with a valid
+    receipt; the target never loses a commit (each publish is a push from the tip it was built on), and the
+    server's history verifies."""
+    server, a, b = team(tmp_path)
+    base = git(server, "rev-parse", "main")
+    runs = {
+        a: start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True, name="a.toml")),
+        b: start(b, recipe(tmp_path, simple_child("b", "src/b.txt"), finalize=True, name="b.toml")),
+    }
+    docs = {m: wait_for(m, r, lambda d: d["status"] in ("complete", "blocked"), timeout=240) for m, r in runs.items()}
+    for machine, doc in docs.items():
+        assert doc["status"] == "complete", json.dumps(doc, indent=1) + supervisor_log(machine, runs[machine])
+    chain = server_chain(server, base)
+    assert len(chain) == 2  # one merge per delivery, each run's on top of what was there
+    candidates = {doc["integration"]["candidate"] for doc in docs.values()}
+    assert candidates == set(chain)  # both landed; neither was lost
+    for path in ("src/a.txt", "src/b.txt"):
+        assert git(server, "show", f"main:{path}")  # the tip has both runs' work
+    verified = cli(server, "agentops-receipt", "verify", f"{base}..main", "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    second = next(doc for doc in docs.values() if doc["integration"]["candidate"] == chain[0])
+    assert second["integration"]["base"] == chain[1]  # the later run was rebuilt on the earlier one's tip
+    for machine in (a, b):  # each machine's local main followed its own publish (or was left where it was)
+        local = git(machine, "rev-parse", "main")
+        assert git(machine, "merge-base", "--is-ancestor", local, chain[0], check=False) == ""
+    git(server, "fsck", "--strict")
+
+
+def test_an_unreachable_remote_leaves_the_run_waiting_with_nothing_published(tmp_path: Path) -> None:
+    """The server goes away after the run started: integration retries with backoff for the policy's patience,
+    then the run waits (blocked, SYNC_REMOTE_UNREACHABLE); when the server is back, resume publishes once."""
+    server, a, _ = team(tmp_path)
+    base = git(server, "rev-parse", "main")
+    run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    away = server.with_name("away.git")
+    server.rename(away)  # the run started on the server's tip; the next time it asks is to publish
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=120)
+    assert doc["status"] == "blocked" and "SYNC_REMOTE_UNREACHABLE" in doc["statusReason"], doc["statusReason"]
+    codes = [e["code"] for e in json.loads(cli(a, "agentops-run", "log", run_id, "--json").stdout)["events"]]
+    assert "INTEGRATION_REMOTE" in codes  # the retries are on the run's log
+    away.rename(server)
+    assert git(server, "rev-parse", "main") == base  # nothing was half-published
+    assert cli(a, "agentops-run", "resume", run_id).returncode == 0
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", doc
+    assert server_chain(server, base) == [doc["integration"]["candidate"]]
+
+
+def test_a_server_refusal_is_reported_with_its_message_and_stays_retryable(tmp_path: Path) -> None:
+    server, a, _ = team(tmp_path)
+    base = git(server, "rev-parse", "main")
+    hook = server / "hooks" / "pre-receive"
+    original = hook.read_bytes()
+    hook.write_text("#!/bin/sh\necho 'release freeze: no pushes to main until Monday' >&2\nexit 1\n")
+    run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "blocked" and "SYNC_PUSH_REFUSED" in doc["statusReason"], doc
+    assert "release freeze" in doc["statusReason"]
+    assert git(server, "rev-parse", "main") == base
+    hook.write_bytes(original)
+    time.sleep(0.2)
+    assert cli(a, "agentops-run", "resume", run_id).returncode == 0
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", doc
+    assert server_chain(server, base) == [doc["integration"]["candidate"]]
+    assert status(a, run_id)["integration"]["status"] == "complete"
