@@ -223,9 +223,14 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "RUN_TRANSITION_UNKNOWN": _c(EXIT_REFUSED, "no policy transition with that id (or prefix) in this run"),
     "RUN_APPROVAL_AGENT": _c(EXIT_REFUSED, "'run approve' refuses to run inside an agent's environment"),
+    "RUN_LEASE_HELD": _c(EXIT_REFUSED, "another machine's supervisor holds the run's lease (the holder is named)"),
+    "RUN_LEASE_LOST": _c(EXIT_REFUSED, "another machine took the run over; this one stopped and wrote nothing"),
     "SYNC_REMOTE_UNREACHABLE": _c(EXIT_REFUSED, "the remote cannot be reached; nothing was changed (retry later)"),
     "SYNC_REMOTE_MOVED": _c(EXIT_REFUSED, "the remote moved under an atomic push, which changed nothing; fetch again"),
     "SYNC_PUSH_REFUSED": _c(EXIT_REFUSED, "the server refused the push (its hook's message shown); nothing changed"),
+    "SYNC_KEY_EXISTS": _c(
+        EXIT_REFUSED, "this repository has a MAC key of its own; import the team's before its first run"
+    ),
     "SYNC_DIVERGED": _c(
         EXIT_NEGATIVE, "a ref diverged from the remote (not forced) or two notes for one object differ"
     ),

@@ -100,7 +100,10 @@ def test_a_server_refusal_is_reported_with_its_message_and_stays_retryable(tmp_p
     base = git(server, "rev-parse", "main")
     hook = server / "hooks" / "pre-receive"
     original = hook.read_bytes()
-    hook.write_text("#!/bin/sh\necho 'release freeze: no pushes to main until Monday' >&2\nexit 1\n")
+    hook.write_text(  # the run's own refs (its lease) go through; main does not
+        '#!/bin/sh\nwhile read old new ref; do\n  if [ "$ref" = refs/heads/main ]; then\n'
+        "    echo 'release freeze: no pushes to main until Monday' >&2; exit 1\n  fi\ndone\nexit 0\n"
+    )
     run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     assert doc["status"] == "blocked" and "SYNC_PUSH_REFUSED" in doc["statusReason"], doc
@@ -113,3 +116,92 @@ def test_a_server_refusal_is_reported_with_its_message_and_stays_retryable(tmp_p
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]
     assert status(a, run_id)["integration"]["status"] == "complete"
+
+
+def _share_key(tmp: Path, a: Path, b: Path) -> None:
+    key = tmp / "team.key"
+    if not key.exists():
+        done = cli(a, "agentops-sync", "--export-key", str(key))
+        assert done.returncode == 0, done.stderr
+    done = cli(b, "agentops-sync", "--import-key", str(key))
+    assert done.returncode == 0, done.stderr
+    git(a, "config", "agentops.machineId", "machine-a")
+    git(b, "config", "agentops.machineId", "machine-b")
+
+
+@pytest.mark.slow
+def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Path) -> None:
+    """Invariant: machine A's supervisor killed with SIGKILL mid-run; B refuses to take over while A's lease is
+    unexpired (RUN_LEASE_HELD naming A), then takes it over once it expired and completes it; A restarted finds it
+    lost the lease and stops without writing anything."""
+    import os
+    import signal
+    import subprocess
+
+    from .helpers import HANDOFF, child, write_step
+    from .runkit import supervisor_pid, wait_supervisor_gone
+
+    server, a, b = team(tmp_path)
+    _share_key(tmp_path, a, b)
+    base = git(server, "rev-parse", "main")
+    slow = child("a", "Part A", [[{"sleep": 6}, write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]])
+    env = {"AGENTOPS_LEASE_TTL": "6"}
+    run_id = start(a, recipe(tmp_path, slow, finalize=True), env=env)
+    state = f"refs/agentops/runs/{run_id}/state"
+    wait_for(a, run_id, lambda d: any(w["role"] == "child" and w["status"] == "running" for w in d["workers"]))
+    lease = json.loads(git(server, "show", f"{state}:lease.json"))  # the lease is on the server
+    assert lease["holder"] == "machine-a"
+    os.kill(supervisor_pid(a, run_id), signal.SIGKILL)
+    wait_supervisor_gone(a, run_id)
+    held = subprocess.run(
+        ["git", "agentops-run", "supervise", run_id, "--take-over"],
+        cwd=b,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+        check=False,
+    )
+    assert held.returncode == 3 and "RUN_LEASE_HELD" in held.stderr and "machine-a" in held.stderr, held.stderr
+    c = tmp_path / "c"  # a third machine races b for the run: the lease claim is a CAS on the server
+    git(tmp_path, "clone", "-q", str(server), str(c))
+    assert cli(c, "agentops-policy", "trust", "--yes").returncode == 0
+    _share_key(tmp_path, a, c)
+    git(c, "config", "agentops.machineId", "machine-c")
+    racers = {
+        m: subprocess.Popen(
+            ["git", "agentops-run", "supervise", run_id, "--take-over", "--wait", "60"],
+            cwd=m,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        for m in (b, c)
+    }
+    results = {m: (p.wait(timeout=300), p.communicate()[1]) for m, p in racers.items()}
+    winners = [m for m, (code, _) in results.items() if code == 0]
+    assert len(winners) == 1, results  # exactly one machine serves it
+    loser = c if winners == [b] else b
+    assert results[loser][0] == 3 and ("RUN_LEASE_HELD" in results[loser][1] or "RUN_LEASE_LOST" in results[loser][1])
+    b = winners[0]
+    doc = status(b, run_id)
+    assert doc["status"] == "complete", supervisor_log(b, run_id)
+    assert git(server, "rev-list", "--first-parent", f"{base}..main").split() == [doc["integration"]["candidate"]]
+    assert json.loads(git(server, "show", f"{state}:lease.json"))["holder"] == f"machine-{b.name}"
+    assert cli(server, "agentops-receipt", "verify", "main").returncode == 0
+    assert all(w["worktree"].startswith(str(b)) for w in doc["workers"] if w["status"] != "delivered")
+    server_state = git(server, "rev-parse", state)
+    again = subprocess.run(
+        ["git", "agentops-run", "supervise", run_id],
+        cwd=a,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 3 and "RUN_LEASE_LOST" in again.stderr, again.stderr
+    assert git(server, "rev-parse", state) == server_state  # A wrote nothing there
+    mine = git(a, "rev-parse", state)
+    assert mine == server_state or git(a, "merge-base", "--is-ancestor", mine, server_state, check=False) == ""

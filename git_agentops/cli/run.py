@@ -1,7 +1,9 @@
 """``git agentops-run``: start, supervise and inspect runs of several agents on this repository.
 
     start --goal TEXT [--host NAME] [--recipe FILE] [--target BRANCH] [--budget DURATION] [--detach]
-    supervise RUN          serve an existing run (after a crash, a pause, or with --detach elsewhere)
+    supervise RUN [--take-over [--wait SECONDS]]   serve an existing run (after a crash, a pause, with --detach
+                           elsewhere); --take-over fetches it from the remote and serves it on this machine once
+                           the other machine's lease has expired (RUN_LEASE_HELD names the holder)
     status [RUN]           run status, budget, workers and tasks (the newest run by default)
     list                   every run in this repository
     log RUN                the run's events, oldest first (the journal's commits)
@@ -49,6 +51,17 @@ def build_parser() -> Parser:
     start.add_argument("--detach", action="store_true", help="supervise in the background and return")
     supervise = add("supervise", "serve an existing run until it ends")
     supervise.add_argument("run_id", metavar="RUN")
+    supervise.add_argument(
+        "--take-over", action="store_true", help="fetch the run from the remote and serve it on this machine"
+    )
+    supervise.add_argument("--remote", help="with --take-over: the remote (default: the policy's, else origin)")
+    supervise.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --take-over: wait this long for another machine's lease to expire (default: refuse at once)",
+    )
     status = add("status", "show a run")
     status.add_argument("run_id", metavar="RUN", nargs="?")
     add("list", "list the runs of this repository")
@@ -106,6 +119,7 @@ def _supervisor(ctx: Context, run_id: str) -> Supervisor:
     """The run's supervisor, not serving yet; it refuses an untrusted policy itself, after stopping leftovers."""
     from ..policy.trust import TrustStore
     from ..runs.create import bound_policy
+    from ..runs.lease import machine_id
     from ..runs.state import run_dir
     from ..runs.transitions import base_policy
     from ..supervisor.loop import Supervisor
@@ -122,7 +136,41 @@ def _supervisor(ctx: Context, run_id: str) -> Supervisor:
         environ=ctx.env,
         clock=ctx.clock,
         log=_logger(ctx, run_dir(store, run_id)),
+        machine=machine_id(store, ctx.state_dir()),
+        lease_ttl=_lease_ttl(ctx),
     )
+
+
+def _lease_ttl(ctx: Context) -> float:
+    """``AGENTOPS_LEASE_TTL`` (seconds a lease lasts unrenewed; tests shorten it), else the default."""
+    from ..model.lease import DEFAULT_TTL
+
+    text = ctx.env.get("AGENTOPS_LEASE_TTL")
+    try:
+        return float(text) if text else DEFAULT_TTL
+    except ValueError:
+        raise AgentOpsError("USAGE", f"AGENTOPS_LEASE_TTL must be a number of seconds, not {text!r}") from None
+
+
+def _take_over(ctx: Context, args: argparse.Namespace) -> None:
+    """``supervise --take-over``: the run fetched from the remote and moved to this machine (runs.lease)."""
+    from ..runs.create import repo_root
+    from ..runs.lease import machine_id, take_over
+    from .sync import default_remote
+
+    store = ctx.store()
+    remote = args.remote or default_remote(ctx)
+    found = take_over(
+        store,
+        args.run_id,
+        remote=remote,
+        machine=machine_id(store, ctx.state_dir()),
+        root=repo_root(store),
+        clock=ctx.clock,
+        wait=args.wait,
+    )
+    if found is not None:
+        ctx.progress(f"taking over {args.run_id} from machine {found.holder} (term {found.term})")
 
 
 def _supervise(ctx: Context, run_id: str) -> str:
@@ -295,6 +343,8 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.command == "start":
         return _start(args, ctx)
     if args.command == "supervise":
+        if args.take_over:
+            _take_over(ctx, args)
         status = _supervise(ctx, args.run_id)
         ctx.emit({"runId": args.run_id, "status": status}, f"{args.run_id}: {status}")
         return _exit_for(status)

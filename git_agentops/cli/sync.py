@@ -9,6 +9,9 @@ push    fetch first, then one atomic push of every ref the remote lacks or is be
         old value (--force-with-lease, never a plain force); a remote that moved meanwhile is fetched again
 both    fetch, then push (the default)
 
+--export-key FILE / --import-key FILE move this repository's MAC key to another machine (a team's machines share
+one, so each recognises the run state the other wrote: taking a run over needs it); nothing else is done.
+
 RUN limits the run refs and worker branches to that run (the notes always go whole). The remote is --remote, else
 the policy's [run] remote, else origin. Exit 0 when everything is in step, 1 when a ref diverged or notes
 conflicted (SYNC_DIVERGED; listed), 3 when the remote cannot be reached or refuses (SYNC_REMOTE_UNREACHABLE,
@@ -18,7 +21,9 @@ SYNC_PUSH_REFUSED with the server's message).
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from .common import Context, Parser, build, run
 
@@ -28,6 +33,9 @@ def build_parser() -> Parser:
     parser.add_argument("action", nargs="?", choices=("push", "fetch", "both"), default="both")
     parser.add_argument("run_id", nargs="?", metavar="RUN", help="only this run's refs and branches")
     parser.add_argument("--remote", help="the remote (default: the policy's [run] remote, else origin)")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--export-key", type=Path, metavar="FILE", help="write this repository's MAC key (0600), only")
+    keys.add_argument("--import-key", type=Path, metavar="FILE", help="install another machine's MAC key, only")
     return parser
 
 
@@ -46,8 +54,36 @@ def default_remote(ctx: Context) -> str:
     return str(policy.doc["run"].get("remote") or "origin")
 
 
+def _keys(args: argparse.Namespace, ctx: Context) -> int:
+    from ..errors import AgentOpsError
+    from ..gitstore.keys import export_key, import_key
+
+    private = ctx.store().private_dir()
+    if args.export_key is not None:
+        try:
+            fd = os.open(args.export_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            raise AgentOpsError("USAGE", f"{args.export_key} exists; the key is never written over a file") from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(export_key(private).hex().encode() + b"\n")
+        ctx.emit({"exported": str(args.export_key)}, f"MAC key written to {args.export_key} (0600); keep it secret")
+        return 0
+    try:
+        key = bytes.fromhex(args.import_key.read_text("ascii").strip())
+    except (OSError, ValueError) as exc:
+        raise AgentOpsError(
+            "KEY_INVALID", f"{args.import_key} does not hold a key made by --export-key: {exc}"
+        ) from exc
+    installed = import_key(private, key)
+    ctx.emit({"imported": installed}, "MAC key installed" if installed else "this repository has that key already")
+    return 0
+
+
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..gitstore import sync
+
+    if args.export_key is not None or args.import_key is not None:
+        return _keys(args, ctx)
     from ..runs.state import check_run_id
 
     store = ctx.store()

@@ -12,7 +12,9 @@ one use can never be replayed as another.
 What this does not stop: a process that can read the key can forge. Same-uid agents can, unless the sandbox walls
 the private dir off (the sandbox issue); until then the MAC turns silent tampering through git plumbing -- the
 attacks seen in practice -- into detected tampering. The key never leaves the machine: CI checks receipts, which
-are signed, not MACs.
+are signed, not MACs. Machines that take runs over from each other share one key (``git agentops-sync
+--export-key`` on one, ``--import-key`` on the other, over a channel the person trusts), as they would share an
+SSH key: the key authenticates, it never travels through the repository.
 
 No pygit2 here: the hook fast path may authenticate too.
 """
@@ -67,6 +69,34 @@ class Keyring:
     def check(self, purpose: str, data: bytes, mac: object) -> bool:
         """Whether ``mac`` is the MAC of ``data`` for ``purpose`` (constant-time; False for anything not a str)."""
         return isinstance(mac, str) and hmac.compare_digest(self.mac(purpose, data), mac)
+
+
+def export_key(private_dir: Path) -> bytes:
+    """This repository's MAC key (made if there is none): to give another machine that may take runs over."""
+    return keyring(private_dir)._load()
+
+
+def import_key(private_dir: Path, key: bytes) -> bool:
+    """Install another machine's MAC key here, so each recognises what the other wrote (a team's machines share
+    one). True when it was installed, False when it is the key already. ``KEY_INVALID`` for a malformed key,
+    ``SYNC_KEY_EXISTS`` when this repository has a key of its own: replacing it would make everything it
+    authenticated foreign."""
+    if len(key) != KEY_BYTES:
+        raise AgentOpsError("KEY_INVALID", f"a MAC key is {KEY_BYTES} bytes, not {len(key)}")
+    with file_lock(private_dir, KEY_PATH + ".lock"):
+        current = read_private(private_dir, KEY_PATH, max_bytes=4096)
+        if current == key:
+            return False
+        if current is not None:
+            raise AgentOpsError(
+                "SYNC_KEY_EXISTS",
+                f"{private_dir / KEY_PATH} holds this repository's own key; import the team's key before the first "
+                "run here (replacing a key makes everything it authenticated foreign)",
+            )
+        write_private(private_dir, KEY_PATH, key)
+    with _CACHE_LOCK:
+        _CACHE.pop(os.path.realpath(private_dir), None)
+    return True
 
 
 def keyring(private_dir: Path) -> Keyring:

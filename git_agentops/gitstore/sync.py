@@ -297,7 +297,8 @@ class Send:
 
 def push_atomic(store: Store, remote: str, sends: Iterable[Send]) -> dict[str, str]:
     """One atomic push of ``sends``, each with its lease; {ref: status} (``ok``). ``SYNC_REMOTE_MOVED`` when a
-    lease failed (nothing was pushed), ``SYNC_PUSH_REFUSED`` with the server's message when a hook refused it,
+    lease failed -- here, or in the server's own compare-and-swap of a ref another push moved an instant before --
+    (nothing was pushed), ``SYNC_PUSH_REFUSED`` with the server's message when a hook refused it,
     ``SYNC_REMOTE_UNREACHABLE``."""
     sends = list(sends)
     if not sends:
@@ -309,7 +310,8 @@ def push_atomic(store: Store, remote: str, sends: Iterable[Send]) -> dict[str, s
     if done.returncode == 0:
         return {ref: "ok" for ref in statuses} or {s.ref: "ok" for s in sends}
     text = (done.stderr + done.stdout).strip()
-    if any("stale info" in why or "fetch first" in why for why in statuses.values()):
+    lost = ("stale info", "fetch first", "non-fast-forward", "failed to lock", "failed to update ref")
+    if any(any(m in why for m in lost) for why in statuses.values()) or "cannot lock ref" in done.stderr:
         raise AgentOpsError(
             "SYNC_REMOTE_MOVED",
             f"{remote} moved meanwhile; nothing was pushed: "

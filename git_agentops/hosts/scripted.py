@@ -6,7 +6,7 @@ real supervisor:
   replays them harmlessly), asks its question once, plans the root task and each recipe task not yet planned (by
   title, dependencies mapped to task ids, in dependency order), proposes its policy change once and, when that
   transition is complete, re-plans the tasks it names; then watches until every child is delivered and requests
-  ``finalize``. A blocked child ends it with status 2.
+  ``finalize``. A blocked child ends it with status 2 once no other child can still deliver.
 * **child** -- plays attempt ``min(generation, N)`` of its recipe task (found by title): a failing first attempt
   and a fixed second one rehearse the supervisor's restart path.
 
@@ -278,7 +278,7 @@ class _Agent:
         if instructions.get("wake"):
             self.log(f"woken: {instructions['wake']}")
         blocked = [t for t in children if t["status"] == "blocked"]
-        if blocked:
+        if blocked and all(t["status"] in ("blocked", "delivered") for t in children):
             for task in blocked:
                 self.log(f"task {task['title']!r} ({task['id']}) is blocked: {task['blockedReason']}")
             return 2
@@ -365,7 +365,7 @@ class _Agent:
                 return 0
             children = [t for t in instructions["tasks"] if t["id"] != instructions["rootTaskId"]]
             blocked = [t for t in children if t["status"] == "blocked"]
-            if blocked:
+            if blocked and all(t["status"] in ("blocked", "delivered") for t in children):  # nothing else can move
                 for task in blocked:
                     self.log(f"task {task['title']!r} ({task['id']}) is blocked: {task['blockedReason']}")
                 return 2

@@ -7,6 +7,7 @@ A run's state is the tree of its journal ``refs/agentops/runs/<run>/state``:
     tasks/<task>/r<NNNN>.json         every revision of every task (see taskbook)
     requests/<aa>/<sha256(id)>.json   the idempotency record of each request: its digest and its response
     questions/<id>.json               questions and their answers
+    lease.json                        which machine's supervisor serves the run, until when
     artifacts/<aa>/<sha256>           content-addressed blobs (the recipe, diagnostics...)
 
 Every change is one journal commit whose message is the event, so ``git log refs/agentops/runs/<run>/state``
@@ -29,6 +30,7 @@ from ..gitstore.private import read_private, write_private
 from ..gitstore.refnames import check_component
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
+from ..model.lease import Lease
 from ..model.run import Run, Worker
 from ..model.task import Task, contract_hash
 from . import tasks as taskbook
@@ -137,6 +139,11 @@ class RunView:
         doc = self.view.json(request_path(request_id), schema="request-record")
         return dict(doc) if doc is not None else None
 
+    def lease(self) -> Lease | None:
+        """Which machine's supervisor serves the run (:mod:`git_agentops.model.lease`); None before any did."""
+        doc = self.view.json("lease.json", schema="lease")
+        return Lease.from_json(doc) if doc is not None else None
+
     def questions(self) -> Iterator[dict[str, Any]]:
         for name in self.view.list("questions"):
             doc = self.view.json(f"questions/{name}", schema="question")
@@ -150,6 +157,10 @@ def put_run(change: Change, run: Run) -> None:
 
 def put_worker(change: Change, worker: Worker) -> None:
     change.put_json(f"workers/{worker.worker_id}.json", worker.to_json(), schema="worker")
+
+
+def put_lease(change: Change, lease: Lease) -> None:
+    change.put_json("lease.json", lease.to_json(), schema="lease")
 
 
 def put_question(change: Change, question: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import integrate
+from ..model.lease import DEFAULT_TTL
 from ..model.lifecycle import wake_events
 from ..model.policy import Policy
 from ..model.run import (
@@ -59,9 +60,9 @@ from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import transitions
-from ..runs.controls import Stopped, stopped_note
+from ..runs.controls import Stopped
 from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
-from . import requests, scheduler, transition
+from . import requests, scheduler, tenure, transition
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
 from .cache import StateCache
@@ -88,6 +89,8 @@ class Supervisor:
         poll: float = 0.05,
         log: Callable[[str], None] | None = None,
         grace: float = STOP_GRACE,
+        machine: str | None = None,
+        lease_ttl: float = DEFAULT_TTL,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -112,6 +115,8 @@ class Supervisor:
             policy_file=transitions.blob_of(transitions.bound_file(store, run_id)),
         )
         self.transition: str | None = None  # the pending policy transition (supervisor.transition)
+        self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (supervisor.tenure)
+        self.lease_renewed, self.lease_lost = 0.0, False
         self.briefing = Briefing(self.state, runstate.recipe_path(store, run_id), self.log)
         self.workers = Workers(
             store,
@@ -208,6 +213,7 @@ class Supervisor:
             self.executor.shutdown(wait=True, cancel_futures=False)
 
     def _serve_locked(self) -> RunStatus:
+        tenure.claim(self)  # a run served from several machines: before anything is written here
         run = self.state.run()
         if run.status is RunStatus.COMPLETE:
             self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why="the run is complete")
@@ -215,14 +221,15 @@ class Supervisor:
         try:
             require_trusted(self.ctx.trust)
         except AgentOpsError as exc:
-            raise self._refuse(exc) from None
+            raise tenure.refuse(self, exc) from None
         if run.disable_restart or run.status in STOPPED_RUN:
-            raise self._refuse(
+            raise tenure.refuse(
+                self,
                 AgentOpsError(
                     "RUN_NOT_ACTIVE",
                     f"run {self.run_id} is {run.status}{' (' + run.status_reason + ')' if run.status_reason else ''}; "
                     f"'git agentops-run resume {self.run_id}' continues it",
-                )
+                ),
             )
         self._startup()
         try:
@@ -236,9 +243,10 @@ class Supervisor:
             self.stop_all(WorkerStatus.STOPPED, "the supervisor was interrupted")
             raise
         finally:
-            with contextlib.suppress(AgentOpsError):
-                requests.flush_refusals(self, force=True)  # no coalesced count is lost on a clean stop
-            self._close_budget()
+            if not self.lease_lost:  # a lost lease: the run is another machine's, nothing is written
+                with contextlib.suppress(AgentOpsError):
+                    requests.flush_refusals(self, force=True)  # no coalesced count is lost on a clean stop
+                self._close_budget()
 
     def _startup(self) -> None:
         now = self.clock.now()
@@ -249,12 +257,13 @@ class Supervisor:
                 "RUN_RESTART_STORM: more than 3 supervisor starts within 5 minutes since the last resume",
                 disable=True,
             )
-            raise self._refuse(
+            raise tenure.refuse(
+                self,
                 AgentOpsError(
                     "RUN_RESTART_STORM",
                     f"run {self.run_id} restarted too often; it is now blocked ('git agentops-run resume "
                     f"{self.run_id}' continues it)",
-                )
+                ),
             )
 
         def start(change: Change, view: runstate.RunView) -> None:
@@ -289,24 +298,6 @@ class Supervisor:
             if exc.code == "LOCK_HELD":
                 return None
             raise
-
-    def _refuse(self, error: AgentOpsError) -> AgentOpsError:
-        """Not serving the run: first stop what a dead supervisor left running, record it, and say so in ``error``."""
-        stopped: list[Stopped] = self.workers.reconcile(
-            event="WORKER_LEFTOVER_STOPPED", why=f"the supervisor refused to serve the run ({error.code})"
-        )
-        note = stopped_note(stopped)
-        runstate.mutate(
-            self.journal,
-            lambda change, view: None,
-            Event(
-                "RUN_SUPERVISOR_REFUSED",
-                f"supervisor {os.getpid()} refused to serve the run ({error.code}); {note}",
-                {"code": error.code, "message": error.message[:2000], "stopped": [s.to_json() for s in stopped]},
-            ),
-        )
-        self.log(f"refused ({error.code}); {note}")
-        return AgentOpsError(error.code, f"{error.message}; {note}", details=error.details)
 
     def _resume_integration(self) -> bool:
         """After a supervisor restart: roll an interrupted integration forward. True if one was pending."""
@@ -400,6 +391,7 @@ class Supervisor:
 
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
     def _heartbeat(self, now: float) -> None:
+        tenure.renew(self, now)
         if now - self._last_heartbeat >= HEARTBEAT_EVERY:
             runstate.write_heartbeat(self.dir, now)
             self._last_heartbeat = now

@@ -1,0 +1,92 @@
+"""Who serves a run: a supervisor that refuses it, and the lease of a run that publishes to a remote.
+
+* :func:`refuse` -- a supervisor that will not serve the run (untrusted policy, run not active...) still stops the
+  agent processes a dead one left, records that, and says so in its refusal.
+* :func:`claim` / :func:`renew` -- with ``[run] remote`` the supervisor serves under a lease
+  (:mod:`git_agentops.runs.lease`), claimed before anything else at its start and renewed with its heartbeat every
+  third of the lease's life. When the lease is held by another machine (``RUN_LEASE_HELD``) or was lost to one
+  (``RUN_LEASE_LOST``: this machine's state diverged from the remote's), the supervisor stops the agent processes
+  of the run on this machine and exits **without writing anything**: the run is the other machine's now.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..errors import AgentOpsError
+from ..gitstore.journal import Event
+from ..process.groups import process_identity, terminate_group
+from ..runs import lease as leases
+from ..runs import state as runstate
+from ..runs.controls import Stopped, run_processes, stop_group, stop_stray, stopped_note
+
+if TYPE_CHECKING:
+    from .loop import Supervisor
+
+LOST = frozenset({"RUN_LEASE_HELD", "RUN_LEASE_LOST"})
+
+
+def refuse(sup: Supervisor, error: AgentOpsError) -> AgentOpsError:
+    """Not serving the run: first stop what a dead supervisor left running, record it, and say so in ``error``."""
+    stopped: list[Stopped] = sup.workers.reconcile(
+        event="WORKER_LEFTOVER_STOPPED", why=f"the supervisor refused to serve the run ({error.code})"
+    )
+    note = stopped_note(stopped)
+    runstate.mutate(
+        sup.journal,
+        lambda change, view: None,
+        Event(
+            "RUN_SUPERVISOR_REFUSED",
+            f"supervisor {os.getpid()} refused to serve the run ({error.code}); {note}",
+            {"code": error.code, "message": error.message[:2000], "stopped": [s.to_json() for s in stopped]},
+        ),
+    )
+    sup.log(f"refused ({error.code}); {note}")
+    return AgentOpsError(error.code, f"{error.message}; {note}", details=error.details)
+
+
+def claim(sup: Supervisor) -> None:
+    """At start, before anything is written: claim the lease of a run that publishes to a remote."""
+    remote = sup.policy.remote
+    if remote is None or sup.machine is None:
+        return
+    identity = process_identity(os.getpid())
+    try:
+        leases.claim(
+            sup.store,
+            sup.run_id,
+            machine=sup.machine,
+            pid=os.getpid(),
+            start_time=identity.start_time if identity is not None else 0,
+            ttl=sup.lease_ttl,
+            remote=remote,
+            clock=sup.clock,
+        )
+    except AgentOpsError as exc:
+        if exc.code in LOST:
+            raise lost(sup, exc) from None
+        raise
+    sup.state.refresh()
+    sup.lease_renewed = sup.clock.now()
+
+
+def renew(sup: Supervisor, now: float) -> None:
+    """With the heartbeat: renew the lease every third of its life (and push the run's refs with it)."""
+    if sup.policy.remote is None or sup.machine is None or now - sup.lease_renewed < sup.lease_ttl / 3:
+        return
+    claim(sup)
+
+
+def lost(sup: Supervisor, exc: AgentOpsError) -> AgentOpsError:
+    """The run is another machine's: stop every agent process of it here, write nothing, and say why."""
+    sup.lease_lost = True
+    for proc in list(sup.workers.procs.values()):
+        terminate_group(proc.pid, grace=sup.workers.grace)
+    for worker in sup.state.workers().values():
+        if worker.process is not None:
+            stop_group(worker.process, grace=sup.workers.grace)
+    for identity, _, _ in run_processes(sup.run_id):
+        stop_stray(identity, grace=sup.workers.grace)
+    sup.log(f"{exc.code}: {exc.message}; stopped this machine's agents of the run and wrote nothing")
+    return exc
