@@ -134,7 +134,12 @@ def _ancestor(repo: pygit2.Repository, old: str, new: str) -> bool:
 
 def fetch(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> Outcome:
     """Bring the local refs up to date with the remote (see the module docstring)."""
-    theirs = mirror(store, remote, namespaces)
+    return adopt(store, remote, mirror(store, remote, namespaces))
+
+
+def adopt(store: Store, remote: str, theirs: Mapping[str, str]) -> Outcome:
+    """Bring the local refs named in ``theirs`` (the remote's values, as :func:`mirror` returned them) up to date:
+    created, fast-forwarded, notes merged, or reported diverged. No network."""
     outcome: dict[str, str] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
     repo = store.repo

@@ -3,9 +3,9 @@
 With ``[run] remote = "origin"`` the candidate is built on the remote's target tip (fetched), and publishing is one
 ``git push --atomic`` of the target and every agentops notes ref -- the receipt, the delivery and evidence notes --
 each with ``--force-with-lease=<ref>:<expected>`` (never a plain force; :func:`git_agentops.gitstore.sync.
-push_atomic`). The notes are fetched and merged first (another machine's notes are kept, never overwritten); the
-receipt is written on the candidate before the push, so the server's ``pre-receive`` finds it among the incoming
-refs. What can happen:
+push_atomic`). The notes come in the same fetch as the target's tip and are merged (another machine's notes are
+kept, never overwritten), so publishing costs one push; the receipt is written on the candidate before the push,
+so the server's ``pre-receive`` finds it among the incoming refs. What can happen:
 
 * the push lands -- the local target follows when it was at the base (or did not exist);
 * the remote's target moved meanwhile -- nothing was pushed; the pipeline rebuilds on the new tip and verifies
@@ -81,11 +81,14 @@ def note(ctx: JobContext, store: Store, summary: str) -> None:
 
 
 def remote_tip(ctx: JobContext, store: Store, remote: str, target: str) -> str | None:
-    """The remote's target tip, fetched (its objects too) into the mirror."""
+    """The remote's target tip, fetched (its objects too) into the mirror, with the remote's agentops notes in the
+    same fetch -- merged into the local ones, so that publishing is one push with nothing to fetch first."""
     ref = f"refs/heads/{target}"
 
     def fetch() -> str | None:
-        return sync.mirror(store, remote, (ref,)).get(ref)
+        theirs = sync.mirror(store, remote, (ref, *NOTES))
+        sync.adopt(store, remote, {k: v for k, v in theirs.items() if k.startswith(NOTES)})
+        return theirs.get(ref)
 
     return patiently(ctx, store, f"fetching {target} from {remote}", fetch)
 
@@ -94,8 +97,9 @@ def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, 
     """Push the target from ``base`` to ``candidate`` with every agentops notes ref, atomically; False when the
     remote's target moved (nothing was pushed). ``SYNC_PUSH_REFUSED``, ``SYNC_REMOTE_UNREACHABLE``."""
     ref = f"refs/heads/{target}"
-    for _ in range(5):
-        patiently(ctx, store, f"fetching the notes from {remote}", partial(sync.fetch, store, remote, NOTES))
+    for attempt in range(5):
+        if attempt:  # the notes moved on the remote: fetch and merge them again
+            patiently(ctx, store, f"fetching the notes from {remote}", partial(sync.fetch, store, remote, NOTES))
         theirs = {
             "refs/" + name[len(sync.mirror_prefix(remote)) :]: oid
             for name, oid in list_refs(store, sync.mirror_prefix(remote) + "notes/").items()
