@@ -42,7 +42,6 @@ def _c(exit_status: int, summary: str) -> CodeInfo:
 CODES: Final[Mapping[str, CodeInfo]] = {
     # command line and process
     "USAGE": _c(EXIT_USAGE, "bad command-line arguments"),
-    "NOT_IMPLEMENTED": _c(EXIT_USAGE, "this command's capability has not landed yet"),
     "INTERNAL": _c(EXIT_INTERNAL, "unexpected failure; a traceback is written under $GIT_COMMON_DIR/agentops/log/"),
     "INTERRUPTED": _c(EXIT_INTERRUPTED, "interrupted by a signal (Ctrl-C)"),
     # repository

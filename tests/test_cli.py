@@ -20,9 +20,6 @@ from git_agentops.schema import documents
 from .conftest import git
 
 COMMANDS = docgen.COMMANDS
-NOT_YET = [
-    ("sync", []),
-]
 
 
 def _bin(name: str) -> str:
@@ -51,15 +48,6 @@ def test_git_dash_dash_help_opens_the_man_page(run_cli: Any, repo_path: Path, na
 
 def test_man_pages_and_error_table_are_current() -> None:
     assert docgen.main(["--check"]) == 0
-
-
-@pytest.mark.parametrize(("name", "args"), NOT_YET)
-def test_unlanded_commands_refuse_with_not_implemented(
-    run_cli: Any, repo_path: Path, name: str, args: list[str]
-) -> None:
-    done = run_cli(_bin(name), *args, cwd=repo_path)
-    assert done.returncode == 2
-    assert done.stderr.startswith("error[NOT_IMPLEMENTED]: ") and done.stdout == ""
 
 
 def test_usage_error_is_coded_exit_2(run_cli: Any, repo_path: Path) -> None:

@@ -234,11 +234,3 @@ def run(parser: Parser, handler: Handler, argv: Sequence[str] | None = None) -> 
         internal = AgentOpsError("INTERNAL", f"unexpected {type(crash).__name__}: {crash}; {where}")
         _report(wants_json, sys.stderr, internal, log)
         return EXIT_INTERNAL
-
-
-def not_implemented(what: str, issue: int) -> NoReturn:
-    """Refuse a capability that has not landed (exit 2), naming the issue that brings it."""
-    raise AgentOpsError(
-        "NOT_IMPLEMENTED",
-        f"{what} is not implemented yet (it lands with issue #{issue}); nothing was done",
-    )

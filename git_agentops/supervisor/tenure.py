@@ -12,17 +12,44 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..clock import Clock
 from ..errors import AgentOpsError
-from ..gitstore.journal import Event
+from ..gitstore.journal import Event, Journal
+from ..gitstore.repo import Store
+from ..model.policy import Policy
 from ..process.groups import process_identity, terminate_group
 from ..runs import lease as leases
 from ..runs import state as runstate
 from ..runs.controls import Stopped, run_processes, stop_group, stop_stray, stopped_note
+from .cache import StateCache
+from .workers import Workers
 
-if TYPE_CHECKING:
-    from .loop import Supervisor
+
+class Supervisor(Protocol):
+    """What tenure needs of the supervisor (:class:`~git_agentops.supervisor.loop.Supervisor`)."""
+
+    store: Store
+    run_id: str
+    policy: Policy
+    clock: Clock
+    state: StateCache
+    workers: Workers
+    machine: str | None
+    lease_ttl: float
+    lease_renewed: float
+    lease_lost: bool
+
+    @property
+    def journal(self) -> Journal:
+        """The run's state journal."""
+        ...
+
+    def log(self, message: str) -> None:
+        """A line for the supervisor's log."""
+        ...
+
 
 LOST = frozenset({"RUN_LEASE_HELD", "RUN_LEASE_LOST"})
 
