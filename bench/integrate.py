@@ -15,8 +15,15 @@ another as two-parent merge commits (first parent = the previous step):
 The three final trees are compared. Ours and the merge-tree chain are run several times and the median is
 reported; the worktree merges once per N (they take seconds). Times are wall-clock, in one process run.
 
+**Long history.** A second repository with ``--history`` (12,000) commits written by fast-import: a mainline
+with a topic branch merged every few commits, and at its end a criss-cross whose two tips have 12 merge bases
+(with a commit-graph, as ``git gc`` writes one). The merge-base search for one delivery -- a fresh
+:class:`~git_agentops.integrate.merge.Graph`, as each integration has -- against ``git merge-base --all``, side
+by side: for a delivery branched a few commits back, and for the criss-cross.
+
 Usage: ``python bench/integrate.py [--dir DIR]``. The last line is
-``integrate n50 vs_merge_tree=<x> vs_worktree_merge=<x> trees_equal=<true|false>`` (ratios: their time / ours).
+``integrate n50 vs_merge_tree=<x> vs_worktree_merge=<x> trees_equal=<true|false> long_history_vs_merge_base=<x>
+long_history_near_vs_merge_base=<x>`` (ratios: their time / ours; above 0.5 is within 2x of git).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -127,6 +135,60 @@ def median_of(runs: int, measure: Callable[..., tuple[float, str]]) -> tuple[flo
     return statistics.median(t for t, _ in results), results[0][1]
 
 
+def long_history(root: Path, commits: int) -> tuple[Path, tuple[str, str], tuple[str, str]]:
+    """The long history (see the module docstring); (repo, a near pair, the criss-cross pair)."""
+    repo = root / "history.git"
+    git(root, "init", "-q", "--bare", str(repo))
+    out: list[bytes] = []
+    when = 1_700_000_000
+    mark = 0
+
+    def commit(ref: str, parents: list[int], name: str) -> int:
+        nonlocal mark, when
+        mark += 1
+        when += 60
+        out.append(f"commit {ref}\nmark :{mark}\ncommitter {NAME} <{EMAIL}> {when} +0000\ndata 1\nc\n".encode())
+        for i, parent in enumerate(parents):
+            out.append(f"{'from' if i == 0 else 'merge'} :{parent}\n".encode())
+        out.append(f"M 100644 inline {name}\ndata {len(str(mark)) + 1}\n{mark}\n\n".encode())
+        return mark
+
+    tip = commit("refs/heads/main", [], "f0")
+    while mark < commits - 40:
+        topic = commit("refs/heads/topic", [tip], f"t{mark % 97}")
+        topic = commit("refs/heads/topic", [topic], f"t{mark % 89}")
+        tip = commit("refs/heads/main", [tip], f"m{mark % 101}")
+        tip = commit("refs/heads/main", [tip, topic], f"m{mark % 103}")
+    near = commit("refs/heads/delivery", [tip], "delivery.txt")
+    tip = commit("refs/heads/main", [tip], "after.txt")
+    tips = [commit(f"refs/heads/b{i}", [tip], f"b{i}.txt") for i in range(12)]
+    x = commit("refs/heads/x", tips, "x.txt")
+    y = commit("refs/heads/y", list(reversed(tips)), "y.txt")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=b"".join(out), check=True)
+    git(repo, "commit-graph", "write", "--reachable")
+    del near, x, y
+    return repo, ("main", "delivery"), ("x", "y")
+
+
+def merge_base_ratio(repo: Path, pair: tuple[str, str], runs: int = 9) -> tuple[float, float, int]:
+    """(ours median s, git merge-base --all median s, bases) for one pair, a fresh graph per search."""
+    from git_agentops.integrate.bases import Graph
+
+    store = open_store(repo, clock=SystemClock(), identity=IDENTITY)
+    one, two = store.resolve(pair[0]), store.resolve(pair[1])
+    expected = sorted(git(repo, "merge-base", "--all", *pair).split())
+    ours_t, git_t = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        got = sorted(str(o) for o in Graph(store.repo, store).merge_bases(one, two))
+        ours_t.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        subprocess.run(["git", "merge-base", "--all", *pair], cwd=repo, capture_output=True, check=True)
+        git_t.append(time.perf_counter() - start)
+        assert got == expected, (got, expected)
+    return statistics.median(ours_t), statistics.median(git_t), len(expected)
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:10.1f}"
 
@@ -134,6 +196,7 @@ def ms(seconds: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--dir", default=None, help="where to create the scratch repository")
+    parser.add_argument("--history", type=int, default=12_000, help="commits of the long history")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agentops-bench-", dir=args.dir) as tmp:
         root = Path(tmp)
@@ -184,10 +247,22 @@ def main() -> int:
         steps = merge_chain(store, target, deliveries, message=message).steps
         used = Counter(merge_commits(store, step.parents[0], step.parents[1]).strategy for step in steps)
         print(f"\nstrategy per merge of the N=50 chain: {dict(used)}")
+        history, near, criss = long_history(root, args.history)
+        print(f"\nlong history: {args.history:,} commits, a topic merged every 4 commits, a 12-base criss-cross")
+        long_ratios = {}
+        for name, pair in (("near delivery", near), ("criss-cross", criss)):
+            t_ours, t_git, bases = merge_base_ratio(history, pair)
+            long_ratios[name] = t_git / t_ours
+            print(
+                f"  {name:<14} {bases:>2} base(s): ours {t_ours * 1000:.2f} ms, git merge-base --all "
+                f"{t_git * 1000:.2f} ms ({t_git / t_ours:.2f}x)"
+            )
     vs_plumbing, vs_worktree = ratios[50]
     print(
         f"integrate n50 vs_merge_tree={vs_plumbing:.2f} vs_worktree_merge={vs_worktree:.2f} "
-        f"trees_equal={'true' if all_equal else 'false'}"
+        f"trees_equal={'true' if all_equal else 'false'} "
+        f"long_history_vs_merge_base={long_ratios['criss-cross']:.2f} "
+        f"long_history_near_vs_merge_base={long_ratios['near delivery']:.2f}"
     )
     return 0
 

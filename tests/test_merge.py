@@ -26,7 +26,8 @@ import pytest
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.repo import Store, open_store
-from git_agentops.integrate.merge import ChainResult, MergeResult, _Graph, merge_chain, merge_commits, merge_trees
+from git_agentops.integrate.bases import Graph
+from git_agentops.integrate.merge import ChainResult, MergeResult, merge_chain, merge_commits, merge_trees
 
 from .conftest import IDENTITY, git, make_repo
 
@@ -565,7 +566,7 @@ def test_merge_bases_match_git_on_random_histories(tmp_path: Path) -> None:
         out.append(f"M 100644 inline f{mark}\ndata 1\nx\n\n".encode())
     subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=b"".join(out), check=True)
     store = new_store(repo)
-    graph = _Graph(store.repo)
+    graph = Graph(store.repo, store)
     several = 0
     for _ in range(150):
         a, b = (f"n{rng.randint(1, count)}" for _ in range(2))

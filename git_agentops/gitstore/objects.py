@@ -98,6 +98,17 @@ def _strip_label(path: str, labels: Sequence[str]) -> str:
     return path
 
 
+def git_merge_bases(store: Store, one: str, two: str) -> list[str]:
+    """``git merge-base --all``: every best common ancestor (git uses the commit-graph's generation numbers when
+    the repository has one). ``GIT_FAILED``."""
+    where = ["--git-dir", str(store.git_dir)]  # no driver runs in a merge-base: no need to ask for them
+    done = run_git(store.git_dir, *where, "merge-base", "--all", one, two, timeout=600, scan_drivers=False)
+    if done.returncode not in (0, 1):  # 1: no common ancestor
+        message = done.stderr.decode("utf-8", "replace").strip()
+        raise AgentOpsError("GIT_FAILED", f"git merge-base failed ({done.returncode}): {message}")
+    return done.stdout.decode().split()
+
+
 def git_merge_tree(store: Store, ours: str, theirs: str, *, unrelated: bool = False) -> GitMergeTree:
     """Merge commit ``theirs`` into ``ours`` with ``git merge-tree --write-tree`` (merge-ort, in memory).
 

@@ -31,7 +31,18 @@ sides changed:
 * file content whose line diff is ambiguous (repeated lines: merge-ort diffs with the histogram algorithm,
   libgit2 with Myers, and the two then align edits differently), a ``merge`` attribute, a NUL after the first
   8000 bytes, text that is not UTF-8;
-and whenever the commits have more than one merge base (criss-cross: merge-ort first merges the bases).
+and whenever the commits have more than one merge base (criss-cross: merge-ort first merges the bases), or a
+merge-base search too long to settle here (:mod:`.bases`). Two things git rewrites are handed to it as well: a
+directory the merge would write, or the root, holding a non-standard mode (``100664``, ``100775``: git writes
+``100644``/``100755`` wherever it writes a directory, and always the root); and any merge in a repository with
+``merge.renormalize`` set (git normalises merged blobs by the ``text``/``eol`` attributes).
+
+Configuration, one by one: ``merge.renormalize`` -- handed to git; ``merge.renames``, ``diff.renames``,
+``merge.directoryRenames``, ``merge.renameLimit`` -- no effect, the fast path only works where rename detection
+cannot change the result; ``merge.conflictStyle`` -- only the conflicted content, not the conflict set, which is
+all a conflict reports; ``merge.<driver>`` and ``merge`` attributes (``.gitattributes``, ``info/attributes``,
+``core.attributesFile``) -- handed to git; ``core.autocrlf``/``core.eol`` -- merge-tree applies no checkout
+conversion, nor does this.
 
 Where only one side touched a region, rename detection cannot change the result: merge-ort pairs renames only
 for files deleted on one side and modified (or deleted) on the other, or for directories deleted on one side
@@ -47,7 +58,6 @@ merge. Conflicted paths are those ``git merge-tree --name-only`` lists, except t
 
 from __future__ import annotations
 
-import heapq
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -60,14 +70,19 @@ from pygit2.index import MergeFileResult
 from ..errors import AgentOpsError
 from ..gitstore import objects
 from ..gitstore.repo import Store
+from .bases import Graph
 
 _TREE: Final = int(pygit2.enums.FileMode.TREE)
 _LINK: Final = int(pygit2.enums.FileMode.LINK)
 _REGULAR: Final = frozenset({int(pygit2.enums.FileMode.BLOB), int(pygit2.enums.FileMode.BLOB_EXECUTABLE)})
+_STANDARD_MODES: Final = frozenset({*_REGULAR, _TREE, _LINK, int(pygit2.enums.FileMode.COMMIT)})
 _BINARY_PROBE: Final = 8000  # git's buffer_is_binary(): a NUL in the first 8000 bytes
 _MAX_EDIT: Final = 200  # changed lines per side for a file merge in process (Myers is exact below 256)
 
 _RECORD: Final = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.DOTALL)  # one entry of a raw tree object
+_STANDARD: Final = (b"100644 ", b"100755 ", b"120000 ", b"160000 ", b"40000 ")
+"""The modes git writes; a tree may hold others (``100664``, ``100775``...) that git rewrites wherever it writes
+the directory -- every directory its merge rebuilds, and always the root."""
 
 MergeStrategy = Literal["trivial", "tree", "git"]
 """Which path produced a result: one side taken whole, the in-process tree merge, or ``git merge-tree``."""
@@ -140,12 +155,15 @@ class _TreeMerger:
         self.odb = store.repo.odb
         self._records: dict[pygit2.Oid, frozenset[bytes]] = {}
         self._conflicts: list[str] = []
-        self.graph = _Graph(store.repo)
+        self.graph = Graph(store.repo, store)
+        self.renormalize = _boolean(store.config_value("merge.renormalize"))
 
     def merge(self, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: pygit2.Oid) -> MergeResult:
         """Raises :class:`_Fallback` where git's answer could differ from what this walk would give."""
         self._conflicts = []
         merged = self._merge_dir("", base, ours, theirs)
+        if merged is not None and self.odd_modes(merged, ""):
+            raise _Fallback("a non-standard file mode at the root", "")
         if self._conflicts:
             return MergeResult(None, tuple(sorted(self._conflicts)), "tree")
         return MergeResult(objects.empty_tree(self.store) if merged is None else str(merged), (), "tree")
@@ -164,6 +182,10 @@ class _TreeMerger:
                 self._records.clear()
             self._records[oid] = cached
         return cached
+
+    def odd_modes(self, tree: pygit2.Oid, path: str) -> bool:
+        """Whether the directory ``tree`` holds an entry whose mode git would rewrite (:data:`_STANDARD`)."""
+        return any(not record.startswith(_STANDARD) for record in self._tree_records(tree, path))
 
     def _differing(self, path: str, *trees: pygit2.Oid | None) -> tuple[dict[str, _Entry], ...]:
         """Per tree, the entries of the names whose entries are not the same in all ``trees``."""
@@ -202,6 +224,8 @@ class _TreeMerger:
                 changes[name] = None if merged is None else (str(merged[0]), merged[1])
         if not changes:
             return ours
+        if self.odd_modes(ours, path) or any(c is not None and c[1] not in _STANDARD_MODES for c in changes.values()):
+            raise _Fallback("a non-standard file mode in a directory the merge rewrites", path)
         tree = objects.write_tree(self.store, changes, base=str(ours))
         return None if tree is None else pygit2.Oid(hex=tree)
 
@@ -336,12 +360,15 @@ def _merge_tree_ids(
     theirs: pygit2.Oid,
     commits: tuple[str, str] | None,
 ) -> MergeResult:
-    """The fast path, or git on ``commits`` (or on commits written to wrap the trees) when it gives up."""
-    trivial = _trivial(base, ours, theirs)
-    if trivial is not None:
+    """The fast path, or git on ``commits`` (or on commits written to wrap the trees) when it gives up -- and always
+    with ``merge.renormalize`` set (git then normalises every blob it merges by the attributes' text and eol
+    rules), and when the result's root holds a mode git rewrites."""
+    trivial = None if merger.renormalize else _trivial(base, ours, theirs)
+    if trivial is not None and not merger.odd_modes(trivial, ""):
         return MergeResult(str(trivial), (), "trivial")
     try:
-        return merger.merge(base, ours, theirs)
+        if trivial is None and not merger.renormalize:
+            return merger.merge(base, ours, theirs)
     except _Fallback:
         pass
     if commits is None:  # git 2.39's merge-tree takes commits only: wrap the trees in unreferenced ones
@@ -362,68 +389,10 @@ def merge_trees(store: Store, base: str | None, ours: str, theirs: str) -> Merge
     return _merge_tree_ids(store, _TreeMerger(store), base_id, _tree_id(store, ours), _tree_id(store, theirs), None)
 
 
-_PARENT1, _PARENT2, _STALE, _RESULT = 1, 2, 4, 8
-
-
-class _Graph:
-    """Merge bases computed as git computes them, over a cache of commit dates and parents.
-
-    pygit2 has no ``git_merge_bases`` (all of them), and ``merge_base`` plus a criss-cross check re-reads the
-    history since the base on every call -- in a chain, a history that grows by two commits per merge. This is
-    git's ``paint_down_to_common`` (newest commit date first, ties in insertion order; results that are later
-    found to be ancestors of another result are dropped) and, when more than one base remains, its
-    ``remove_redundant``; each commit is read once per chain.
-    """
-
-    def __init__(self, repo: pygit2.Repository) -> None:
-        self.repo = repo
-        self._commits: dict[pygit2.Oid, tuple[int, list[pygit2.Oid]]] = {}
-
-    def _commit(self, oid: pygit2.Oid) -> tuple[int, list[pygit2.Oid]]:
-        known = self._commits.get(oid)
-        if known is None:
-            commit: object = self.repo[oid]
-            if not isinstance(commit, pygit2.Commit):
-                raise AgentOpsError("OBJECT_MISSING", f"{oid} is not a commit")
-            known = (commit.commit_time, commit.parent_ids)
-            self._commits[oid] = known
-        return known
-
-    def merge_bases(self, one: pygit2.Oid, two: pygit2.Oid) -> list[pygit2.Oid]:
-        """The best common ancestors of ``one`` and ``two`` (none for unrelated histories)."""
-        if one == two:
-            return [one]
-        flags: dict[pygit2.Oid, int] = {one: _PARENT1, two: _PARENT2}
-        queue: list[tuple[int, int, pygit2.Oid]] = []
-        counter = 0
-        for oid in (one, two):
-            heapq.heappush(queue, (-self._commit(oid)[0], counter, oid))
-            counter += 1
-        found: list[pygit2.Oid] = []
-        while any(not flags[oid] & _STALE for _, _, oid in queue):
-            _, _, oid = heapq.heappop(queue)
-            paint = flags[oid] & (_PARENT1 | _PARENT2 | _STALE)
-            if paint == _PARENT1 | _PARENT2:
-                if not flags[oid] & _RESULT:
-                    flags[oid] |= _RESULT
-                    found.append(oid)
-                paint |= _STALE
-            for parent in self._commit(oid)[1]:
-                if flags.get(parent, 0) & paint == paint:
-                    continue
-                flags[parent] = flags.get(parent, 0) | paint
-                heapq.heappush(queue, (-self._commit(parent)[0], counter, parent))
-                counter += 1
-        bases = [oid for oid in found if not flags[oid] & _STALE]
-        if len(bases) > 1:  # remove_redundant: drop a base that is an ancestor of another
-            bases = [b for b in bases if not any(o != b and self.repo.descendant_of(o, b) for o in bases)]
-        return bases
-
-
 def _merge_commit_ids(store: Store, merger: _TreeMerger, ours: pygit2.Commit, theirs: pygit2.Commit) -> MergeResult:
-    bases = merger.graph.merge_bases(ours.id, theirs.id)
+    bases = merger.graph.nearby(ours.id, theirs.id)
     commits = (str(ours.id), str(theirs.id))
-    if len(bases) > 1:
+    if bases is None:  # several merge bases (merge-ort merges them first), or too far to tell here: git decides
         return _with_git(store, *commits, unrelated=False)
     base_tree = cast(pygit2.Commit, store.repo[bases[0]]).tree_id if bases else None
     return _merge_tree_ids(store, merger, base_tree, ours.tree_id, theirs.tree_id, commits)
@@ -461,3 +430,8 @@ def merge_chain(
         steps.append(ChainStep(label, commit, parents, result.tree))
         head = store.resolve_commit(commit)
     return ChainResult(str(head.id), tuple(steps), None)
+
+
+def _boolean(value: str | None) -> bool:
+    """A git config boolean (true, yes, on, 1; an empty value is true)."""
+    return value is not None and value.strip().lower() in ("", "true", "yes", "on", "1")
