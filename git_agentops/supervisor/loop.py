@@ -116,7 +116,7 @@ class Supervisor:
         )
         self.transition: str | None = None  # the pending policy transition (supervisor.transition)
         self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (supervisor.tenure)
-        self.lease_renewed, self.lease_lost = 0.0, False
+        self.lease_renewed, self.lease_retry_at, self.lease_lost = 0.0, 0.0, False
         self.briefing = Briefing(self.state, runstate.recipe_path(store, run_id), self.log)
         self.workers = Workers(
             store,

@@ -39,6 +39,7 @@ class Supervisor(Protocol):
     machine: str | None
     lease_ttl: float
     lease_renewed: float
+    lease_retry_at: float
     lease_lost: bool
 
     @property
@@ -99,10 +100,31 @@ def claim(sup: Supervisor) -> None:
 
 
 def renew(sup: Supervisor, now: float) -> None:
-    """With the heartbeat: renew the lease every third of its life (and push the run's refs with it)."""
+    """With the heartbeat: renew the lease every third of its life (and push the run's refs with it).
+
+    A remote that does not answer is tried again at the next beat; once the lease has gone unrenewed for its whole
+    life another machine may have taken the run over, so the supervisor stops as one that lost it."""
     if sup.policy.remote is None or sup.machine is None or now - sup.lease_renewed < sup.lease_ttl / 3:
         return
-    claim(sup)
+    if now < sup.lease_retry_at:
+        return
+    try:
+        claim(sup)
+    except AgentOpsError as exc:
+        if exc.code not in ("SYNC_REMOTE_UNREACHABLE", "SYNC_REMOTE_MOVED", "GIT_FAILED"):
+            raise
+        if now - sup.lease_renewed < sup.lease_ttl:
+            sup.lease_retry_at = now + min(5.0, sup.lease_ttl / 6)
+            sup.log(f"could not renew the lease ({exc.code}); trying again: {exc.message[:300]}")
+            return
+        raise lost(
+            sup,
+            AgentOpsError(
+                "RUN_LEASE_LOST",
+                f"the lease went unrenewed for {now - sup.lease_renewed:.0f}s ({exc.code}: {exc.message[:300]}); "
+                "another machine may serve the run now",
+            ),
+        ) from None
 
 
 def lost(sup: Supervisor, exc: AgentOpsError) -> AgentOpsError:
