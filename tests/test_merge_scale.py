@@ -170,34 +170,14 @@ def test_merge_renormalize_with_text_auto_gives_git_s_bytes(tmp_path: Path) -> N
     git(repo, "config", "merge.renormalize", "true")
     attributes = ("100644", ".gitattributes", _blob(repo, b"* text=auto\n"))
     crlf = b"".join(f"line {i}\r\n".encode() for i in range(20))
-    base = _commit(
-        repo,
-        _tree(repo, [attributes, ("100644", "a.txt", _blob(repo, crlf)), ("100644", "b.txt", _blob(repo, b"b\n"))]),
-    )
-    ours = _commit(
-        repo,
-        _tree(
-            repo,
-            [
-                attributes,
-                ("100644", "a.txt", _blob(repo, crlf.replace(b"line 3", b"LINE 3"))),
-                ("100644", "b.txt", _blob(repo, b"b\n")),
-            ],
-        ),
-        base,
-    )
-    theirs = _commit(
-        repo,
-        _tree(
-            repo,
-            [
-                attributes,
-                ("100644", "a.txt", _blob(repo, crlf.replace(b"line 15", b"LINE 15"))),
-                ("100644", "b.txt", _blob(repo, b"b2\n")),
-            ],
-        ),
-        base,
-    )
+
+    def snapshot(a: bytes, b: bytes, *parents: str) -> str:
+        files = [attributes, ("100644", "a.txt", _blob(repo, a)), ("100644", "b.txt", _blob(repo, b))]
+        return _commit(repo, _tree(repo, files), *parents)
+
+    base = snapshot(crlf, b"b\n")
+    ours = snapshot(crlf.replace(b"line 3", b"LINE 3"), b"b\n", base)
+    theirs = snapshot(crlf.replace(b"line 15", b"LINE 15"), b"b2\n", base)
     store = new_store(repo)
     result = merge_commits(store, ours, theirs)
     expected = git_merge_tree(repo, ours, theirs)

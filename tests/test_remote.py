@@ -153,15 +153,13 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert lease["holder"] == "machine-a"
     os.kill(supervisor_pid(a, run_id), signal.SIGKILL)
     wait_supervisor_gone(a, run_id)
-    held = subprocess.run(
-        ["git", "agentops-run", "supervise", run_id, "--take-over"],
-        cwd=b,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=120,
-        check=False,
-    )
+
+    def supervise(machine: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        argv = ["git", "agentops-run", "supervise", run_id, *extra]
+        env_all = {**os.environ, **env}
+        return subprocess.run(argv, cwd=machine, capture_output=True, text=True, env=env_all, timeout=300, check=False)
+
+    held = supervise(b, "--take-over")
     assert held.returncode == 3 and "RUN_LEASE_HELD" in held.stderr and "machine-a" in held.stderr, held.stderr
     c = tmp_path / "c"  # a third machine races b for the run: the lease claim is a CAS on the server
     git(tmp_path, "clone", "-q", str(server), str(c))
@@ -192,15 +190,7 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert cli(server, "agentops-receipt", "verify", "main").returncode == 0
     assert all(w["worktree"].startswith(str(b)) for w in doc["workers"] if w["status"] != "delivered")
     server_state = git(server, "rev-parse", state)
-    again = subprocess.run(
-        ["git", "agentops-run", "supervise", run_id],
-        cwd=a,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=120,
-        check=False,
-    )
+    again = supervise(a)
     assert again.returncode == 3 and "RUN_LEASE_LOST" in again.stderr, again.stderr
     assert git(server, "rev-parse", state) == server_state  # A wrote nothing there
     mine = git(a, "rev-parse", state)
