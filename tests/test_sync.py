@@ -166,3 +166,20 @@ def test_sync_of_one_run_moves_only_its_refs(tmp_path: Path) -> None:
     with pytest.raises(AgentOpsError) as caught:
         sync.mirror_prefix("a/b")
     assert caught.value.code == "REF_NAME_INVALID"
+
+
+def test_a_rebuilt_candidate_is_pushed_over_the_value_last_seen_never_blindly(tmp_path: Path) -> None:
+    """The candidate ref moves by CAS, not only forward (rebuilt on a moved target): pushed with the remote's last
+    seen value as its lease, while a state ref that diverged is still reported."""
+    server, a, _ = machines(tmp_path)
+    base = git(a, "rev-parse", "HEAD")
+    first = commit_files(a, {"c.txt": "1\n"}, "candidate 1")
+    git(a, "update-ref", "refs/agentops/runs/r1/candidate", first)
+    assert cli_sync(a, "push")[0] == 0
+    git(a, "checkout", "-q", base)
+    rebuilt = commit_files(a, {"c.txt": "2\n"}, "candidate 2")
+    git(a, "update-ref", "refs/agentops/runs/r1/candidate", rebuilt)
+    code, doc, err = cli_sync(a, "push")
+    assert code == 0, err
+    assert doc["refs"]["refs/agentops/runs/r1/candidate"] == "pushed"  # type: ignore[index]
+    assert git(server, "rev-parse", "refs/agentops/runs/r1/candidate") == rebuilt

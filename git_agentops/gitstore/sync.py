@@ -10,9 +10,10 @@ candidate), the workers' branches (``refs/heads/agentops/*``) and the agentops n
   fan-out trees is conflict-free, except for one object with two different notes -- for an append-only ref
   (evidence, deliveries) a note that extends the other is taken whole, otherwise it is a real conflict: the local
   note stays, the remote one is kept aside under ``refs/agentops-sync/<remote>/conflicts/...`` and reported.
-* :func:`push` sends every local ref the remote does not have or is behind on in **one atomic push** with the
-  expected old value of each (``--force-with-lease=<ref>:<expected>``; never a plain force). When the remote moved
-  meanwhile the push is refused as a whole: fetch (merging the notes), push again -- a bounded number of times.
+* :func:`push` sends every local ref the remote does not have or is behind on (and a rebuilt candidate,
+  :data:`CAS_ONLY`) in **one atomic push** with the expected old value of each
+  (``--force-with-lease=<ref>:<expected>``; never a plain force). When the remote moved meanwhile the push is
+  refused as a whole: fetch (merging the notes), push again -- a bounded number of times.
 
 Remote operations run the person's own git (their SSH and credential configuration): ``git`` in the main
 repository, with no fsmonitor. A remote that cannot be reached is ``SYNC_REMOTE_UNREACHABLE``, a server hook's
@@ -38,6 +39,9 @@ from .repo import Store
 NAMESPACES: Final = ("refs/agentops/runs/", "refs/heads/agentops/", "refs/notes/agentops/")
 APPEND_ONLY: Final = frozenset({"refs/notes/agentops/evidence", "refs/notes/agentops/deliveries"})
 MIRROR: Final = "refs/agentops-sync/"
+CAS_ONLY: Final = ("/candidate",)
+"""Refs that move by compare-and-swap but not only forward (an integration candidate rebuilt on a moved target):
+pushed over the value last seen on the remote, with that value as the lease -- never blindly."""
 TIMEOUT: Final = 300.0
 _UNREACHABLE: Final = re.compile(
     r"could not read from remote|does not appear to be a git repository|unable to access|could not resolve|"
@@ -360,7 +364,7 @@ def push(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, a
             remote_value = theirs.get(name)
             if remote_value == mine:
                 outcome[name] = "up to date"
-            elif remote_value is None or _ancestor(store.repo, remote_value, mine):
+            elif remote_value is None or _ancestor(store.repo, remote_value, mine) or name.endswith(CAS_ONLY):
                 sends.append(Send(name, mine, remote_value))
             else:
                 outcome[name] = fetched.refs.get(name, "diverged")
