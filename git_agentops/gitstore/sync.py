@@ -376,7 +376,7 @@ def push(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, a
                 continue
             raise
         return Outcome(outcome, conflicts, attempt)
-    raise AgentOpsError("SYNC_REMOTE_MOVED", f"{remote} kept moving: {attempts} pushes refused")  # pragma: no cover
+    raise AgentOpsError("SYNC_REMOTE_MOVED", f"{remote} kept moving: {attempts} pushes refused")
 
 
 def _local(store: Store, namespaces: Sequence[str]) -> dict[str, str]:
