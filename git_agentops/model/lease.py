@@ -4,7 +4,8 @@ One supervisor per run is enforced on one machine by an OS lock; across machines
 run's state (``lease.json``): the machine's id, the supervisor's pid identity, a **term** that grows by one with
 every change of holder (a fencing epoch), and an expiry the supervisor renews with its heartbeat. The lease
 travels with the run's refs (``git agentops-sync``); a claim on another machine is a compare-and-swap of the
-run's state ref on the remote, so two machines can never both win it.
+run's state ref on the remote, so two machines can never both win it. Expiry is wall-clock time: the machines'
+clocks must agree to well within a lease's life.
 """
 
 from __future__ import annotations
