@@ -216,3 +216,26 @@ def test_a_lease_that_cannot_be_renewed_for_its_life_stops_the_supervisor(tmp_pa
     from git_agentops.runs.controls import run_processes
 
     assert run_processes(run_id) == []  # its agents were stopped with it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "point", ["integration:prepared", "integration:reviewed", "integration:pushed", "integration:published"]
+)
+def test_kill_9_while_publishing_to_a_remote_then_resume_publishes_once(tmp_path: Path, point: str) -> None:
+    """Invariant: killed at any step of a remote publish (before the push, after it but before it is recorded),
+    the resumed run moves the server's target exactly once, with its receipt."""
+    from .runkit import wait_supervisor_gone
+
+    server, a, _ = team(tmp_path)
+    base = git(server, "rev-parse", "main")
+    run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True), env={"AGENTOPS_FAULT": point})
+    wait_supervisor_gone(a, run_id)
+    assert f"fault injection: SIGKILL at {point}" in supervisor_log(a, run_id)
+    moved = git(server, "rev-parse", "main") != base
+    assert moved == (point in ("integration:pushed", "integration:published"))
+    assert cli(a, "agentops-run", "resume", run_id).returncode == 0
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", doc
+    assert server_chain(server, base) == [doc["integration"]["candidate"]]
+    assert cli(server, "agentops-receipt", "verify", f"{base}..main").returncode == 0

@@ -267,6 +267,7 @@ def _publish_remote(ctx: JobContext, store: Store, remote: str, target: str, bas
     before = read_ref(store, f"refs/heads/{target}")
     if not publish(ctx, store, remote, target, base, candidate):
         return False
+    ctx.fault("integration:pushed")  # on the server, not recorded yet: a restart finds the candidate there
     if before != candidate and read_ref(store, f"refs/heads/{target}") == candidate:
         for worktree in checkouts_of(store.common_dir, f"refs/heads/{target}"):
             if before is not None and not dirty_paths(worktree, untracked=False):
