@@ -14,6 +14,13 @@ from .helpers import simple_child
 from .runkit import CHECK_PY, POLICY, cli, recipe, start, status, supervisor_log, wait_for
 
 REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
+SETUP = "import os; open({log!r}, 'a').write(os.getcwd() + '\\n')"
+
+
+def remote_policy(setup_log: Path) -> str:
+    """The team's policy: publish to origin; a setup step that records where it ran."""
+    argv = json.dumps(["python3", "-c", SETUP.format(log=str(setup_log))])
+    return REMOTE_POLICY + f"[[worktree.setup]]\nargv = {argv}\n"
 
 
 def team(tmp: Path) -> tuple[Path, Path, Path]:
@@ -23,7 +30,7 @@ def team(tmp: Path) -> tuple[Path, Path, Path]:
         files={
             "check.py": CHECK_PY,
             "src/base.txt": "hello\n",
-            ".agentops/policy.toml": REMOTE_POLICY,
+            ".agentops/policy.toml": remote_policy(tmp / "setup.log"),
             ".gitignore": "__pycache__/\n",
         },
     )
@@ -151,6 +158,13 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     wait_for(a, run_id, lambda d: any(w["role"] == "child" and w["status"] == "running" for w in d["workers"]))
     lease = json.loads(git(server, "show", f"{state}:lease.json"))  # the lease is on the server
     assert lease["holder"] == "machine-a"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the server's copy has the child at work (renewals push it)
+        names = git(server, "ls-tree", "--name-only", f"{state}:workers").split()
+        docs = [json.loads(git(server, "show", f"{state}:workers/{name}")) for name in names]
+        if any(d["role"] == "child" and d["status"] == "running" for d in docs):
+            break
+        time.sleep(0.2)
     os.kill(supervisor_pid(a, run_id), signal.SIGKILL)
     wait_supervisor_gone(a, run_id)
 
@@ -188,7 +202,10 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert git(server, "rev-list", "--first-parent", f"{base}..main").split() == [doc["integration"]["candidate"]]
     assert json.loads(git(server, "show", f"{state}:lease.json"))["holder"] == f"machine-{b.name}"
     assert cli(server, "agentops-receipt", "verify", "main").returncode == 0
-    assert all(w["worktree"].startswith(str(b)) for w in doc["workers"] if w["status"] != "delivered")
+    assert all(w["worktree"].startswith(str(b)) for w in doc["workers"])  # every worker moved to b
+    ran = (tmp_path / "setup.log").read_text().splitlines()
+    coordinator = str(b / ".agentops" / "worktrees" / run_id / "coordinator")
+    assert coordinator in ran, ran  # the worktrees re-created there were set up there
     server_state = git(server, "rev-parse", state)
     again = supervise(a)
     assert again.returncode == 3 and "RUN_LEASE_LOST" in again.stderr, again.stderr

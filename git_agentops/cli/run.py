@@ -168,6 +168,7 @@ def _take_over(ctx: Context, args: argparse.Namespace) -> None:
         root=repo_root(store),
         clock=ctx.clock,
         wait=args.wait,
+        environ=ctx.env,
     )
     if found is not None:
         ctx.progress(f"taking over {args.run_id} from machine {found.holder} (term {found.term})")

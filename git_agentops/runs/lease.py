@@ -22,6 +22,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Final
@@ -36,7 +37,7 @@ from ..gitstore.repo import Store
 from ..model.lease import Lease, claimed
 from ..model.run import RunStatus, WorkerStatus
 from . import state as runstate
-from .workspaces import ensure_worktree, mirror_branch, placement
+from .workspaces import ensure_setup, ensure_worktree, mirror_branch, placement
 
 MACHINE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -113,8 +114,31 @@ def claim(
     return lease
 
 
+def release(store: Store, run_id: str, *, machine: str, remote: str, clock: Clock) -> None:
+    """End this machine's lease now and push the run's refs (the supervisor stops serving the run)."""
+
+    def end(change: Change, view: runstate.RunView) -> None:
+        current = view.lease()
+        if current is not None and current.holder == machine:
+            now = clock.now()
+            runstate.put_lease(change, replace(current, expires_at=now, renewed_at=now))
+
+    runstate.mutate(
+        runstate.journal(store, run_id), end, Event("RUN_LEASE_RELEASED", f"lease released by {machine}", {})
+    )
+    sync.push(store, remote, namespaces(run_id))
+
+
 def take_over(
-    store: Store, run_id: str, *, remote: str, machine: str, root: Path, clock: Clock, wait: float | None
+    store: Store,
+    run_id: str,
+    *,
+    remote: str,
+    machine: str,
+    root: Path,
+    clock: Clock,
+    wait: float | None,
+    environ: Mapping[str, str],
 ) -> Lease | None:
     """Fetch the run and wait out another machine's lease (``wait`` seconds at most; None: refuse at once), then
     move the run to this machine (see the module docstring). Returns the lease that was in place."""
@@ -132,12 +156,13 @@ def take_over(
         time.sleep(min(2.0, left, max(0.1, lease.expires_at - clock.now())))
         sync.fetch(store, remote, namespaces(run_id))
         lease = runstate.read(store, run_id).lease()
-    relocate(store, run_id, root=root, clock=clock)
+    relocate(store, run_id, root=root, clock=clock, environ=environ)
     return lease
 
 
-def relocate(store: Store, run_id: str, *, root: Path, clock: Clock) -> None:
-    """The run's paths on this machine, and a worktree for every worker that has not delivered, at its branch."""
+def relocate(store: Store, run_id: str, *, root: Path, clock: Clock, environ: Mapping[str, str]) -> None:
+    """The run's paths on this machine, and a worktree for every worker that has not delivered, at its branch,
+    with the policy's setup done there (``RUN_SETUP_FAILED`` stops the takeover: fix it and take over again)."""
     from ..policy.starter import add_excludes, missing_excludes
     from .create import bound_policy
 
@@ -150,6 +175,7 @@ def relocate(store: Store, run_id: str, *, root: Path, clock: Clock) -> None:
         if worker.status is not WorkerStatus.DELIVERED:
             start = read_ref(store, worker.branch) or worker.base or run.base_commit
             ensure_worktree(store, where, start_commit=start, run_id=run_id, worker_id=worker.worker_id, clock=clock)
+            ensure_setup(where.path, policy.setup, environ=environ, clock=clock, last_user_resume=clock.now())
         moved[worker.worker_id] = str(where.path)
 
     def move(change: Change, view: runstate.RunView) -> None:

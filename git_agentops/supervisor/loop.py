@@ -247,6 +247,7 @@ class Supervisor:
                 with contextlib.suppress(AgentOpsError):
                     requests.flush_refusals(self, force=True)  # no coalesced count is lost on a clean stop
                 self._close_budget()
+                tenure.release(self)
 
     def _startup(self) -> None:
         now = self.clock.now()

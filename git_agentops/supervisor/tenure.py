@@ -127,6 +127,19 @@ def renew(sup: Supervisor, now: float) -> None:
         ) from None
 
 
+def release(sup: Supervisor) -> None:
+    """A supervisor that stops (the run complete, paused, blocked...): its lease ends now, and the run's refs go to
+    the remote one last time -- so the server shows how the run ended, and another machine may serve it at once.
+    Best effort: an unreachable remote leaves the lease to expire."""
+    remote = sup.policy.remote
+    if remote is None or sup.machine is None or not sup.lease_renewed:
+        return
+    try:
+        leases.release(sup.store, sup.run_id, machine=sup.machine, remote=remote, clock=sup.clock)
+    except AgentOpsError as exc:
+        sup.log(f"could not release the lease ({exc.code}); it expires by itself: {exc.message[:300]}")
+
+
 def lost(sup: Supervisor, exc: AgentOpsError) -> AgentOpsError:
     """The run is another machine's: stop every agent process of it here, write nothing, and say why."""
     sup.lease_lost = True
