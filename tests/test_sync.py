@@ -128,11 +128,11 @@ def test_a_push_that_loses_the_race_is_fetched_merged_and_retried_never_forced(
     real = sync.push_atomic
     calls: list[int] = []
 
-    def racing(st: Store, remote: str, sends: object) -> dict[str, str]:
+    def racing(st: Store, remote: str, sends: object, **kw: float) -> dict[str, str]:
         calls.append(1)
         if len(calls) == 1:
             assert cli_sync(b, "push")[0] == 0  # b wins the race
-        return real(st, remote, sends)  # type: ignore[arg-type]
+        return real(st, remote, sends, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sync, "push_atomic", racing)
     outcome = sync.push(store(a), "origin")
@@ -183,3 +183,26 @@ def test_a_rebuilt_candidate_is_pushed_over_the_value_last_seen_never_blindly(tm
     assert code == 0, err
     assert doc["refs"]["refs/agentops/runs/r1/candidate"] == "pushed"  # type: ignore[index]
     assert git(server, "rev-parse", "refs/agentops/runs/r1/candidate") == rebuilt
+
+
+def test_a_remote_that_hangs_is_given_up_on_in_time_with_everything_it_started(tmp_path: Path) -> None:
+    """An SSH transport that never answers: past the timeout the whole process group goes, and the fetch is
+    SYNC_REMOTE_UNREACHABLE -- it does not wait for the transport to let go of the pipes."""
+    import time
+
+    _, a, _ = machines(tmp_path)
+    git(a, "remote", "add", "hung", "ssh://example.invalid/project.git")
+    git(a, "config", "core.sshCommand", "sleep 97 #")  # a number no other test sleeps
+    start = time.monotonic()
+    with pytest.raises(AgentOpsError) as caught:
+        sync.fetch(store(a), "hung", timeout=2)
+    assert caught.value.code == "SYNC_REMOTE_UNREACHABLE" and "timed out" in caught.value.message
+    assert time.monotonic() - start < 10
+    left = []
+    for proc in Path("/proc").iterdir():  # what the transport started is gone with it
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().startswith(b"sleep\x0097"):
+                left.append(proc.name)
+        except OSError:
+            continue
+    assert left == [], left

@@ -22,7 +22,10 @@ refusal ``SYNC_PUSH_REFUSED`` with the server's own message; both leave every re
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,19 +77,23 @@ class Outcome:
 
 
 def _git(repo: Path, *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """``git <args>`` in its own process group: past ``timeout`` the whole group is killed -- an SSH transport
+    that hangs included, which would otherwise hold the pipes open -- and ``SYNC_REMOTE_UNREACHABLE`` stands."""
+    argv = ["git", "-c", "core.fsmonitor=false", *args]
     try:
-        return subprocess.run(
-            ["git", "-c", "core.fsmonitor=false", *args],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        proc = subprocess.Popen(
+            argv, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
-    except subprocess.TimeoutExpired as exc:
-        raise AgentOpsError("SYNC_REMOTE_UNREACHABLE", f"git {args[0]} timed out after {timeout:g}s") from exc
     except OSError as exc:
         raise AgentOpsError("GIT_FAILED", f"cannot run git: {exc}") from exc
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AgentOpsError("SYNC_REMOTE_UNREACHABLE", f"git {args[0]} timed out after {timeout:g}s") from exc
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _remote_error(done: subprocess.CompletedProcess[str], what: str) -> AgentOpsError:
@@ -113,11 +120,14 @@ def store_root(store: Store) -> Path:
     return store.git_dir
 
 
-def mirror(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> dict[str, str]:
+def mirror(
+    store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, timeout: float = TIMEOUT
+) -> dict[str, str]:
     """Fetch the remote's values of ``namespaces`` into the mirror; returns them, by the remote's ref names."""
     prefix = mirror_prefix(remote)
     specs = [f"+{n}*:{prefix}{n[len('refs/') :]}*" for n in namespaces]
-    done = _git(store_root(store), "fetch", "--no-tags", "--no-write-fetch-head", "--prune", remote, *specs)
+    argv = ["fetch", "--no-tags", "--no-write-fetch-head", "--prune", remote, *specs]
+    done = _git(store_root(store), *argv, timeout=timeout)
     if done.returncode != 0:
         raise _remote_error(done, f"git fetch {remote}")
     found = list_refs(store, prefix)
@@ -136,9 +146,10 @@ def _ancestor(repo: pygit2.Repository, old: str, new: str) -> bool:
         return False
 
 
-def fetch(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> Outcome:
-    """Bring the local refs up to date with the remote (see the module docstring)."""
-    return adopt(store, remote, mirror(store, remote, namespaces))
+def fetch(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, timeout: float = TIMEOUT) -> Outcome:
+    """Bring the local refs up to date with the remote (see the module docstring); ``timeout`` bounds each git
+    process (``SYNC_REMOTE_UNREACHABLE`` past it)."""
+    return adopt(store, remote, mirror(store, remote, namespaces, timeout=timeout))
 
 
 def adopt(store: Store, remote: str, theirs: Mapping[str, str]) -> Outcome:
@@ -304,7 +315,7 @@ class Send:
     expected: str | None
 
 
-def push_atomic(store: Store, remote: str, sends: Iterable[Send]) -> dict[str, str]:
+def push_atomic(store: Store, remote: str, sends: Iterable[Send], *, timeout: float = TIMEOUT) -> dict[str, str]:
     """One atomic push of ``sends``, each with its lease; {ref: status} (``ok``). ``SYNC_REMOTE_MOVED`` when a
     lease failed -- here, or in the server's own compare-and-swap of a ref another push moved an instant before --
     (nothing was pushed), ``SYNC_PUSH_REFUSED`` with the server's message when a hook refused it,
@@ -314,7 +325,8 @@ def push_atomic(store: Store, remote: str, sends: Iterable[Send]) -> dict[str, s
         return {}
     leases = [f"--force-with-lease={s.ref}:{s.expected or ''}" for s in sends]
     specs = [f"{s.new}:{s.ref}" for s in sends]
-    done = _git(store_root(store), "push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *specs)
+    argv = ["push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *specs]
+    done = _git(store_root(store), *argv, timeout=timeout)
     statuses = _porcelain(done.stdout)
     if done.returncode == 0:
         return {ref: "ok" for ref in statuses} or {s.ref: "ok" for s in sends}
@@ -349,12 +361,19 @@ def _porcelain(stdout: str) -> dict[str, str]:
     return out
 
 
-def push(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, attempts: int = 5) -> Outcome:
+def push(
+    store: Store,
+    remote: str,
+    namespaces: Sequence[str] = NAMESPACES,
+    *,
+    attempts: int = 5,
+    timeout: float = TIMEOUT,
+) -> Outcome:
     """Send what the remote lacks (see the module docstring); a remote that moved is fetched and merged first."""
     outcome: dict[str, str] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
     for attempt in range(1, attempts + 1):
-        fetched = fetch(store, remote, namespaces)
+        fetched = fetch(store, remote, namespaces, timeout=timeout)
         conflicts.update(fetched.conflicts)
         theirs = {
             "refs/" + k[len(mirror_prefix(remote)) :]: v for k, v in list_refs(store, mirror_prefix(remote)).items()
@@ -369,7 +388,7 @@ def push(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, a
             else:
                 outcome[name] = fetched.refs.get(name, "diverged")
         try:
-            for ref in push_atomic(store, remote, sends):
+            for ref in push_atomic(store, remote, sends, timeout=timeout):
                 outcome[ref] = "pushed"
         except AgentOpsError as exc:
             if exc.code == "SYNC_REMOTE_MOVED" and attempt < attempts:

@@ -69,7 +69,8 @@ def claim(
 ) -> Lease:
     """Claim or renew the run's lease, through the remote (see the module docstring)."""
     state_ref = runstate.state_ref(run_id)
-    fetched = sync.fetch(store, remote, namespaces(run_id))
+    timeout = max(5.0, ttl / 2)  # a hanging remote must not outlive the lease it is renewing
+    fetched = sync.fetch(store, remote, namespaces(run_id), timeout=timeout)
     if fetched.refs.get(state_ref) == "diverged":
         raise AgentOpsError(
             "RUN_LEASE_LOST",
@@ -106,7 +107,7 @@ def claim(
     for worker in runstate.read(store, run_id).workers():  # work in progress goes to the remote too
         if worker.status is not WorkerStatus.DELIVERED and Path(worker.worktree).is_dir():
             mirror_branch(store, Path(worker.worktree), worker.branch)
-    pushed = sync.push(store, remote, namespaces(run_id))
+    pushed = sync.push(store, remote, namespaces(run_id), timeout=timeout)
     if pushed.refs.get(state_ref) not in ("pushed", "up to date"):
         raise AgentOpsError(
             "RUN_LEASE_HELD", f"another machine claimed {run_id} on {remote} at the same time; it serves the run"
