@@ -102,19 +102,6 @@ def _remote_error(done: subprocess.CompletedProcess[str], what: str) -> AgentOps
     return AgentOpsError(code, f"{what} failed: {text[-2000:] or f'exit status {done.returncode}'}")
 
 
-def remote_refs(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES) -> dict[str, str]:
-    """The remote's refs under ``namespaces`` (``git ls-remote``)."""
-    done = _git(store_root(store), "ls-remote", "--refs", remote, *(f"{n}*" for n in namespaces))
-    if done.returncode != 0:
-        raise _remote_error(done, f"git ls-remote {remote}")
-    out = {}
-    for line in done.stdout.splitlines():
-        oid, _, name = line.partition("\t")
-        if any(name.startswith(n) for n in namespaces):
-            out[name] = oid
-    return out
-
-
 def store_root(store: Store) -> Path:
     """Where remote git commands run: the repository's git dir (works for bare and non-bare alike)."""
     return store.git_dir

@@ -26,6 +26,7 @@ from typing import Final, TypeVar
 
 from ..errors import AgentOpsError
 from ..gitstore import sync
+from ..gitstore.journal import Event
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import list_refs, read_ref, update_ref
 from ..gitstore.repo import Store
@@ -72,8 +73,6 @@ def patiently(ctx: JobContext, store: Store, what: str, attempt: Callable[[], T]
 
 def note(ctx: JobContext, store: Store, summary: str) -> None:
     """An event on the run's log, and the supervisor's log."""
-    from ..gitstore.journal import Event
-
     ctx.log(summary)
     runstate.mutate(
         runstate.journal(store, ctx.run_id), lambda change, view: None, Event("INTEGRATION_REMOTE", summary, {})

@@ -66,8 +66,9 @@ def namespaces(run_id: str) -> tuple[str, ...]:
 
 def claim(
     store: Store, run_id: str, *, machine: str, pid: int, start_time: int, ttl: float, remote: str, clock: Clock
-) -> Lease:
-    """Claim or renew the run's lease, through the remote (see the module docstring)."""
+) -> Lease | None:
+    """Claim or renew the run's lease, through the remote (see the module docstring); a run completed here already
+    needs none, and keeps the lease it had."""
     state_ref = runstate.state_ref(run_id)
     timeout = max(5.0, ttl / 2)  # a hanging remote must not outlive the lease it is renewing
     fetched = sync.fetch(store, remote, namespaces(run_id), timeout=timeout)
@@ -83,7 +84,7 @@ def claim(
     if view.run().status is RunStatus.COMPLETE:  # nothing to serve; whoever completed it, nothing is written
         if current is not None and current.holder != machine:
             raise AgentOpsError("RUN_LEASE_LOST", f"{run_id} was completed by machine {current.holder}")
-        return current or claimed(None, machine, pid, start_time, now, 0)
+        return current
     if current is not None and current.held_by_another(machine, now):
         raise AgentOpsError(
             "RUN_LEASE_HELD", f"{run_id} is served by {current.describe(now)}", details={"lease": current.to_json()}

@@ -17,7 +17,6 @@ new policy is bound to this run only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
@@ -158,7 +157,7 @@ def update(
         if current.ended:
             raise AgentOpsError("RUN_POLICY_TRANSITION_STALE", f"{transition_id} is {current.stage} already")
         try:
-            new = current.advanced(stage, at, **changes) if stage is not None else _with(current, changes)
+            new = current.advanced(stage, at, **changes) if stage is not None else replace(current, **changes)
         except ValueError as exc:
             raise AgentOpsError("RUN_POLICY_TRANSITION_STALE", str(exc)) from exc
         change.put_json(RECORD, new.to_json(), schema="transition")
@@ -170,12 +169,6 @@ def update(
         return _journal(store, run_id, transition_id).mutate(mark, event).value
     except JournalTampered as exc:
         raise runstate.tampered(exc, run_id) from exc
-
-
-def _with(transition: Transition, changes: Mapping[str, Any]) -> Transition:
-    from dataclasses import replace
-
-    return replace(transition, **changes)
 
 
 # -- the binding ---------------------------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ class Supervisor:
             run_dir=self.dir,
             briefing=self.briefing,
             jobs=self.jobs,
+            pending=lambda: self.transition,
         )
         self._last_heartbeat = 0.0
 
@@ -253,7 +254,7 @@ class Supervisor:
         now = self.clock.now()
         heartbeat = runstate.read_heartbeat(self.dir)
         if is_restart_storm(self.state.run(), now):
-            self._set_status(
+            self.set_status(
                 RunStatus.BLOCKED,
                 "RUN_RESTART_STORM: more than 3 supervisor starts within 5 minutes since the last resume",
                 disable=True,
@@ -333,25 +334,22 @@ class Supervisor:
             now = self.clock.now()
             spent = budget_spent(run, self.state.workers().values(), now)
             if spent is not None:
-                self._set_status(RunStatus.BUDGET_LIMITED, spent, disable=True)
+                self.set_status(RunStatus.BUDGET_LIMITED, spent, disable=True)
                 continue
             self._heartbeat(now)
             self.workers.reap()
             self._collect_jobs()
             if transition.drive(self):  # nothing else happens while the policy changes
-                self.workers.transition = self.transition
                 self._serve_requests()  # an idle worker's request is answered RUN_POLICY_TRANSITION_PENDING
                 time.sleep(self.poll)
                 continue
-            self.workers.transition = None
             self._wake_coordinator()
             if run.status is RunStatus.AWAITING_INPUT:
                 time.sleep(self.poll)
                 continue
             served = self._serve_requests()  # first: a waiting agent should not wait for provisioning
             requests.flush_refusals(self)  # the coalesced counts of refusals whose window has passed
-            self.workers.transition = self.transition  # a policy request just recorded one: nothing starts
-            if self.transition is None:
+            if self.transition is None:  # a policy request may just have recorded one: then nothing starts
                 self.workers.restart()
                 scheduler.schedule(self)
             self.briefing.refresh(self.busy)
@@ -408,7 +406,7 @@ class Supervisor:
         except AgentOpsError as exc:
             self.log(f"could not close the budget interval: {exc}")
 
-    def _set_status(self, status: RunStatus, reason: str | None, *, disable: bool = False) -> None:
+    def set_status(self, status: RunStatus, reason: str | None, *, disable: bool = False) -> None:
         def change_status(change: Change, view: runstate.RunView) -> None:
             run = view.run()
             if run.status is RunStatus.COMPLETE:
@@ -448,7 +446,7 @@ class Supervisor:
             case Block(code, reason):
                 self.workers.block(worker_id, code, reason)
             case Wait(code, reason):
-                self._set_status(RunStatus.BLOCKED, f"{code}: {reason}", disable=True)
+                self.set_status(RunStatus.BLOCKED, f"{code}: {reason}", disable=True)
             case Refusal(code, message, request, detail, head):
                 response = requests.refuse_accepted(self, worker_id, request, AgentOpsError(code, message[:8000]))
                 worker = self.state.workers().get(worker_id)

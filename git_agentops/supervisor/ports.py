@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
-from ..model.run import Worker, WorkerStatus
+from ..model.run import RunStatus, Worker, WorkerStatus
 from ..runs.jobs import JobContext, JobResult
 from .cache import StateCache
 
@@ -65,6 +65,10 @@ class Loop(Protocol):
 
     def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
         """Adopt ``policy`` (and the bound policy file's bytes): every job and generation started later uses it."""
+        ...
+
+    def set_status(self, status: RunStatus, reason: str | None, *, disable: bool = False) -> None:
+        """Set the run's status and reason by CAS (``disable`` also fences new generations); a complete run stays."""
         ...
 
     def brief_policy(self) -> None:

@@ -71,9 +71,7 @@ def drive(loop: Loop) -> bool:
     except AgentOpsError as exc:
         if exc.code != "RUN_STATE_TAMPERED":
             raise
-        _set_run(
-            loop, RunStatus.BLOCKED, f"RUN_STATE_TAMPERED: {exc.message}"[:8000], "a journal was tampered", disable=True
-        )
+        _set_run(loop, RunStatus.BLOCKED, f"RUN_STATE_TAMPERED: {exc.message}"[:8000], disable=True)
         return True
     if transition.ended:  # a person refused it
         loop.transition = None
@@ -137,11 +135,11 @@ def _fence(loop: Loop, transition: Transition) -> Transition | None:
     tid = transition.transition_id
     if not transition.approved:
         if run.status is RunStatus.ACTIVE:  # a crash between the record and the run's status: wait as asked
-            _set_run(loop, RunStatus.AWAITING_INPUT, awaiting_reason(tid), f"{tid} awaits approval")
+            _set_run(loop, RunStatus.AWAITING_INPUT, awaiting_reason(tid))
             loop.stop_all(WorkerStatus.FENCED, f"awaiting approval of {tid}")
         return None
     if run.status is RunStatus.AWAITING_INPUT and run.status_reason == awaiting_reason(tid):
-        _set_run(loop, RunStatus.ACTIVE, None, f"{tid} approved")
+        _set_run(loop, RunStatus.ACTIVE, None)
         run = loop.state.run()
     if run.status is not RunStatus.ACTIVE:
         return None
@@ -371,18 +369,10 @@ def _recovery(loop: Loop, transition: Transition, exc: AgentOpsError) -> None:
         f"RUN_POLICY_RECOVERY_REQUIRED: the policy transition {transition.transition_id} is bound but could not be "
         f"completed ({exc.code}: {exc.message[:2000]}); fix that, then 'git agentops-run resume {loop.run_id}'"
     )
-    _set_run(loop, RunStatus.BLOCKED, reason, f"{transition.transition_id} needs recovery", disable=True)
+    _set_run(loop, RunStatus.BLOCKED, reason, disable=True)
     loop.log(reason)
 
 
-def _set_run(loop: Loop, status: RunStatus, reason: str | None, summary: str, *, disable: bool = False) -> None:
-    def change_status(change: Change, view: runstate.RunView) -> None:
-        run = view.run()
-        runstate.put_run(
-            change, replace(run, status=status, status_reason=reason, disable_restart=run.disable_restart or disable)
-        )
-
-    runstate.mutate(
-        loop.journal, change_status, Event("RUN_STATUS", f"run {status}: {summary}", {"status": str(status)})
-    )
+def _set_run(loop: Loop, status: RunStatus, reason: str | None, *, disable: bool = False) -> None:
+    loop.set_status(status, reason, disable=disable)
     loop.state.refresh()

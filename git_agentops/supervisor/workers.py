@@ -90,6 +90,7 @@ class Workers:
         run_dir: Path,
         briefing: Briefing,
         jobs: Mapping[str, Future[Any]],
+        pending: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -104,7 +105,7 @@ class Workers:
         self.jobs = jobs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}  # worker id -> the generation this supervisor started
         self.confine = Confinement(store, policy, environ, run_dir, log)
-        self.transition: str | None = None  # a pending policy transition: no generation starts
+        self.pending = pending  # the pending policy transition, if any: no generation starts meanwhile
 
     def set(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
         """Update one worker record by CAS, recording ``event``."""
@@ -229,8 +230,8 @@ class Workers:
         """
         spec = host_spec(self.policy, self.state.workers()[worker_id].host)
 
-        if self.transition is not None:
-            raise AgentOpsError("RUN_POLICY_TRANSITION_PENDING", f"{self.transition} is pending; no generation starts")
+        if (transition := self.pending()) is not None:
+            raise AgentOpsError("RUN_POLICY_TRANSITION_PENDING", f"{transition} is pending; no generation starts")
 
         def next_generation(change: Change, view: runstate.RunView) -> Worker:
             run = view.run()
