@@ -5,6 +5,7 @@ leave the worktree are refused."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -79,20 +80,33 @@ MIX_ALL = TestCounts(passed=5, failed=1, skipped=2, errors=1)
 
 
 def _pytest(project: Path, *args: str) -> str:
-    """Run a real pytest on ``project`` (its own rootdir and ini, no cache); return stdout + stderr."""
+    """Run a real pytest on ``project`` (its own rootdir and ini, no cache); return stdout + stderr.
+
+    A run that hangs (a nested xdist run once did, under a loaded CI machine) is aborted with SIGABRT across its
+    process group, so that every process of it -- the workers too -- prints where it was stuck, and the test fails
+    with that."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
+    env["PYTHONFAULTHANDLER"] = "1"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args]
+    with subprocess.Popen(
+        argv,
         cwd=project,
-        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode in (0, 1, 2, 5), done.stdout + done.stderr  # 2: interrupted by a collection error
-    return done.stdout + done.stderr
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGABRT)
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"{argv} hung for 120 s; where it was:\n{out[-8000:]}\n{err[-20000:]}")
+    assert proc.returncode in (0, 1, 2, 5), out + err  # 2: interrupted by a collection error
+    return out + err
 
 
 @pytest.fixture

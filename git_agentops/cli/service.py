@@ -243,7 +243,8 @@ def _exec_arg(arg: str) -> str:
 
 def systemd_run_argv(spec: ServiceSpec) -> list[str]:
     """The ``systemd-run`` command starting ``spec``. Only variable *names* are on it: run it with ``spec.env``."""
-    argv = ["systemd-run", "--user", "--quiet", f"--unit={spec.name}.service", f"--description={spec.description}"]
+    # not --quiet: that also silences why a start job failed (the program ended before the manager saw its exec)
+    argv = ["systemd-run", "--user", f"--unit={spec.name}.service", f"--description={spec.description}"]
     argv += ["--collect", f"--working-directory={spec.cwd}"]
     argv += [f"--property={key}={value}" for section, key, value in unit_properties(spec) if key not in _FLAGS]
     argv += [f"--setenv={name}" for name in sorted(spec.env)]
@@ -440,7 +441,10 @@ def start_systemd(
     unit = SystemdUnit(f"{spec.name}.service", env, run)
     done = run(systemd_run_argv(spec), {**env, **spec.env})
     if done.returncode != 0:
-        raise AgentOpsError("RUN_SERVICE_FAILED", f"systemd-run did not start {unit.unit}: {done.stderr.strip()}")
+        # a failed start job may leave the unit waiting to restart: nothing is to start behind the caller's back
+        unit.stop()
+        said = done.stderr.strip() or f"its start job failed (systemctl --user status {unit.unit})"
+        raise AgentOpsError("RUN_SERVICE_FAILED", f"systemd-run did not start {unit.unit}: {said}")
     record(directory, Manager.SYSTEMD, unit.unit, n)
     return unit
 
