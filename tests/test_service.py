@@ -383,6 +383,50 @@ def test_waiting_raises_the_supervisors_own_refusal_and_removes_the_unit(tmp_pat
     assert not ended.removed
 
 
+def test_a_failed_start_job_reports_what_the_supervisor_did_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd fails the start job of a supervisor that ended before the manager saw its exec (a loaded machine):
+    spawning then says what the supervisor did -- served the run (its start is recorded), or refused it (its own
+    error line) -- and only without either the manager's failure."""
+    import io
+
+    from git_agentops.cli import spawn
+    from git_agentops.cli.common import Context
+    from git_agentops.gitstore.events import Event
+    from git_agentops.runs.state import journal
+
+    repo = project(tmp_path)
+    ctx = Context(env=dict(os.environ), cwd=repo, stdout=io.StringIO(), stderr=io.StringIO())
+    monkeypatch.setattr(spawn, "detect", lambda env: service.Availability(Manager.SYSTEMD, "forced", forced=True))
+    failure = AgentOpsError("RUN_SERVICE_FAILED", "systemd-run did not start x: its start job failed")
+    said: list[str] = []
+
+    def served_then_failed(spec: ServiceSpec, directory: Path, env: Mapping[str, str]) -> None:
+        journal(ctx.store(), RUN).mutate(lambda change: None, Event("RUN_SUPERVISOR_START", "started", {"pid": 4242}))
+        raise failure
+
+    def refused_then_failed(spec: ServiceSpec, directory: Path, env: Mapping[str, str]) -> None:
+        with spec.log.open("a") as out:
+            out.write("error[RUN_LEASE_HELD]: machine m2 holds the lease\n")
+        raise failure
+
+    def just_failed(spec: ServiceSpec, directory: Path, env: Mapping[str, str]) -> None:
+        said.append(spec.name)
+        raise failure
+
+    monkeypatch.setattr(spawn, "start_systemd", served_then_failed)
+    assert spawn.spawn_supervisor(ctx, RUN) == Spawned(4242, Manager.SYSTEMD)
+    monkeypatch.setattr(spawn, "start_systemd", refused_then_failed)
+    with pytest.raises(AgentOpsError) as caught:
+        spawn.spawn_supervisor(ctx, RUN)
+    assert caught.value.code == "RUN_LEASE_HELD" and "m2" in caught.value.message
+    monkeypatch.setattr(spawn, "start_systemd", just_failed)
+    with pytest.raises(AgentOpsError) as caught:
+        spawn.spawn_supervisor(ctx, RUN)
+    assert caught.value is failure and said
+
+
 # -- end to end ----------------------------------------------------------------------------------------------------
 
 

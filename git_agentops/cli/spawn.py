@@ -139,7 +139,17 @@ def spawn_supervisor(ctx: Context, run_id: str) -> Spawned:
     handle: _Handle
     try:
         if choice.manager is Manager.SYSTEMD:
-            handle = start_systemd(spec, directory, ctx.env)
+            try:
+                handle = start_systemd(spec, directory, ctx.env)
+            except AgentOpsError as exc:
+                # a start job fails when the supervisor ended before the manager saw its exec (a loaded machine):
+                # what it did -- served and ended, or refused -- says more than the job
+                if exc.code != "RUN_SERVICE_FAILED":
+                    raise
+                served = _served(events, before, None)
+                if served is not None:
+                    return Spawned(served, Manager.SYSTEMD)
+                raise _coded(_output(log, offset)) or exc from None
         elif choice.manager is Manager.LAUNCHD:
             handle = start_launchd(spec, directory, ctx.env)
         else:
@@ -159,6 +169,24 @@ def spawn_supervisor(ctx: Context, run_id: str) -> Spawned:
     return _wait(handle, events, before, log, offset, run_id)
 
 
+def _served(events: Any, before: str | None, pids: set[int] | None) -> int | None:
+    """The pid of a supervisor that recorded ``RUN_SUPERVISOR_START`` since ``before`` (one of ``pids``, or any)."""
+    for entry in events.log(limit=256):
+        if entry.commit == before:
+            break
+        pid = entry.data.get("pid")
+        if entry.code == "RUN_SUPERVISOR_START" and isinstance(pid, int) and (pids is None or pid in pids):
+            return pid
+    return None
+
+
+def _output(log: Path, offset: int) -> str:
+    """What the supervisor printed to its log since ``offset``."""
+    with log.open("rb") as handle_out:
+        handle_out.seek(offset)
+        return handle_out.read().decode("utf-8", "replace")
+
+
 def _wait(handle: _Handle, events: Any, before: str | None, log: Path, offset: int, run_id: str) -> Spawned:
     name = getattr(handle, "unit", None) or getattr(handle, "label", None)
     pids: set[int] = set()
@@ -168,15 +196,11 @@ def _wait(handle: _Handle, events: Any, before: str | None, log: Path, offset: i
         seen = handle.poll()
         if seen.pid:
             pids.add(seen.pid)
-        for entry in events.log(limit=256):
-            if entry.commit == before:
-                break
-            if entry.code == "RUN_SUPERVISOR_START" and entry.data.get("pid") in pids:
-                return Spawned(int(entry.data["pid"]), handle.manager, name)
+        served = _served(events, before, pids)
+        if served is not None:
+            return Spawned(served, handle.manager, name)
         if seen.state is not Liveness.RUNNING:
-            with log.open("rb") as handle_out:
-                handle_out.seek(offset)
-                output = handle_out.read().decode("utf-8", "replace")
+            output = _output(log, offset)
             coded = _coded(output)
             if seen.state is Liveness.ENDED:
                 # it served the run and the run ended (complete, or blocked...) already; a service manager keeps
