@@ -169,7 +169,7 @@ def test_model_does_no_io() -> None:
 
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(("__init__", "errors", "clock", "resources"), 0),  # foundations
+    **dict.fromkeys(("__init__", "errors", "clock", "resources", "files"), 0),  # foundations
     "canonical": 1,  # canonical JSON, digests, seals
     "schema": 2,  # strict JSON documents and their validator
     **dict.fromkeys(("gitstore", "model", "process"), 3),  # the store, values and rules, processes

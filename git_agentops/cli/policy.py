@@ -47,11 +47,15 @@ def _check(args: argparse.Namespace, ctx: Context) -> int:
     from ..policy.load import MAX_POLICY_BYTES, check_text, read_policy_bytes
 
     if args.file:
+        from ..files import read_bounded
+
         path = Path(args.file)
         try:
-            data = path.read_bytes()[: MAX_POLICY_BYTES + 1]
+            data = read_bounded(path, MAX_POLICY_BYTES)
         except OSError as exc:
             raise AgentOpsError("POLICY_MISSING", f"cannot read {path}: {exc.strerror}") from exc
+        if len(data) > MAX_POLICY_BYTES:  # what was read of it is not the policy: say so, do not check a part
+            raise AgentOpsError("DOC_TOO_LARGE", f"{path} is over {MAX_POLICY_BYTES} bytes")
         source = args.file
     else:
         data, source = read_policy_bytes(ctx.worktree()), POLICY_PATH

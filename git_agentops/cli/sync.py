@@ -68,8 +68,10 @@ def _keys(args: argparse.Namespace, ctx: Context) -> int:
             handle.write(export_key(private).hex().encode() + b"\n")
         ctx.emit({"exported": str(args.export_key)}, f"MAC key written to {args.export_key} (0600); keep it secret")
         return 0
+    from ..files import read_bounded
+
     try:
-        key = bytes.fromhex(args.import_key.read_text("ascii").strip())
+        key = bytes.fromhex(read_bounded(args.import_key, 1024).decode("ascii").strip())
     except (OSError, ValueError) as exc:
         raise AgentOpsError(
             "KEY_INVALID", f"{args.import_key} does not hold a key made by --export-key: {exc}"

@@ -27,7 +27,6 @@ found and the JSON path (``$.tasks[1].attempts[0].steps[2].write``).
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -219,13 +218,14 @@ class _Problem(Exception):
 
 def load_recipe(path: Path) -> Recipe:
     """Read and check the recipe at ``path``. ``RUN_RECIPE_INVALID`` names the file, line and JSON path."""
+    from ..files import read_bounded
+
     try:
-        size = os.stat(path).st_size
-        if size > MAX_RECIPE_BYTES:
-            raise AgentOpsError("RUN_RECIPE_INVALID", f"recipe {path} is {size} bytes, over {MAX_RECIPE_BYTES}")
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_RECIPE_BYTES)
     except OSError as exc:
         raise AgentOpsError("RUN_RECIPE_INVALID", f"recipe {path} cannot be read: {exc.strerror or exc}") from exc
+    if len(data) > MAX_RECIPE_BYTES:
+        raise AgentOpsError("RUN_RECIPE_INVALID", f"recipe {path} is over {MAX_RECIPE_BYTES} bytes")
     return parse_recipe(data, path=path)
 
 

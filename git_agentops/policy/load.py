@@ -14,6 +14,7 @@ hot paths (verify, hooks) the cost of importing tomllib and re-validating.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -300,16 +301,19 @@ def check_text(text: str) -> tuple[dict[str, Any] | None, list[Problem]]:
 
 def read_policy_bytes(worktree: Path, rel: str = POLICY_PATH) -> bytes:
     """The policy file's bytes; ``POLICY_MISSING``, ``PATH_ESCAPE`` (a symlink out), ``DOC_TOO_LARGE``."""
+    from ..files import read_bounded
+
     path = resolve_contained(worktree, rel)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_POLICY_BYTES + 1)
+        data = read_bounded(path, MAX_POLICY_BYTES)  # a FIFO an agent put there must not block a reader
     except FileNotFoundError:
         raise AgentOpsError(
             "POLICY_MISSING", f"no policy at {worktree / rel}; 'git agentops-init' writes a starter policy"
         ) from None
-    except IsADirectoryError:
-        raise AgentOpsError("PATH_NOT_REGULAR", f"{worktree / rel} is a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise AgentOpsError("PATH_NOT_REGULAR", f"{worktree / rel} is {exc.strerror}") from None
+        raise AgentOpsError("POLICY_MISSING", f"cannot read {worktree / rel}: {exc.strerror or exc}") from None
     if len(data) > MAX_POLICY_BYTES:
         raise AgentOpsError("DOC_TOO_LARGE", f"{rel} is over {MAX_POLICY_BYTES} bytes")
     return data

@@ -58,12 +58,15 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import AgentOpsError
+from ..files import read_bounded
 from . import signers
 from .dsse import Signature
 
 NAMESPACE: Final = "git-agentops"
 SIGN_TIMEOUT: Final = 120.0  # a hardware key may wait for a touch
 VERIFY_TIMEOUT: Final = 30.0
+MAX_SIGNERS_BYTES: Final = 16 * 1024 * 1024
+"""An allowed-signers file is read whole, up to this: thousands of keys fit in far less."""
 ARMOR_BEGIN: Final = b"-----BEGIN SSH SIGNATURE-----"
 ARMOR_END: Final = b"-----END SSH SIGNATURE-----"
 _MAGIC: Final = b"SSHSIG"
@@ -179,7 +182,7 @@ def verify(
     """
     actual = _preflight(sig, allowed_signers)
     try:
-        entries = _parse_signers(allowed_signers.read_bytes(), str(allowed_signers))
+        text = read_bounded(allowed_signers, MAX_SIGNERS_BYTES)
     except OSError as exc:
         raise AgentOpsError(
             "RECEIPT_UNTRUSTED_SIGNER",
@@ -187,6 +190,11 @@ def verify(
             f"({actual}) can be trusted",
             details={"key": actual},
         ) from exc
+    if len(text) > MAX_SIGNERS_BYTES:
+        raise AgentOpsError(
+            "RECEIPT_SIGNERS_INVALID", f"the allowed signers file {allowed_signers} is over {MAX_SIGNERS_BYTES} bytes"
+        )
+    entries = _parse_signers(text, str(allowed_signers))
     parsed = _parse_or_none(sig.sig)
     checkable = _in_process_can(parsed)
     if engine == Engine.SSH_KEYGEN or (engine == Engine.AUTO and not checkable):
@@ -245,9 +253,10 @@ def _preflight(sig: Signature, allowed_signers: Path) -> str:
             details={"keyid": sig.keyid, "key": actual},
         )
     if not allowed_signers.is_file():
+        what = "is not a regular file" if allowed_signers.exists() else "does not exist"
         raise AgentOpsError(
             "RECEIPT_UNTRUSTED_SIGNER",
-            f"allowed signers file {allowed_signers} does not exist, so no signer ({actual}) can be trusted",
+            f"allowed signers file {allowed_signers} {what}, so no signer ({actual}) can be trusted",
             details={"key": actual},
         )
     return actual

@@ -1,0 +1,42 @@
+"""Files a person names on the command line -- a recipe, a policy to check, a key, an allowed-signers file -- read
+with a bound.
+
+Such a path may name anything: a FIFO, whose read blocks until some writer comes; ``/dev/zero``, which never
+ends; a file of gigabytes. :func:`read_bounded` opens without blocking, accepts only a regular file, and reads at
+most one byte past the caller's limit, so an oversized file is told apart without being read whole. Failures are
+:class:`OSError` with a ``strerror``, as for any unreadable file: each caller already turns those into its own
+coded error.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+_CHUNK = 1 << 16
+_KINDS = {stat.S_IFIFO: "a fifo", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFDIR: "a directory"}
+
+
+def read_bounded(path: Path | str, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the regular file at ``path``: more than ``limit`` means over the limit.
+
+    :class:`OSError` (``EINVAL``, "not a regular file: a fifo") for a FIFO, device, socket or directory."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a file")
+            raise OSError(errno.EINVAL, f"not a regular file: {kind}", str(path))
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, _CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
