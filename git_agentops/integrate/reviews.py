@@ -31,6 +31,7 @@ from typing import Any, Final
 from ..canonical import canonical_bytes, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.private import read_private, remove_private, write_private
 from ..gitstore.safegit import run_git
 from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec
 from ..model.policy import Policy
@@ -160,8 +161,7 @@ def run_reviews(
     each reviewer launch its sandbox and a private path for the launcher's spec (None: run unconfined)."""
     review = policy.doc["review"]
     names = list(review["reviewers"])[: int(review["required"])]
-    scratch = checkout / REVIEW_DIR
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = checkout / REVIEW_DIR  # made by the first private write in it, never through a symlink
     results = []
     for name in names:
         results.append(
@@ -196,19 +196,20 @@ def _review(
     log_dir: Path | None,
     confine: Confine | None,
 ) -> Review:
-    input_path = scratch / f"input-{name}.json"
-    report_path = scratch / f"report-{name}.json"
-    prompt_path = scratch / f"prompt-{name}.md"
-    input_path.write_bytes(canonical_bytes(dict(input_doc)) + b"\n")
-    relative = {"input": f"{REVIEW_DIR}/{input_path.name}", "report": f"{REVIEW_DIR}/{report_path.name}"}
+    # the checkout is the reviewers' to write in: every file of ours there is written, read and removed without
+    # following a symlink a reviewer (this one, an earlier attempt, another reviewer) may have put in its place
+    relative = {part: f"{REVIEW_DIR}/{part}-{name}.{ext}" for part, ext in (("input", "json"), ("report", "json"))}
+    prompt_rel = f"{REVIEW_DIR}/prompt-{name}.md"
+    input_path = _put(checkout, relative["input"], canonical_bytes(dict(input_doc)) + b"\n")
+    report_path, prompt_path = checkout / relative["report"], checkout / prompt_rel
     retry: str | None = None
     result: Review | None = None
     for attempt in range(1, ATTEMPTS + 1):
-        report_path.unlink(missing_ok=True)
-        prompt_path.write_text(
-            review_prompt(name, input_doc, input_path=relative["input"], report_path=relative["report"], retry=retry),
-            "utf-8",
+        remove_private(checkout, relative["report"])
+        prompt = review_prompt(
+            name, input_doc, input_path=relative["input"], report_path=relative["report"], retry=retry
         )
+        _put(checkout, prompt_rel, prompt.encode("utf-8"))
         launch = Launch(
             worktree=checkout,
             mailbox=checkout / ".agentops" / "mailbox",
@@ -223,7 +224,7 @@ def _review(
         )
         box = confine(spec, checkout, scratch, f"reviewer-{name}-{attempt}") if confine is not None else None
         ran = _run_reviewer(name, spec, launch, environ=environ, clock=clock, recipe=recipe, box=box)
-        result = _read_report(name, report_path, ran, attempt)
+        result = _read_report(name, checkout, relative["report"], ran, attempt)
         if result.report is not None:
             return result
         retry = result.problem
@@ -276,10 +277,20 @@ def _run_reviewer(
     return result
 
 
-def _read_report(name: str, path: Path, result: CommandResult, attempt: int) -> Review:
+def _put(checkout: Path, rel: str, data: bytes) -> Path:
+    """Write one of our files in the reviewers' directory: what a reviewer left at its name (a symlink to a file
+    of the user's, say) is removed first -- the link itself, never its target -- then the file written anew."""
+    remove_private(checkout, rel)
+    return write_private(checkout, rel, data, durable=False)
+
+
+def _read_report(name: str, checkout: Path, rel: str, result: CommandResult, attempt: int) -> Review:
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_private(checkout, rel, max_bytes=documents.DEFAULT_MAX_BYTES)
+    except (AgentOpsError, OSError) as exc:  # a symlink, a FIFO, a directory, too large: not a report
+        why = exc.message if isinstance(exc, AgentOpsError) else (exc.strerror or str(exc))
+        return Review(name, None, sha256_hex(b""), f"reviewer {name} wrote an invalid report: {why}", attempt)
+    if data is None:
         why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
         tail = result.tail.decode("utf-8", errors="replace")[-600:]
         return Review(name, None, sha256_hex(b""), f"reviewer {name} wrote no report ({why}): {tail}", attempt)
