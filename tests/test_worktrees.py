@@ -158,3 +158,20 @@ def test_pause_stops_writers_and_resume_continues(tmp_path: Path) -> None:
         assert doc["status"] == "active"
     finally:
         stop(repo, run_id)
+
+
+def test_detaching_a_head_never_writes_through_a_link_in_the_admin_directory(tmp_path: Path) -> None:
+    """Invariant: the temporary file detach_head writes is created afresh (O_EXCL, O_NOFOLLOW): a symlink left at
+    its name -- an agent can write in its admin directory -- is removed, and the file it points to is untouched."""
+    from git_agentops.gitstore.worktree import detach_head
+
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (admin / f"HEAD.agentops-tmp-{os.getpid()}").symlink_to(victim)
+    commit = "1" * 40
+    detach_head(admin, commit)
+    assert victim.read_text() == "precious\n"
+    assert (admin / "HEAD").read_text() == f"{commit}\n" and not (admin / "HEAD").is_symlink()
+    assert sorted(p.name for p in admin.iterdir()) == ["HEAD"]

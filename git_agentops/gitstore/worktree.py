@@ -50,8 +50,11 @@ def admin_dir(path: Path) -> Path | None:
 def detach_head(admin: Path, commit: str) -> None:
     """Point a linked worktree's HEAD straight at ``commit`` (detached): its commits then move only its own HEAD,
     in its admin dir -- no shared ref -- which is what a sandboxed agent can write."""
-    tmp = admin / "HEAD.agentops-tmp"
-    tmp.write_text(f"{commit}\n", encoding="ascii")
+    tmp = admin / f"HEAD.agentops-tmp-{os.getpid()}"
+    tmp.unlink(missing_ok=True)  # a leftover, or a link someone put there: the name itself, never its target
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(f"{commit}\n")
     os.replace(tmp, admin / "HEAD")
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from ..errors import AgentOpsError
 from ..gitstore.checkout import dirty_paths
 from ..gitstore.journal import Change, Event
-from ..gitstore.private import read_private
+from ..gitstore.private import read_private, write_private
 from ..gitstore.safegit import run_git
 from ..integrate.secrets import clean_text
 from ..model.policy import POLICY_PATH
@@ -287,7 +287,10 @@ def _sync_worktree(loop: Loop, worker: Worker, transition: Transition, data: byt
         raise AgentOpsError(
             "RUN_POLICY_DIRTY", f"{worker.worker_id}'s checkout changed while fenced: {', '.join(dirty)}"
         )
-    (worktree / POLICY_PATH).write_bytes(data)
+    try:  # atomically, and never through a symlink the agent may have put there since the check above
+        write_private(worktree, POLICY_PATH, data)
+    except AgentOpsError as exc:
+        raise AgentOpsError("RUN_POLICY_DIRTY", f"{worker.worker_id}: {POLICY_PATH}: {exc.message}") from exc
     identity = loop.state.store.identity
     done = run_git(
         worktree,
