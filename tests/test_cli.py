@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -53,6 +54,32 @@ def test_man_pages_and_error_table_are_current() -> None:
 def test_usage_error_is_coded_exit_2(run_cli: Any, repo_path: Path) -> None:
     done = run_cli(_bin("doctor"), "--bogus", cwd=repo_path)
     assert done.returncode == 2 and done.stderr.startswith("error[USAGE]: unrecognized arguments: --bogus")
+
+
+def test_durations_are_finite_and_in_range_or_usage_errors(run_cli: Any, repo_path: Path) -> None:
+    """Invariant: every SECONDS option refuses a negative, NaN, infinite or absurd duration before doing anything;
+    ``--wait 0`` (take over only if the lease is free now) is allowed."""
+    parse = common.seconds(zero=True)
+    assert parse("0") == 0 and parse("2.5") == 2.5
+    for bad in ("-5", "nan", "inf", "1e9", "abc", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        common.seconds()("0")
+    for argv in (
+        ("run", "supervise", "run-20260101-abcdef", "--take-over", "--wait", "-5"),
+        ("run", "supervise", "run-20260101-abcdef", "--take-over", "--wait", "nan"),
+        ("run", "watch", "x", "--interval", "inf"),
+        ("request", "handoff", "--timeout", "-1"),
+    ):
+        done = run_cli(_bin(argv[0]), *argv[1:], cwd=repo_path)
+        assert done.returncode == 2 and done.stderr.startswith("error[USAGE]: "), (argv, done.stderr)
+
+
+def test_approving_in_a_run_that_is_not_there_is_run_not_found(run_cli: Any, repo_path: Path) -> None:
+    for command in (("approve",), ("refuse", "--reason", "x")):
+        done = run_cli(_bin("run"), command[0], "run-20260101-abcdef", "t1", *command[1:], cwd=repo_path)
+        assert done.returncode == 3 and done.stderr.startswith("error[RUN_NOT_FOUND]: "), done.stderr
 
 
 def test_json_error_object_matches_its_schema(run_cli: Any, repo_path: Path) -> None:

@@ -53,6 +53,22 @@ def build(prog: str, description: str, *, json_flag: bool = True) -> Parser:
     return parser
 
 
+def seconds(*, zero: bool = False, most: float = 7 * 86400) -> Callable[[str], float]:
+    """An argparse type for a duration: a number of seconds above 0 (from 0 with ``zero``), at most ``most``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not ((value >= 0) if zero else (value > 0)) or not value <= most:  # NaN fails both
+            low = "0 or more" if zero else "more than 0"
+            raise argparse.ArgumentTypeError(f"must be {low} and at most {most:g} seconds, not {text}")
+        return value
+
+    return parse
+
+
 def subcommands(parser: Parser) -> Callable[..., Parser]:
     """``add(name, help)`` for subcommands; each also accepts ``--json`` after its name."""
     action = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import AgentOpsError
-from .common import Context, Parser, build, run
+from .common import Context, Parser, build, run, seconds
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -50,16 +50,6 @@ _FIELDS: dict[str, str] = {
     "approval": "approvals",
 }
 _OPTION: dict[str, str] = {field: "--" + dest.replace("_", "-") for dest, field in _FIELDS.items()}
-
-
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 86400 * 7:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most a week of seconds, not {text}")
-    return value
 
 
 def _approval(text: str) -> tuple[str, str]:
@@ -100,7 +90,7 @@ def build_parser() -> Parser:
     parser.add_argument("--reason", action="append", metavar="TEXT", help="why, for the --approve before it")
     parser.add_argument(
         "--timeout",
-        type=_timeout,
+        type=seconds(),
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"how long to wait for the response (default {DEFAULT_TIMEOUT:.0f})",

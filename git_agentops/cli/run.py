@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentOpsError
-from .common import Context, Parser, build, run, subcommands
+from .common import Context, Parser, build, run, seconds, subcommands
 from .runinfo import list_runs, log, show_status
 from .spawn import spawn_supervisor, supervise_in_background
 
@@ -57,7 +57,7 @@ def build_parser() -> Parser:
     supervise.add_argument("--remote", help="with --take-over: the remote (default: the policy's, else origin)")
     supervise.add_argument(
         "--wait",
-        type=float,
+        type=seconds(zero=True),
         default=None,
         metavar="SECONDS",
         help="with --take-over: wait this long for another machine's lease to expire (default: refuse at once)",

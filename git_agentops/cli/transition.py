@@ -77,8 +77,10 @@ def _refuse_agent(ctx: Context) -> None:
 
 def handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs import controls
+    from ..runs.state import read
 
     store = ctx.store()
+    read(store, args.run_id)  # RUN_NOT_FOUND for a run that is not there, before its transitions are looked for
     who = approver(ctx)
     if args.command == "approve":
         _refuse_agent(ctx)

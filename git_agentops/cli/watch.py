@@ -34,7 +34,7 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from ..errors import AgentOpsError
-from .common import Context, Parser
+from .common import Context, Parser, seconds
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -62,7 +62,7 @@ def configure(parser: Parser) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds(),
         default=2.0,
         metavar="SECONDS",
         help="without a terminal: at most one snapshot every SECONDS (default 2)",
@@ -414,8 +414,6 @@ def watch(args: argparse.Namespace, ctx: Context) -> int:
         raise AgentOpsError(
             "USAGE", "watch has no --json output; 'git agentops-run status RUN --json' prints one snapshot"
         )
-    if not args.interval > 0:
-        raise AgentOpsError("USAGE", f"--interval must be a positive number of seconds, not {args.interval}")
     from .runinfo import latest
 
     run_id = args.run_id or latest(ctx)
