@@ -146,7 +146,9 @@ def test_an_unreachable_remote_and_a_server_refusal_change_nothing(tmp_path: Pat
     Notes(store(a), RECEIPTS_REF).add(git(a, "rev-parse", "HEAD"), b"r\n")
     git(a, "remote", "add", "gone", str(tmp_path / "nowhere.git"))
     code, _, err = cli_sync(a, "push", "--remote", "gone")
-    assert code == 3 and "SYNC_REMOTE_UNREACHABLE" in err, err
+    assert code == 3 and "SYNC_REMOTE_UNREACHABLE" in err and "is configured" not in err, err
+    code, _, err = cli_sync(a, "push", "--remote", "nameless")  # a name no remote has: said first, with the fix
+    assert code == 3 and "SYNC_REMOTE_UNREACHABLE" in err and "no remote 'nameless' is configured" in err, err
     hook = server / "hooks" / "pre-receive"
     hook.write_text("#!/bin/sh\necho 'policy: agentops notes are frozen this week' >&2\nexit 1\n")
     hook.chmod(0o755)

@@ -116,7 +116,14 @@ def mirror(
     argv = ["fetch", "--no-tags", "--no-write-fetch-head", "--prune", remote, *specs]
     done = _git(store_root(store), *argv, timeout=timeout)
     if done.returncode != 0:
-        raise _remote_error(done, f"git fetch {remote}")
+        error = _remote_error(done, f"git fetch {remote}")
+        if store.config_value(f"remote.{remote}.url") is None:  # the likeliest cause, said first
+            error = AgentOpsError(
+                error.code,
+                f"no remote {remote!r} is configured in this repository ('git remote add {remote} URL', or name "
+                f"another with --remote / [run] remote); {error.message}",
+            )
+        raise error
     found = list_refs(store, prefix)
     return {
         "refs/" + name[len(prefix) :]: oid
