@@ -22,6 +22,7 @@ reviewer wrote no valid report.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -205,7 +206,8 @@ def _review(
     retry: str | None = None
     result: Review | None = None
     for attempt in range(1, ATTEMPTS + 1):
-        remove_private(checkout, relative["report"])
+        with contextlib.suppress(OSError):  # a directory in its place reads as no report below
+            remove_private(checkout, relative["report"])
         prompt = review_prompt(
             name, input_doc, input_path=relative["input"], report_path=relative["report"], retry=retry
         )
@@ -280,7 +282,10 @@ def _run_reviewer(
 def _put(checkout: Path, rel: str, data: bytes) -> Path:
     """Write one of our files in the reviewers' directory: what a reviewer left at its name (a symlink to a file
     of the user's, say) is removed first -- the link itself, never its target -- then the file written anew."""
-    remove_private(checkout, rel)
+    try:
+        remove_private(checkout, rel)
+    except OSError as exc:  # a directory there, say: ours cannot be written, and that is a coded refusal
+        raise AgentOpsError("PATH_NOT_REGULAR", f"{checkout / rel} cannot be replaced: {exc.strerror}") from exc
     return write_private(checkout, rel, data, durable=False)
 
 
