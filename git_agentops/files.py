@@ -29,14 +29,16 @@ def read_bounded(path: Path | str, limit: int) -> bytes:
         if not stat.S_ISREG(mode):
             kind = _KINDS.get(stat.S_IFMT(mode), "not a file")
             raise OSError(errno.EINVAL, f"not a regular file: {kind}", str(path))
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, _CHUNK))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_at_most(fd, limit + 1)
     finally:
         os.close(fd)
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd``, in chunks, stopping at its end."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit and (chunk := os.read(fd, min(_CHUNK, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

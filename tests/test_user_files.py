@@ -71,7 +71,9 @@ def test_policy_check_of_a_fifo_a_device_or_an_oversized_file_is_refused(
     repo = project(tmp_path)
     for name, path in hostile.items():
         done = cli(repo, "agentops-policy", "check", str(path), timeout=HANG)
-        assert done.returncode != 0 and "error[POLICY_MISSING]" in done.stderr, (name, done.stderr)
+        assert done.returncode != 0 and "error[PATH_NOT_REGULAR]" in done.stderr, (name, done.stderr)
+    done = cli(repo, "agentops-policy", "check", str(tmp_path / "missing.toml"), timeout=HANG)
+    assert done.returncode != 0 and "error[POLICY_MISSING]" in done.stderr, done.stderr
     big = tmp_path / "policy.toml"
     big.write_bytes(b"#" * (MAX_POLICY_BYTES + 10))
     done = cli(repo, "agentops-policy", "check", str(big), timeout=HANG)

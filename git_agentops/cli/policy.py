@@ -44,19 +44,10 @@ def _trust_context(ctx: Context) -> tuple[Any, Any, Any]:
 
 def _check(args: argparse.Namespace, ctx: Context) -> int:
     from ..model.policy import POLICY_PATH, Policy
-    from ..policy.load import MAX_POLICY_BYTES, check_text, read_policy_bytes
+    from ..policy.load import check_text, read_policy_bytes, read_policy_file
 
     if args.file:
-        from ..files import read_bounded
-
-        path = Path(args.file)
-        try:
-            data = read_bounded(path, MAX_POLICY_BYTES)
-        except OSError as exc:
-            raise AgentOpsError("POLICY_MISSING", f"cannot read {path}: {exc.strerror}") from exc
-        if len(data) > MAX_POLICY_BYTES:  # what was read of it is not the policy: say so, do not check a part
-            raise AgentOpsError("DOC_TOO_LARGE", f"{path} is over {MAX_POLICY_BYTES} bytes")
-        source = args.file
+        data, source = read_policy_file(Path(args.file), args.file), args.file
     else:
         data, source = read_policy_bytes(ctx.worktree()), POLICY_PATH
     try:

@@ -300,22 +300,27 @@ def check_text(text: str) -> tuple[dict[str, Any] | None, list[Problem]]:
 
 
 def read_policy_bytes(worktree: Path, rel: str = POLICY_PATH) -> bytes:
-    """The policy file's bytes; ``POLICY_MISSING``, ``PATH_ESCAPE`` (a symlink out), ``DOC_TOO_LARGE``."""
+    """The worktree's policy file's bytes: ``PATH_ESCAPE`` (a symlink out), else as :func:`read_policy_file`."""
+    return read_policy_file(resolve_contained(worktree, rel), worktree / rel)
+
+
+def read_policy_file(path: Path, shown: Path | str) -> bytes:
+    """A policy file's bytes, within :data:`MAX_POLICY_BYTES`: ``POLICY_MISSING``, ``PATH_NOT_REGULAR`` (a FIFO an
+    agent put there must not block a reader, nor a device fill memory), ``DOC_TOO_LARGE``."""
     from ..files import read_bounded
 
-    path = resolve_contained(worktree, rel)
     try:
-        data = read_bounded(path, MAX_POLICY_BYTES)  # a FIFO an agent put there must not block a reader
+        data = read_bounded(path, MAX_POLICY_BYTES)
     except FileNotFoundError:
         raise AgentOpsError(
-            "POLICY_MISSING", f"no policy at {worktree / rel}; 'git agentops-init' writes a starter policy"
+            "POLICY_MISSING", f"no policy at {shown}; 'git agentops-init' writes a starter policy"
         ) from None
     except OSError as exc:
         if exc.errno == errno.EINVAL:
-            raise AgentOpsError("PATH_NOT_REGULAR", f"{worktree / rel} is {exc.strerror}") from None
-        raise AgentOpsError("POLICY_MISSING", f"cannot read {worktree / rel}: {exc.strerror or exc}") from None
-    if len(data) > MAX_POLICY_BYTES:
-        raise AgentOpsError("DOC_TOO_LARGE", f"{rel} is over {MAX_POLICY_BYTES} bytes")
+            raise AgentOpsError("PATH_NOT_REGULAR", f"{shown} is {exc.strerror}") from None
+        raise AgentOpsError("POLICY_MISSING", f"cannot read {shown}: {exc.strerror or exc}") from None
+    if len(data) > MAX_POLICY_BYTES:  # what was read of it is not the policy: say so, never check a part
+        raise AgentOpsError("DOC_TOO_LARGE", f"{shown} is over {MAX_POLICY_BYTES} bytes")
     return data
 
 

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from ..canonical import canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
+from ..files import read_at_most
 from ..gitstore.private import read_private, write_private
 from ..schema import documents
 
@@ -197,21 +198,12 @@ def _read_claimed(dir_fd: int) -> Claimed:
         too_large = f"request refused: over {MAX_REQUEST_BYTES // 1024} KiB"
         if info.st_size > MAX_REQUEST_BYTES:  # still answer by the digest of what was written, so the writer sees it
             raise _Refused(too_large, code="RUN_REQUEST_TOO_LARGE", digest=_digest_fd(fd))
-        data = _read_at_most(fd, MAX_REQUEST_BYTES + 1)
+        data = read_at_most(fd, MAX_REQUEST_BYTES + 1)
         if len(data) > MAX_REQUEST_BYTES:
             raise _Refused(too_large, code="RUN_REQUEST_TOO_LARGE", digest=_digest_fd(fd))
         return Claimed(data, sha256_hex(data))
     finally:
         os.close(fd)
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit and (chunk := os.read(fd, min(1 << 16, limit - size))):
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _digest_fd(fd: int) -> str | None:
