@@ -206,6 +206,13 @@ CODES: Final[Mapping[str, CodeInfo]] = {
         "the proposed policy is invalid, changes nothing, or removes or weakens a guard (JSON path named)",
     ),
     "RUN_POLICY_UNAPPROVED": _c(EXIT_NEGATIVE, "an added or changed capability has no approval with a reason"),
+    "RUN_POLICY_PERSON_REQUIRED": _c(
+        EXIT_NEGATIVE,
+        "only a person may approve this change (a setup step, a required reviewer's host), not the coordinator",
+    ),
+    "RUN_POLICY_BUDGET_RAISED": _c(
+        EXIT_NEGATIVE, "a policy change cannot raise budget, max_cost_usd or max_tokens: 'run resume --add-budget'"
+    ),
     "RUN_POLICY_CHANGES_DISABLED": _c(EXIT_NEGATIVE, 'the policy says [run] policy_changes = "never"'),
     "RUN_POLICY_TRANSITION_PENDING": _c(
         EXIT_NEGATIVE, "another policy transition is pending; nothing else starts until it ends"

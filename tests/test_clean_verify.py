@@ -17,6 +17,7 @@ from git_agentops.gitstore.keys import KEY_PATH, keyring
 from git_agentops.gitstore.objects import git_merge_tree
 from git_agentops.gitstore.repo import open_store
 from git_agentops.gitstore.worktree import add_detached_worktree, remove_detached_worktree
+from git_agentops.verify.core import Outcome
 from git_agentops.verify.evidence import FOR_RUNS, EvidenceStore, authentic, seal_record
 
 from .conftest import git, make_repo
@@ -309,3 +310,92 @@ def test_a_scratch_index_someone_else_rewrote_is_never_trusted(tmp_path: Path) -
     slot.populate(_head(repo))
     assert (slot.git_dir / "config").read_text().startswith("[core]\n\trepositoryformatversion")
     assert slot.inspect().clean
+
+
+# -- what setup leaves in the supervisor's checkout -------------------------------------------------------------------
+
+
+def _prove(tmp_path: Path, setup: list[list[str]], *, files: dict[str, str] | None = None) -> Outcome:
+    """Prove HEAD of a small project whose policy has ``setup`` steps, in a fresh clean checkout (slot ``w1``)."""
+    from git_agentops.model.policy import Policy, effective
+    from git_agentops.policy.trust import RepoIdentity, TrustStatus, Verdict
+    from git_agentops.runs.jobs import JobContext
+    from git_agentops.runs.proof import prove
+
+    repo = make_repo(
+        tmp_path / "repo",
+        files={
+            "calc.py": "def add(a, b):\n    return a - b\n",
+            "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+            **(files or {}),
+        },
+    )
+    doc = effective(
+        {
+            "verify": {"commands": [{"id": "check", "argv": ["python3", "-c", "import calc"], "timeout": 60}]},
+            "worktree": {"setup": [{"argv": argv, "timeout": 60} for argv in setup]},
+        }
+    )
+    policy = Policy.from_effective(doc)
+    store = open_store(repo, clock=FixedClock())
+    trust = Verdict(TrustStatus.TRUSTED, RepoIdentity(str(repo), f"local:{repo}"), policy.config_hash)
+    ctx = JobContext("run-setup", policy, trust, dict(os.environ), FixedClock(), tmp_path / "run", print, print)
+    return prove(ctx, store, slot="w1", commit=_head(repo), task=None)
+
+
+def _py(code: str) -> list[str]:
+    return ["python3", "-c", code]
+
+
+@pytest.mark.parametrize(
+    ("what", "step", "named"),
+    [
+        ("a tracked test changed", _py("open('tests/test_calc.py', 'w').write('def test_add(): pass\\n')"), "tests/"),
+        ("a root conftest.py", _py("open('conftest.py', 'w').write('collect_ignore_glob = [\"*\"]\\n')"), "conftest"),
+        (
+            "a conftest.py deep in a new directory, after more files than a drift lists",
+            _py(
+                "import os\n"
+                "for i in range(80): open(f'a{i:03}.txt', 'w').write('x')\n"
+                "os.makedirs('zz/deep')\n"
+                "open('zz/deep/conftest.py', 'w').write('')"
+            ),
+            "zz/deep/conftest.py",
+        ),
+        ("a pytest.ini beside the tests", _py("open('tests/pytest.ini', 'w').write('[pytest]\\n')"), "pytest.ini"),
+        ("a .pth outside any venv", _py("open('evil.pth', 'w').write('import os\\n')"), "evil.pth"),
+        ("a sitecustomize.py", _py("open('sitecustomize.py', 'w').write('')"), "sitecustomize.py"),
+        ("a jest config", _py("open('jest.config.js', 'w').write('')"), "jest.config.js"),
+    ],
+)
+def test_setup_that_changes_tracked_files_or_test_configuration_is_refused(
+    tmp_path: Path, what: str, step: list[str], named: str
+) -> None:
+    """Before: a setup step's output was kept in the verification checkout -- a tracked test rewritten, a
+    ``conftest.py`` that makes every test pass. Setup may make environments, not test configuration."""
+    from git_agentops.errors import AgentOpsError
+
+    with pytest.raises(AgentOpsError) as caught:
+        _prove(tmp_path, [step])
+    assert caught.value.code == "VERIFY_CHECKOUT_CHANGED", what
+    assert named in caught.value.message, (what, caught.value.message)
+
+
+def test_setup_may_make_environments_and_build_products(tmp_path: Path) -> None:
+    """Invariant: what environments hold (a venv's ``.pth`` and ``sitecustomize.py``, ``node_modules`` with its
+    ``package.json`` files, nested ones of workspaces too) and build products are setup's to make; a tracked
+    ``conftest.py`` is the commit's own."""
+    make = _py(
+        "import os\n"
+        "for d in ('.venv/lib/site-packages', 'node_modules/left-pad', 'pkg/node_modules/x', 'calc.egg-info', 'build'):"
+        "\n    os.makedirs(d)\n"
+        "open('.venv/pyvenv.cfg', 'w').write('home = /usr/bin\\n')\n"
+        "open('.venv/lib/site-packages/_calc.pth', 'w').write('.\\n')\n"
+        "open('.venv/lib/site-packages/sitecustomize.py', 'w').write('')\n"
+        "open('node_modules/left-pad/package.json', 'w').write('{}')\n"
+        "open('pkg/node_modules/x/package.json', 'w').write('{}')\n"
+        "open('calc.egg-info/PKG-INFO', 'w').write('')\n"
+        "open('build/out.txt', 'w').write('')\n"
+    )
+    outcome = _prove(tmp_path, [make], files={"tests/conftest.py": "", "pkg/index.js": ""})
+    assert outcome.passed

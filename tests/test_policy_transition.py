@@ -465,3 +465,88 @@ def test_a_failure_after_the_bind_blocks_the_run_and_resume_rolls_it_forward(tmp
     assert cli(repo, "agentops-run", "resume", run_id).returncode == 0
     doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
     assert_completed_once(repo, run_id, base, doc)
+
+
+# -- issue 23, item 5: what an approval alone let through, each through the real request ----------------------------
+
+COORDINATOR = 'policy_changes = "coordinator"'
+REVIEWER_HOST = '[hosts.reviewer-a]\nkind = "scripted"\n'
+PLANT = (
+    "[[worktree.setup]]\n"
+    "argv = [\"python3\", \"-c\", \"open('conftest.py', 'w').write('def pytest_runtest_makereport(): pass\\\\n')\"]\n"
+)
+HOLES = [
+    (
+        "host writable widened",
+        lambda opts: base_text(opts).replace(REVIEWER_HOST, REVIEWER_HOST + 'writable = ["/"]\n'),
+        ("--approve", "host:reviewer-a", "--reason", "it needs to write its state"),
+        "RUN_POLICY_INVALID",
+        "$.hosts.reviewer-a.writable",
+    ),
+    (
+        "reviewer host replaced",
+        lambda opts: base_text(opts).replace(
+            REVIEWER_HOST, '[hosts.reviewer-a]\nkind = "command"\nargv = ["sh", "-c", "echo approve"]\nwritable = []\n'
+        ),
+        ("--approve", "host:reviewer-a", "--reason", "a faster reviewer"),
+        "RUN_POLICY_PERSON_REQUIRED",
+        "$.hosts.reviewer-a.argv",
+    ),
+    (
+        "setup step added",
+        lambda opts: base_text(opts) + PLANT,
+        ("--approve", "setup:0", "--reason", "configures pytest"),
+        "RUN_POLICY_PERSON_REQUIRED",
+        "$.worktree.setup[0]",
+    ),
+    (
+        "budget raised",
+        lambda opts: base_text(opts.replace("max_cost_usd = 5.0", "max_cost_usd = 1000.0") + '\nbudget = "10h"'),
+        (),
+        "RUN_POLICY_BUDGET_RAISED",
+        "$.run.budget",
+    ),
+]
+
+
+@pytest.mark.parametrize(("hole", "proposal", "approvals", "code", "path"), HOLES, ids=[h[0] for h in HOLES])
+def test_what_only_a_person_may_decide_is_refused_when_the_coordinator_approves_itself(
+    tmp_path: Path, hole: str, proposal: Any, approvals: tuple[str, ...], code: str, path: str
+) -> None:
+    """Before, each was accepted with the coordinator's own approval under ``policy_changes = "coordinator"`` (the
+    budget with none at all): a host's writable widened, the required reviewer's host replaced by a command that
+    always approves, a setup step that writes a ``conftest.py``, the budget raised. Each is refused with its code
+    and JSON path, nothing is recorded, and the binding does not move."""
+    options = COORDINATOR + ("\nmax_cost_usd = 5.0" if hole == "budget raised" else "")
+    repo, run_id, doc = live_run(tmp_path, options)
+    coordinator = Path(next(w["worktree"] for w in doc["workers"] if w["role"] == "coordinator"))
+    binding_before = git(repo, "rev-parse", f"refs/agentops/runs/{run_id}/policy")
+    (coordinator / ".agentops/proposals").mkdir(parents=True)
+    (coordinator / ".agentops/proposals/p.toml").write_text(proposal(options))
+    status_code, answer = ask(coordinator, ".agentops/proposals/p.toml", *approvals)
+    assert (status_code, code_of(answer)) == (1, code), answer
+    assert path in answer["message"], answer["message"]
+    if code == "RUN_POLICY_BUDGET_RAISED":
+        assert "--add-budget" in answer["message"] and "$.run.max_cost_usd" in answer["message"]
+    assert git(repo, "rev-parse", f"refs/agentops/runs/{run_id}/policy") == binding_before
+    assert not refs_under(repo, f"refs/agentops/runs/{run_id}/journal/")
+    cli(repo, "agentops-run", "stop", run_id)
+
+
+def test_a_persons_decision_waits_for_a_person_and_a_budget_is_never_a_policy_change(tmp_path: Path) -> None:
+    """With the default approval (a person), a setup step and a replaced reviewer host are what the person decides:
+    the transition is pending and says so. Raising the budget is refused even then: it is ``run resume
+    --add-budget``."""
+    repo, run_id, doc = live_run(tmp_path)
+    coordinator = Path(next(w["worktree"] for w in doc["workers"] if w["role"] == "coordinator"))
+    (coordinator / ".agentops/proposals").mkdir(parents=True)
+    (coordinator / ".agentops/proposals/budget.toml").write_text(base_text('budget = "10h"'))
+    _, answer = ask(coordinator, ".agentops/proposals/budget.toml")
+    assert code_of(answer) == "RUN_POLICY_BUDGET_RAISED", answer
+    (coordinator / ".agentops/proposals/setup.toml").write_text(base_text() + PLANT)
+    status_code, answer = ask(coordinator, ".agentops/proposals/setup.toml", *HOLES[2][2])
+    assert (status_code, code_of(answer)) == (0, "RUN_POLICY_PENDING"), answer
+    assert "person's decision" in answer["message"] and "$.worktree.setup[0]" in answer["message"]
+    doc = wait_for(repo, run_id, lambda d: d["status"] == "awaiting-input")
+    assert transitions_of(doc)[0]["approvedBy"] is None
+    cli(repo, "agentops-run", "stop", run_id)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from git_agentops.model.judge import budget_raises, person_decisions, weakenings
 from git_agentops.model.policy import effective
 from git_agentops.model.transition import (
     ORDER,
@@ -17,28 +18,26 @@ from git_agentops.model.transition import (
     capability_changes,
     describe_changes,
     transition_id,
-    weakenings,
 )
 
-BASE: dict[str, Any] = effective(
-    {
-        "version": 1,
-        "run": {"target": "main"},
-        "verify": {
-            "commands": [
-                {"id": "tests", "argv": ["pytest", "-q"], "timeout": 300},
-                {"id": "lint", "argv": ["ruff", "check"], "required": False},
-            ],
-            "runners": [{"id": "smoke", "argv": ["./smoke.sh"]}],
-        },
-        "worktree": {"setup": [{"argv": ["pip", "install", "-e", "."]}]},
-        "hosts": {"claude": {"kind": "claude"}, "reviewer": {"kind": "scripted"}},
-        "review": {"required": 1, "reviewers": ["reviewer"]},
-        "receipts": {"require_signature": True, "allowed_signers": ".agentops/allowed_signers"},
-        "guardrails": {"deny_patterns": ["ACME-[0-9]+"]},
-        "sandbox": {"mode": "landlock", "required": True, "deny_read": ["~/.aws"]},
-    }
-)
+RAW: dict[str, Any] = {
+    "version": 1,
+    "run": {"target": "main"},
+    "verify": {
+        "commands": [
+            {"id": "tests", "argv": ["pytest", "-q"], "timeout": 300},
+            {"id": "lint", "argv": ["ruff", "check"], "required": False},
+        ],
+        "runners": [{"id": "smoke", "argv": ["./smoke.sh"]}],
+    },
+    "worktree": {"setup": [{"argv": ["pip", "install", "-e", "."]}]},
+    "hosts": {"claude": {"kind": "claude"}, "reviewer": {"kind": "scripted"}},
+    "review": {"required": 1, "reviewers": ["reviewer"]},
+    "receipts": {"require_signature": True, "allowed_signers": ".agentops/allowed_signers"},
+    "guardrails": {"deny_patterns": ["ACME-[0-9]+"]},
+    "sandbox": {"mode": "landlock", "required": True, "deny_read": ["~/.aws"]},
+}
+BASE: dict[str, Any] = effective(RAW)
 
 
 def changed(edit: Any) -> dict[str, Any]:
@@ -113,6 +112,118 @@ def test_removing_what_the_run_still_uses_is_refused() -> None:
     found = paths(new, used_runners={"smoke"}, used_hosts={"claude"})
     assert "$.verify.runners[id=smoke]" in found and "$.hosts.claude" in found
     assert paths(new) == []  # unused: removing them is fine
+
+
+# -- issue 23, item 5: four changes that an approval alone let through ---------------------------------------------
+
+
+def test_a_hosts_lists_are_judged_as_the_sandboxs_writable_and_may_only_shrink() -> None:
+    """Before: ``[hosts.X] writable = ["/"]`` passed with one approval of ``host:X``. A host's writable (and
+    pass_env, home_files, wherever a host has them) widened, or a new host that has any, is a weakening."""
+    widened = changed(lambda d: d["hosts"]["claude"].update(writable=[*d["hosts"]["claude"]["writable"], "/"]))
+    assert paths(widened) == ["$.hosts.claude.writable"]
+    assert "/" in weakenings(BASE, widened)[0].message
+    assert "$.hosts.codex.writable" in paths(changed(lambda d: d["hosts"].update(codex={"kind": "codex"})))
+    assert paths(changed(lambda d: d["hosts"].update(other={"kind": "scripted"}))) == []  # writes nothing more
+    assert paths(changed(lambda d: d["hosts"]["claude"].update(writable=["~/.claude"]))) == []  # narrowed
+    for key, value in (("pass_env", ["AWS_SECRET_ACCESS_KEY"]), ("home_files", [".ssh/id_ed25519"])):
+        before = copy.deepcopy(BASE)
+        before["hosts"]["claude"][key] = ["TERM"]
+        after = copy.deepcopy(before)
+        after["hosts"]["claude"][key] = ["TERM", *value]
+        assert [w.path for w in weakenings(before, after)] == [f"$.hosts.claude.{key}"], key
+        assert weakenings(after, before) == []
+
+
+def test_replacing_what_a_required_reviewers_host_runs_is_a_persons_decision() -> None:
+    """Before: the required reviewer's host was replaced by a command that always approves, with one approval of
+    ``host:reviewer``. Its kind, argv, resume_argv, shell, env or recipe changed is dropping the reviewer: not a
+    weakening a person cannot approve at all, but never the coordinator's to approve."""
+    edits = {
+        "kind": lambda h: h.update(kind="command", argv=["sh", "-c", "echo approve"], writable=[]),
+        "argv": lambda h: h.update(argv=["python3", "approve.py"]),
+        "env": lambda h: h.update(env={"AGENTOPS_VERDICT": "approve"}),
+        "shell": lambda h: h.update(shell=True, argv="echo approve"),
+        "recipe": lambda h: h.update(recipe="always-approve.toml"),
+    }
+    for key, edit in edits.items():
+        new = changed(lambda d, e=edit: e(d["hosts"]["reviewer"]))
+        decided = [w.path for w in person_decisions(BASE, new)]
+        assert f"$.hosts.reviewer.{key}" in decided, (key, decided)
+        assert paths(new) == [], key  # a person may still approve it
+    unused = changed(lambda d: d["hosts"]["claude"].update(argv=["claude", "-p", "{prompt}"]))
+    assert person_decisions(BASE, unused) == []  # not a reviewer's host: an ordinary capability change
+    optional = copy.deepcopy(BASE)
+    optional["review"]["required"] = 0  # listed, but no integration waits for it
+    replaced = copy.deepcopy(optional)
+    replaced["hosts"]["reviewer"]["argv"] = ["python3", "approve.py"]
+    assert person_decisions(optional, effective(replaced)) == []
+
+
+def test_a_default_reviewer_host_following_the_verification_commands_is_not_a_replacement() -> None:
+    """A ``claude`` reviewer left to its kind's default argv gets the new commands' tools: not a replaced reviewer."""
+    raw = copy.deepcopy(RAW)
+    raw["review"]["reviewers"] = ["claude"]  # the policy file names no argv: the kind's default
+    base = effective(raw)
+    raw["verify"]["commands"].append({"id": "types", "argv": ["mypy", "."]})
+    grown = effective(raw)
+    assert grown["hosts"]["claude"]["argv"] != base["hosts"]["claude"]["argv"]  # the derived allowed tools
+    assert person_decisions(base, grown) == []
+    raw["hosts"]["claude"]["argv"] = ["sh", "-c", "echo approve"]
+    assert [w.path for w in person_decisions(base, effective(raw))] == [
+        "$.hosts.claude.argv",
+        "$.hosts.claude.resume_argv",
+    ]
+
+
+def test_a_required_reviewer_moved_behind_the_ones_that_run_is_dropped() -> None:
+    base = copy.deepcopy(BASE)
+    base["hosts"]["second"] = {"kind": "scripted"}
+    base["review"]["reviewers"] = ["reviewer", "second"]
+    base = effective(base)
+    swapped = copy.deepcopy(base)
+    swapped["review"]["reviewers"] = ["second", "reviewer"]
+    assert [w.path for w in weakenings(base, effective(swapped))] == ["$.review.reviewers[0]"]
+
+
+def test_any_change_of_the_setup_steps_is_a_persons_decision() -> None:
+    """Before: a new setup step writing a ``conftest.py`` that marks every test passed went through with the
+    coordinator's own approval of ``setup:1``. Setup runs before every required command: added, changed or removed,
+    a step is a person's decision (a description is not a step)."""
+    plant = {"argv": ["python3", "-c", "open('conftest.py', 'w').write('...')"]}
+    for what, edit, where in (
+        ("added", lambda d: d["worktree"]["setup"].append(plant), "$.worktree.setup[1]"),
+        ("changed", lambda d: d["worktree"]["setup"][0].update(argv=["sh", "-c", "pip install -e . && x"]), "[0]"),
+        ("removed", lambda d: d["worktree"]["setup"].clear(), "$.worktree.setup[0]"),
+    ):
+        new = changed(edit)
+        found = person_decisions(BASE, new)
+        assert len(found) == 1 and found[0].path.endswith(where) and what in found[0].message, (what, found)
+        assert paths(new) == []  # a person may approve it
+    assert person_decisions(BASE, changed(lambda d: d["worktree"]["setup"][0].update(description="pip"))) == []
+    assert person_decisions(BASE, changed(lambda d: d["verify"]["runners"].append({"id": "x", "argv": ["x"]}))) == []
+
+
+def test_raising_a_budget_is_refused_and_lowering_one_is_not() -> None:
+    """Before: ``budget``, ``max_cost_usd`` and ``max_tokens`` raised went through with no approval at all. More
+    budget is ``run resume --add-budget``, a person's command; removing a limit raises it to none."""
+    limited = copy.deepcopy(BASE)
+    limited["run"].update(max_cost_usd=5.0, max_tokens=100_000)
+    limited = effective(limited)
+
+    def run(**keys: Any) -> dict[str, Any]:
+        doc = copy.deepcopy(limited)
+        doc["run"].update(keys)
+        return effective(doc)
+
+    assert [w.path for w in budget_raises(limited, run(budget="2h"))] == ["$.run.budget"]  # 90m before
+    assert [w.path for w in budget_raises(limited, run(max_cost_usd=50.0))] == ["$.run.max_cost_usd"]
+    assert [w.path for w in budget_raises(limited, run(max_tokens=10**9))] == ["$.run.max_tokens"]
+    gone = copy.deepcopy(limited)
+    del gone["run"]["max_tokens"]
+    assert "no limit" in budget_raises(limited, gone)[0].message
+    assert budget_raises(limited, run(budget="30m", max_cost_usd=1.0, max_tokens=10)) == []  # lowered
+    assert budget_raises(BASE, limited) == []  # a limit where there was none lowers it
 
 
 def test_capability_changes_name_every_added_or_changed_capability_with_its_definition() -> None:

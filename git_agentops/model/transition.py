@@ -1,19 +1,14 @@
-"""Policy transitions as values: what a proposed policy changes, whether it may, and the journal's record.
+"""Policy transitions as values: what a proposed policy changes, its approvals, and the journal's record.
 
 A run's coordinator may ask to change what the run executes -- a new verification command, an acceptance runner, a
 setup step, a host -- without stopping the run (``git agentops-request policy``). The proposal is a complete policy;
-this module judges it against the policy in force, purely:
+:mod:`.judge` says what no approval makes acceptable (a weakening, a raised budget) and what only a person's does;
+this module, purely, what is left to approve:
 
-* :func:`weakenings` -- what it removes or weakens that must stay: a required command dropped, made optional, its
-  timeout cut, its argv, shell, environment or parser changed; ``require_signature`` turned off, the signer list
-  moved, plain commits allowed; a reviewer dropped or fewer reviews required; secret scanning off, a deny or secret
-  pattern or a protected path removed; the sandbox turned off, made optional, widened; the run's target, worktree
-  root or ``policy_changes`` changed; a runner or host a task or worker still uses removed. Each is refused as
-  ``RUN_POLICY_INVALID`` with its JSON path. Trust was given for an exact policy; a run may add to it, never take
-  its guards away.
 * :func:`capability_changes` -- every capability (``command:<id>``, ``runner:<id>``, ``setup:<index>``,
   ``host:<name>``) the proposal adds or changes, with its full definition, each of which needs one approval with a
-  reason (``RUN_POLICY_UNAPPROVED`` otherwise; an approval of anything else is ``RUN_POLICY_INVALID``).
+  reason (``RUN_POLICY_UNAPPROVED`` otherwise; an approval of anything else is ``RUN_POLICY_INVALID``). Who may
+  approve is ``[run] policy_changes``: a person (``user``, the default) or the coordinator itself.
 
 The journal of one transition (``refs/agentops/runs/<run>/journal/<transition>``, :mod:`git_agentops.runs.
 transitions`) moves strictly through :class:`Stage`: ``prepared -> fenced -> bound -> synchronized -> complete``, or
@@ -28,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ..canonical import digest
-from .policy import DEFAULT_PROTECTED_PATHS, DEFAULT_SECRET_PATHS
 
 TRANSITION_PREFIX: Final = "policy-"
 POLICY_CHANGES: Final = ("user", "coordinator", "never")
@@ -122,134 +116,6 @@ def capability_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[C
         elif _without_description(before[capability_id]) != _without_description(definition):
             out.append(CapabilityChange(capability_id, "changed", definition))
     return out
-
-
-# -- what may not change -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Weakening:
-    """A guard the proposal removes or weakens, at ``path`` (a JSON path into the proposed or old policy)."""
-
-    path: str
-    message: str
-
-
-_FIXED_RUN_KEYS: Final = ("target", "worktree_root", "remote")
-
-
-def weakenings(
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
-    *,
-    used_runners: Iterable[str] = (),
-    used_hosts: Iterable[str] = (),
-) -> list[Weakening]:
-    """Every guard of ``old`` that ``new`` removes or weakens (see the module docstring); empty when none.
-
-    ``used_runners`` are the runners the run's current tasks name, ``used_hosts`` the hosts its workers and the
-    policy's required reviewers run on: removing one is refused too.
-    """
-    found: list[Weakening] = []
-    found += _commands(old, new)
-    found += _run(old, new)
-    found += _receipts(old, new)
-    found += _review(old, new)
-    found += _guardrails(old, new)
-    found += _sandbox(old, new)
-    runners = {r["id"] for r in new["verify"]["runners"]}
-    for runner_id in sorted(set(used_runners) - runners):
-        found.append(
-            Weakening(f"$.verify.runners[id={runner_id}]", f"runner {runner_id!r} is removed, but a task names it")
-        )
-    for host in sorted(set(used_hosts) - set(new["hosts"])):
-        found.append(Weakening(f"$.hosts.{host}", f"host {host!r} is removed, but the run uses it"))
-    return found
-
-
-def _commands(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
-    proposed = {c["id"]: (i, c) for i, c in enumerate(new["verify"]["commands"])}
-    for index, command in enumerate(old["verify"]["commands"]):
-        if not command.get("required", True):
-            continue
-        where = f"$.verify.commands[{index}]"
-        if command["id"] not in proposed:
-            yield Weakening(where, f"the required command {command['id']!r} is dropped")
-            continue
-        at, now = proposed[command["id"]]
-        where = f"$.verify.commands[{at}]"
-        if not now.get("required", True):
-            yield Weakening(f"{where}.required", f"the required command {command['id']!r} is made optional")
-        if float(now["timeout"]) < float(command["timeout"]):
-            yield Weakening(
-                f"{where}.timeout",
-                f"the timeout of {command['id']!r} is cut from {command['timeout']:g}s to {now['timeout']:g}s",
-            )
-        for key in ("argv", "shell", "env", "parser"):
-            if digest({"v": now.get(key)}) != digest({"v": command.get(key)}):
-                yield Weakening(f"{where}.{key}", f"the {key} of the required command {command['id']!r} changes")
-
-
-def _run(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
-    if new.get("version") != old.get("version"):
-        yield Weakening("$.version", "the policy version changes")
-    for key in _FIXED_RUN_KEYS:
-        if new["run"].get(key) != old["run"].get(key):
-            yield Weakening(f"$.run.{key}", f"run.{key} is fixed for the run's life")
-    if policy_changes(new) != policy_changes(old):
-        yield Weakening("$.run.policy_changes", "a run cannot change who approves its own policy changes")
-
-
-def _receipts(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
-    before, after = old["receipts"], new["receipts"]
-    if before.get("require_signature") and not after.get("require_signature"):
-        yield Weakening("$.receipts.require_signature", "require_signature is turned off")
-    if before.get("allowed_signers") != after.get("allowed_signers"):
-        yield Weakening("$.receipts.allowed_signers", "the signer list receipts are checked against moves")
-    if before.get("plain_commits", "refuse") == "refuse" and after.get("plain_commits", "refuse") != "refuse":
-        yield Weakening("$.receipts.plain_commits", "plain commits on the target would be allowed")
-
-
-def _review(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
-    if int(new["review"]["required"]) < int(old["review"]["required"]):
-        yield Weakening("$.review.required", "fewer reviews would be required")
-    kept = set(new["review"].get("reviewers", ()))
-    for index, reviewer in enumerate(old["review"].get("reviewers", ())):
-        if reviewer not in kept:
-            yield Weakening(f"$.review.reviewers[{index}]", f"the reviewer {reviewer!r} is dropped")
-
-
-def _guardrails(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
-    before, after = old["guardrails"], new["guardrails"]
-    if before.get("secret_scanning", True) and not after.get("secret_scanning", True):
-        yield Weakening("$.guardrails.secret_scanning", "secret scanning is turned off")
-    kept = set(after.get("deny_patterns", ()))
-    for index, pattern in enumerate(before.get("deny_patterns", ())):
-        if pattern not in kept:
-            yield Weakening(f"$.guardrails.deny_patterns[{index}]", f"the deny pattern {pattern!r} is removed")
-    for key, default in (("secret_paths", DEFAULT_SECRET_PATHS), ("protected_paths", DEFAULT_PROTECTED_PATHS)):
-        was, now = list(before.get(key, default)), list(after.get(key, default))
-        added = now[len(was) :]
-        # the last matching pattern decides: only patterns appended at the end, none of them a '!', add nothing back
-        if now[: len(was)] != was or any(p.startswith("!") for p in added):
-            yield Weakening(
-                f"$.guardrails.{key}", f"guardrails.{key} may only grow, by patterns appended at its end (no '!')"
-            )
-
-
-def _sandbox(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
-    before, after = old.get("sandbox", {}), new.get("sandbox", {})
-    if before.get("mode", "landlock") == "landlock" and after.get("mode", "landlock") != "landlock":
-        yield Weakening("$.sandbox.mode", "the sandbox is turned off")
-    if before.get("required", False) and not after.get("required", False):
-        yield Weakening("$.sandbox.required", "the sandbox is made optional")
-    widened = sorted(set(after.get("writable", ())) - set(before.get("writable", ())))
-    if widened:
-        yield Weakening("$.sandbox.writable", f"agents would be allowed to write {', '.join(widened)}")
-    kept = set(after.get("deny_read", ()))
-    for index, path in enumerate(before.get("deny_read", ())):
-        if path not in kept:
-            yield Weakening(f"$.sandbox.deny_read[{index}]", f"agents would be allowed to read {path}")
 
 
 # -- approvals ------------------------------------------------------------------------------------------------------

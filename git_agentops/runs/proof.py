@@ -11,7 +11,13 @@ changed:
 2. **setup**, cached: the policy's setup steps run in the slot when they, a manifest or lockfile of the commit
    (:data:`MANIFESTS`, :data:`~git_agentops.envs.project.LOCKFILES`) or the set of its top-level Python packages
    changed since the slot was last set up -- otherwise what setup made (the venv, ``*.egg-info``, ``node_modules``:
-   the paths it created, recorded right after it ran) is kept. A setup step must not change tracked files;
+   the paths it created, recorded right after it ran) is kept. What setup leaves is refused, not kept
+   (``VERIFY_CHECKOUT_CHANGED``, naming the paths): a tracked file changed (the checkout re-hashed against the
+   commit's tree, as after the commands), or a file that changes how the tests run created -- a ``conftest.py``
+   anywhere, ``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``, ``sitecustomize.py``, a ``.pth``,
+   ``package.json``, ``jest.config.*``... (:func:`~git_agentops.gitstore.clean.is_discovered`) -- outside the
+   environments setup makes (:data:`ENV_DIRS`, :func:`env_dirs`). A step that writes a ``conftest.py`` marking
+   every test passed would otherwise weaken every required command at once;
 3. **guard above**: no file that tools discover by walking up from where they run (a ``conftest.py``,
    ``pytest.ini``, ``node_modules``...) was planted in the directories above the checkout (:func:`_guard_above`);
 4. **verify** (:func:`git_agentops.verify.core.verify_clean`): the commands, then the tracked files re-hashed.
@@ -31,10 +37,12 @@ from typing import Any, Final
 
 from ..canonical import canonical_bytes, digest, sha256_hex
 from ..envs.project import LOCKFILES, python_packages
+from ..envs.tools import setup_venvs
 from ..errors import AgentOpsError
-from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, remove_tree
+from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
 from ..gitstore.private import read_private, write_private
 from ..gitstore.repo import Store
+from ..model.policy import CommandSpec
 from ..model.task import Task
 from ..schema import documents
 from ..verify.core import Outcome, verify_clean
@@ -112,6 +120,16 @@ def prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task |
                 "VERIFY_CHECKOUT_CHANGED",
                 f"a setup step changed the commit's files in {checkout.root} ({drift.describe()}); setup may add "
                 "files but not change tracked ones",
+                details={"changed": list(drift.changed)},
+            )
+        made = config_made_by_setup(checkout, commit, ctx.policy.setup)
+        if made:
+            raise AgentOpsError(
+                "VERIFY_CHECKOUT_CHANGED",
+                f"a setup step created files that change how the tests run in {checkout.root}: "
+                f"{', '.join(made[:10])}{' ...' if len(made) > 10 else ''}; setup may make environments "
+                "(a venv, node_modules), not test configuration",
+                details={"extra": made},
             )
         checkout.kept = tuple(collapse(drift.extra, _tracked_dirs(checkout, commit)))
         _save_setup(checkout, key)
@@ -127,6 +145,40 @@ def prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task |
         clock=ctx.clock,
         task=task,
     )
+
+
+ENV_DIRS: Final = frozenset({"node_modules", ".git"})
+"""Directories at any depth whose files are never the commit's test configuration: what ``git agentops-env node``
+(npm, pnpm, yarn, bun: workspaces get their own) fills, and a nested repository's own."""
+
+
+def env_dirs(root: Path, steps: tuple[CommandSpec, ...]) -> set[str]:
+    """The virtual environments setup made in the checkout, where files tools pick up by name belong (a ``.pth`` in
+    site-packages is what a venv is made of): the ``--venv`` of each ``git agentops-env python`` step (default
+    ``.agentops/venv``), and ``.venv``, each only if it is one (has ``pyvenv.cfg``). With :data:`ENV_DIRS`, the
+    places setup may make such files."""
+    venvs = {*setup_venvs([step.argv for step in steps]), ".venv"}
+    return {v for v in venvs if not os.path.isabs(v) and (root / v / "pyvenv.cfg").is_file()}
+
+
+def config_made_by_setup(checkout: CleanCheckout, commit: str, steps: tuple[CommandSpec, ...]) -> list[str]:
+    """Every path in the checkout that tools pick up by name (:func:`is_discovered`) and that ``commit`` lacks,
+    outside :data:`ENV_DIRS` and :func:`env_dirs`. The whole checkout is walked, never following a link: an
+    untracked directory is one entry of :meth:`CleanCheckout.inspect`, whose list is cut short besides."""
+    root = checkout.root
+    venvs = env_dirs(root, steps)
+    found: list[str] = []
+    for directory, dirnames, filenames in os.walk(root):
+        relative = os.path.relpath(directory, root)
+        prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+        dirnames[:] = [d for d in dirnames if d not in ENV_DIRS and prefix + d not in venvs]
+        found += [prefix + name for name in (*dirnames, *filenames) if is_discovered(name)]
+    if not found:
+        return []
+    tracked = set(checkout.tree_dirs(commit))
+    for start in range(0, len(found), 512):
+        tracked |= set(checkout.blob_ids(commit, found[start : start + 512]))
+    return sorted(path for path in found if path not in tracked)
 
 
 def _require_exact(checkout: CleanCheckout, commit: str, *, when: str) -> None:

@@ -2,13 +2,16 @@
 
 The proposed policy is read from the coordinator's worktree without following anything it placed (a symlink, a path
 out, a file over 128 KiB are refused with their codes), validated as any policy, and judged against the bound one
-(:mod:`git_agentops.model.transition`): nothing mandatory removed or weakened (``RUN_POLICY_INVALID`` with the JSON
-path), every added or changed capability approved with a reason (``RUN_POLICY_UNAPPROVED``), the expected hash the
-policy in force (``RUN_POLICY_STALE``), no other transition pending (``RUN_POLICY_TRANSITION_PENDING``), ``[run]
-policy_changes`` not ``never`` (``RUN_POLICY_CHANGES_DISABLED``). Then the transition is recorded ``prepared``
-and the request answered ``RUN_POLICY_PENDING``. With ``policy_changes = "user"`` (the default) the run awaits a
-person -- ``git agentops-run approve RUN TRANSITION`` or ``refuse`` -- and every writer stops as for a question;
-with ``"coordinator"`` the coordinator's approvals stand, recorded as authorizations that expire with the run.
+(:mod:`git_agentops.model.judge`): nothing mandatory removed or weakened (``RUN_POLICY_INVALID`` with the JSON
+path), no budget raised (``RUN_POLICY_BUDGET_RAISED``: that is ``git agentops-run resume --add-budget``, a person's
+command), every added or changed capability approved with a reason (``RUN_POLICY_UNAPPROVED``), the expected hash
+the policy in force (``RUN_POLICY_STALE``), no other transition pending (``RUN_POLICY_TRANSITION_PENDING``),
+``[run] policy_changes`` not ``never`` (``RUN_POLICY_CHANGES_DISABLED``). Then the transition is recorded
+``prepared`` and the request answered ``RUN_POLICY_PENDING``. With ``policy_changes = "user"`` (the default) the
+run awaits a person -- ``git agentops-run approve RUN TRANSITION`` or ``refuse`` -- and every writer stops as for a
+question; with ``"coordinator"`` the coordinator's approvals stand, recorded as authorizations that expire with the
+run -- except for a person's decision (a setup step, what a required reviewer's host runs), which the coordinator
+cannot approve for itself: refused ``RUN_POLICY_PERSON_REQUIRED`` whatever approvals it carries.
 :mod:`.transition` applies it.
 """
 
@@ -23,6 +26,7 @@ from ..errors import AgentOpsError
 from ..gitstore.journal import Change
 from ..gitstore.private import read_private
 from ..integrate.secrets import clean_text
+from ..model.judge import Weakening, budget_raises, person_decisions, weakenings
 from ..model.policy import Policy
 from ..model.run import Role, RunStatus, Worker, WorkerStatus
 from ..model.transition import (
@@ -34,7 +38,6 @@ from ..model.transition import (
     describe_changes,
     policy_changes,
     transition_id,
-    weakenings,
 )
 from ..policy.load import policy_from_bytes
 from ..protocol import mailbox
@@ -80,14 +83,20 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
     tasks = loop.state.tasks().values()
     used_runners = {c.runner for t in tasks if t.current for c in t.criteria if c.runner}
     used_hosts = {w.host for w in loop.state.workers().values()} & set(old.doc["hosts"])  # not built-ins
-    problems = [
-        (w.path, w.message) for w in weakenings(old.doc, new.doc, used_runners=used_runners, used_hosts=used_hosts)
-    ]
-    if problems:
-        raise AgentOpsError(
-            "RUN_POLICY_INVALID",
-            "the proposal removes or weakens what must stay: " + "; ".join(f"{p}: {m}" for p, m in problems),
-            details={"problems": [{"path": p, "message": m} for p, m in problems]},
+    weakened = weakenings(old.doc, new.doc, used_runners=used_runners, used_hosts=used_hosts)
+    _refuse("RUN_POLICY_INVALID", "the proposal removes or weakens what must stay", weakened)
+    _refuse(
+        "RUN_POLICY_BUDGET_RAISED",
+        f"a policy change cannot raise the run's budget; a person adds budget with 'git agentops-run resume "
+        f"{loop.run_id} --add-budget AMOUNT'",
+        budget_raises(old.doc, new.doc),
+    )
+    decisions = person_decisions(old.doc, new.doc)
+    if mode == "coordinator":
+        _refuse(
+            "RUN_POLICY_PERSON_REQUIRED",
+            'only a person may approve this, and [run] policy_changes = "coordinator" has no person approve',
+            decisions,
         )
     changes = capability_changes(old.doc, new.doc)
     # what the agent wrote is recorded cleaned (secret-shaped text redacted, control characters escaped)
@@ -136,6 +145,8 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
             f"policy transition {tid} recorded; a person approves it with 'git agentops-run approve {loop.run_id} "
             f"{tid}' (or refuses it); every writer stops until then"
         )
+        if decisions:
+            message += "; it holds a person's decision: " + "; ".join(f"{w.path}: {w.message}" for w in decisions)
     else:
         message = f"policy transition {tid} recorded with your approvals; the writers stop while it is applied"
 
@@ -155,6 +166,16 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         f"{worker.worker_id} proposes {tid}: " + "; ".join(lines) if lines else f"{worker.worker_id} proposes {tid}"
     )
     return response
+
+
+def _refuse(code: str, why: str, found: list[Weakening]) -> None:
+    """``code`` naming every JSON path of ``found`` (nothing when it is empty)."""
+    if found:
+        raise AgentOpsError(
+            code,
+            f"{why}: " + "; ".join(f"{w.path}: {w.message}" for w in found),
+            details={"problems": [{"path": w.path, "message": w.message} for w in found]},
+        )
 
 
 def validated(data: bytes, source: str) -> Policy:
