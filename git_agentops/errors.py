@@ -205,6 +205,11 @@ CODES: Final[Mapping[str, CodeInfo]] = {
         EXIT_NEGATIVE,
         "the proposed policy is invalid, changes nothing, or removes or weakens a guard (JSON path named)",
     ),
+    "RUN_STATE_QUARANTINED": _c(
+        EXIT_NEGATIVE,
+        "a remote holds run state no supervisor wrote (MAC does not check): kept under refs/agentops-quarantine/, "
+        "not adopted; the run goes on",
+    ),
     "RUN_POLICY_UNAPPROVED": _c(EXIT_NEGATIVE, "an added or changed capability has no approval with a reason"),
     "RUN_POLICY_PERSON_REQUIRED": _c(
         EXIT_NEGATIVE,
@@ -252,7 +257,16 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "HOOK_RECEIPT_INVALID": _c(EXIT_NEGATIVE, "pushing the target to a commit without a valid receipt"),
     "HOOK_REF_CREATE_ONLY": _c(EXIT_NEGATIVE, "a frozen delivery ref would be moved or deleted"),
     "HOOK_REF_FAST_FORWARD_ONLY": _c(EXIT_NEGATIVE, "run state, journal or agentops notes would move backwards"),
-    "HOOK_REF_DELETE": _c(EXIT_NEGATIVE, "an agentops ref would be deleted"),
+    "HOOK_REF_DELETE": _c(EXIT_NEGATIVE, "an agentops ref or the integration target would be deleted"),
+    "HOOK_TARGET_REWOUND": _c(
+        EXIT_NEGATIVE, "the integration target would not move forward (a non-fast-forward, --force or not)"
+    ),
+    "HOOK_NOTES_REWRITTEN": _c(
+        EXIT_NEGATIVE, "a push drops or rewrites a receipt, delivery or evidence note the server holds"
+    ),
+    "SYNC_NOTES_KEPT": _c(
+        EXIT_NEGATIVE, "the remote, though ahead, dropped or rewrote notes this repository has; the local ones stay"
+    ),
     "HOOK_FAILED": _c(EXIT_NEGATIVE, "the hook could not check an agentops ref, so it refuses (fail closed)"),
     "HOOKS_CONFLICT": _c(EXIT_REFUSED, "a hook file is in the way and cannot be chained (not a regular file)"),
     # success codes of responses (stable too; exit 0 from 'git agentops-request')

@@ -4,7 +4,9 @@
 
 fetch   bring local refs up to date: missing ones created, ones the remote is ahead of fast-forwarded, notes that
         diverged merged (the union; two different notes for one object are a conflict, the remote's kept aside);
-        a run ref that diverged is reported, never forced
+        a run ref that diverged is reported, never forced; a local note the remote dropped or rewrote is kept
+        (SYNC_NOTES_KEPT); a run journal tip of the remote that this repository's MAC key does not authenticate
+        is kept under refs/agentops-quarantine/<remote>/ and never adopted (RUN_STATE_QUARANTINED)
 push    fetch first, then one atomic push of every ref the remote lacks or is behind on, each with its expected
         old value (--force-with-lease, never a plain force); a remote that moved meanwhile is fetched again
 both    fetch, then push (the default)
@@ -14,8 +16,8 @@ one, so each recognises the run state the other wrote: taking a run over needs i
 
 RUN limits the run refs and worker branches to that run (the notes always go whole). The remote is --remote, else
 the policy's [run] remote, else origin. Exit 0 when everything is in step, 1 when a ref diverged or notes
-conflicted (SYNC_DIVERGED; listed), 3 when the remote cannot be reached or refuses (SYNC_REMOTE_UNREACHABLE,
-SYNC_PUSH_REFUSED with the server's message).
+conflicted (SYNC_DIVERGED; listed), notes were kept or a state quarantined, 3 when the remote cannot be reached or
+refuses (SYNC_REMOTE_UNREACHABLE, SYNC_PUSH_REFUSED with the server's message).
 """
 
 from __future__ import annotations
@@ -114,8 +116,21 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         ctx.warn(
             "SYNC_DIVERGED", f"{len(diverged)} ref(s) diverged from {remote} and were not forced: {', '.join(diverged)}"
         )
+    for ref, objects in outcome.kept.items():
+        ctx.warn(
+            "SYNC_NOTES_KEPT",
+            f"{ref} on {remote} lacks or rewrote the note of {len(objects)} object(s) this repository has "
+            f"({', '.join(o[:12] for o in objects[:5])}); the local notes were kept (merged, not fast-forwarded)",
+        )
+    for ref, commit in outcome.quarantined.items():
+        ctx.warn(
+            "RUN_STATE_QUARANTINED",
+            f"{ref} on {remote} is at {commit[:12]}, which no supervisor of this repository's team wrote (its MAC "
+            f"does not check): kept under {sync.quarantine_ref(remote, ref, commit)}, not adopted; the run's "
+            "supervisor goes on from its own state",
+        )
     ctx.emit(doc, lines)
-    return 1 if diverged or outcome.conflicts else 0
+    return 1 if diverged or outcome.conflicts or outcome.kept or outcome.quarantined else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,11 @@ from .repo import Store
 EVENT_TRAILER: Final = "Agentops-Event: "
 MAC_TRAILER: Final = "Agentops-Mac: "
 MAC_PURPOSE: Final = "journal"
+QUARANTINED: Final = "RUN_STATE_QUARANTINED"
+"""The one event whose commit has two parents: the journal's own tip first, and second a foreign commit a remote
+holds on the same ref, kept as evidence so that pushing the journal there is a fast-forward
+(:meth:`~git_agentops.gitstore.journal.Journal.supersede`). The first-parent chain -- the state and the log --
+stays linear."""
 FOREIGN_LISTED: Final = 20
 """How many foreign commit ids a :class:`Foreign` names (the newest); its ``count`` says how many there were."""
 FOREIGN_WALK: Final = 10_000
@@ -111,12 +116,13 @@ class Foreign:
 
 
 def parse_event(commit: pygit2.Commit) -> Entry:
-    """Read the event of a journal commit; ``JOURNAL_CORRUPT`` if it holds none (a merge, no valid trailer).
+    """Read the event of a journal commit; ``JOURNAL_CORRUPT`` if it holds none (a merge -- but the two-parent
+    :data:`QUARANTINED` event --, no valid trailer).
 
     Whether the toolkit wrote it is :func:`is_authentic`'s question, not this one's.
     """
     parents = commit.parent_ids
-    if len(parents) > 1:
+    if len(parents) > 2:
         raise AgentOpsError("JOURNAL_CORRUPT", f"journal commit {commit.id} is a merge; journals are linear")
     trailer = None
     for line in reversed(commit.message.splitlines()):
@@ -126,6 +132,8 @@ def parse_event(commit: pygit2.Commit) -> Entry:
     if trailer is None:
         raise AgentOpsError("JOURNAL_CORRUPT", f"journal commit {commit.id} has no {EVENT_TRAILER.strip()} trailer")
     doc = documents.load(trailer.encode("utf-8"), schema="event", what=f"event of {commit.id}")
+    if len(parents) == 2 and doc["code"] != QUARANTINED:
+        raise AgentOpsError("JOURNAL_CORRUPT", f"journal commit {commit.id} is a merge; journals are linear")
     return Entry(
         commit=str(commit.id),
         parent=str(parents[0]) if parents else None,

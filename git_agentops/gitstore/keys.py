@@ -99,6 +99,11 @@ def import_key(private_dir: Path, key: bytes) -> bool:
     return True
 
 
+def has_key(private_dir: Path) -> bool:
+    """Whether this repository has a MAC key yet; unlike every other use, asking makes none."""
+    return read_private(private_dir, KEY_PATH, max_bytes=4096) is not None
+
+
 def keyring(private_dir: Path) -> Keyring:
     """The (cached) keyring of a private dir -- one per repository, shared by every thread of the process."""
     key = os.path.realpath(private_dir)

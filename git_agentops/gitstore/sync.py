@@ -10,6 +10,20 @@ candidate), the workers' branches (``refs/heads/agentops/*``) and the agentops n
   fan-out trees is conflict-free, except for one object with two different notes -- for an append-only ref
   (evidence, deliveries) a note that extends the other is taken whole, otherwise it is a real conflict: the local
   note stays, the remote one is kept aside under ``refs/agentops-sync/<remote>/conflicts/...`` and reported.
+  **A fetch never drops a local note**: when the remote is ahead but its notes lack one of ours, or hold another
+  value for it (a receipt rewritten, an append-only note cut short), the two are merged instead of
+  fast-forwarded -- the local note stays -- and the objects are reported (:attr:`Outcome.kept`). A server running
+  our ``pre-receive`` refuses such a push (:mod:`git_agentops.hooks.history`); this holds against one that was
+  written some other way.
+* **Run state this repository cannot authenticate is quarantined, never adopted.** The journals of a run (state,
+  policy binding, transition journals) carry a MAC made with the key the team's machines share
+  (:mod:`.events`); a server has no key and cannot tell a forged state commit from a supervisor's. So when the
+  local journal is authentic and the remote's tip is not, the remote's tip is kept under
+  ``refs/agentops-quarantine/<remote>/runs/<run>/<journal>/<commit>`` and reported (:attr:`Outcome.quarantined`;
+  the ref is ``quarantined``), and the local ref stays where it was -- whether the forged commit sits on top of it
+  or not: a push never forces over it either.
+  The supervisor then goes on from its own state (:func:`git_agentops.runs.tamper.supersede`). A repository
+  without a key (one that never ran anything) cannot judge, and a journal that is new here is taken as it is.
 * :func:`push` sends every local ref the remote does not have or is behind on (and a rebuilt candidate,
   :data:`CAS_ONLY`) in **one atomic push** with the expected old value of each
   (``--force-with-lease=<ref>:<expected>``; never a plain force). When the remote moved meanwhile the push is
@@ -35,13 +49,20 @@ from typing import Final
 import pygit2
 
 from ..errors import AgentOpsError
+from .events import is_authentic
+from .keys import has_key
 from .refnames import RefConflict, check_component
-from .refs import RefUpdate, list_refs, read_ref, try_update_refs
+from .refs import RefUpdate, list_refs, read_ref, try_update_refs, update_ref
 from .repo import Store
 
 NAMESPACES: Final = ("refs/agentops/runs/", "refs/heads/agentops/", "refs/notes/agentops/")
 APPEND_ONLY: Final = frozenset({"refs/notes/agentops/evidence", "refs/notes/agentops/deliveries"})
+NOTES_KEPT: Final = APPEND_ONLY | {"refs/notes/agentops/receipts"}
+"""Notes a fetch never drops nor lets the remote rewrite: receipts (create-only), evidence and deliveries."""
 MIRROR: Final = "refs/agentops-sync/"
+QUARANTINE: Final = "refs/agentops-quarantine/"
+JOURNALS: Final = re.compile(r"refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)")
+"""The run refs that are journals: commit chains whose every commit carries the toolkit's MAC."""
 CAS_ONLY: Final = ("/candidate",)
 """Refs that move by compare-and-swap but not only forward (an integration candidate rebuilt on a moved target):
 pushed over the value last seen on the remote, with that value as the lease -- never blindly."""
@@ -58,6 +79,12 @@ def mirror_prefix(remote: str) -> str:
     return f"{MIRROR}{check_component(remote, 'remote name')}/"
 
 
+def quarantine_ref(remote: str, ref: str, commit: str) -> str:
+    """Where a journal tip of ``remote`` that this repository cannot authenticate is kept:
+    ``refs/agentops-quarantine/<remote>/runs/<run>/state/<commit>`` for ``refs/agentops/runs/<run>/state``."""
+    return f"{QUARANTINE}{check_component(remote, 'remote name')}/{ref.removeprefix('refs/agentops/')}/{commit}"
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What one sync did to each ref: ``created``, ``fast-forwarded``, ``merged`` (notes), ``pushed``, ``up to
@@ -66,12 +93,19 @@ class Outcome:
     refs: Mapping[str, str] = field(default_factory=dict)
     conflicts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # notes ref -> annotated objects
     attempts: int = 1
+    quarantined: Mapping[str, str] = field(default_factory=dict)
+    """Journal ref -> the remote's tip, which this repository cannot authenticate (kept under
+    :func:`quarantine_ref`, not adopted)."""
+    kept: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Notes ref -> annotated objects whose local note the remote, though ahead, dropped or rewrote (kept)."""
 
     def to_json(self) -> dict[str, object]:
         """The ``sync --json`` document's body."""
         return {
             "refs": dict(sorted(self.refs.items())),
             "conflicts": {ref: list(objects) for ref, objects in sorted(self.conflicts.items())},
+            "quarantined": dict(sorted(self.quarantined.items())),
+            "kept": {ref: list(objects) for ref, objects in sorted(self.kept.items())},
             "attempts": self.attempts,
         }
 
@@ -148,16 +182,25 @@ def fetch(store: Store, remote: str, namespaces: Sequence[str] = NAMESPACES, *, 
 
 def adopt(store: Store, remote: str, theirs: Mapping[str, str]) -> Outcome:
     """Bring the local refs named in ``theirs`` (the remote's values, as :func:`mirror` returned them) up to date:
-    created, fast-forwarded, notes merged, or reported diverged. No network."""
+    created, fast-forwarded, notes merged, a forged journal tip quarantined, or reported diverged. No network.
+    ``KEY_INVALID`` for a damaged key file."""
     outcome: dict[str, str] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
+    quarantined: dict[str, str] = {}
+    kept: dict[str, tuple[str, ...]] = {}
     repo = store.repo
     for name, tip in sorted(theirs.items()):
         mine = read_ref(store, name)
         if mine == tip or (mine is not None and _ancestor(repo, tip, mine)):
             outcome[name] = "up to date"
             continue
-        if mine is None or _ancestor(repo, mine, tip):
+        if mine is not None and JOURNALS.fullmatch(name) and _forged(store, name, mine, tip):
+            _keep_aside(store, quarantine_ref(remote, name, tip), tip, f"agentops-sync: quarantined from {remote}")
+            outcome[name], quarantined[name] = "quarantined", tip
+            continue
+        ahead = mine is None or _ancestor(repo, mine, tip)
+        lost = _lost_notes(store, name, mine, tip) if ahead and mine is not None and name in NOTES_KEPT else ()
+        if ahead and not lost:
             if name.startswith("refs/agentops/runs/") and "/deliveries/" in name and mine is not None:
                 outcome[name] = "diverged"  # a frozen delivery never moves
                 continue
@@ -168,13 +211,35 @@ def adopt(store: Store, remote: str, theirs: Mapping[str, str]) -> Outcome:
                 continue
             outcome[name] = "created" if mine is None else "fast-forwarded"
         elif name.startswith("refs/notes/agentops/"):
+            assert mine is not None
             merged, clashes = merge_notes(store, name, mine, tip, remote)
             outcome[name] = "merged" if merged else "diverged"
             if clashes:
                 conflicts[name] = clashes
+            if lost:
+                kept[name] = lost
         else:
             outcome[name] = "diverged"
-    return Outcome(outcome, conflicts)
+    return Outcome(outcome, conflicts, quarantined=quarantined, kept=kept)
+
+
+def _forged(store: Store, ref: str, mine: str, theirs: str) -> bool:
+    """Whether the local journal tip ``mine`` is authentic and the remote's ``theirs`` is not."""
+    if not has_key(store.private_dir()):
+        return False  # never wrote a journal here: nothing to judge with (and no key is made for it)
+    local: object = store.repo.get(mine)
+    remote: object = store.repo.get(theirs)
+    if not isinstance(local, pygit2.Commit) or not isinstance(remote, pygit2.Commit):
+        return False
+    return is_authentic(store, ref, local) and not is_authentic(store, ref, remote)
+
+
+def _keep_aside(store: Store, ref: str, commit: str, message: str) -> None:
+    """Create ``ref`` at ``commit`` unless it exists (it then holds the same commit: the name ends with it)."""
+    try:
+        update_ref(store, ref, commit, None, message)
+    except RefConflict:
+        pass
 
 
 # -- notes ------------------------------------------------------------------------------------------------------------
@@ -198,43 +263,71 @@ def _subtrees(tree: pygit2.Tree) -> dict[str, pygit2.Object]:
     return {entry.name or "": entry for entry in tree}
 
 
+def _differing(
+    repo: pygit2.Repository, mine: str, theirs: str
+) -> tuple[dict[str, pygit2.Oid], dict[str, pygit2.Oid], dict[str, pygit2.Oid]]:
+    """The notes of two notes commits as (the notes under the top-level entries both share, the local notes under
+    the others, the remote's under the others). Only the fan-out directories that differ are opened past the
+    root (or flattened: a note may sit flat on one side and in the fan-out on the other -- both are compared)."""
+    local: object = repo.get(mine)
+    other: object = repo.get(theirs)
+    assert isinstance(local, pygit2.Commit) and isinstance(other, pygit2.Commit)
+    ours, remote_tree = _subtrees(local.tree), _subtrees(other.tree)
+    same: dict[str, pygit2.Oid] = {}
+    mine_notes: dict[str, pygit2.Oid] = {}
+    their_notes: dict[str, pygit2.Oid] = {}
+    for name in sorted(set(ours) | set(remote_tree)):
+        a, b = ours.get(name), remote_tree.get(name)
+        if a is not None and b is not None and a.id == b.id:
+            same.update(_flatten(repo, a, name))
+            continue
+        if a is not None:
+            mine_notes.update(_flatten(repo, a, name))
+        if b is not None:
+            their_notes.update(_flatten(repo, b, name))
+    return same, mine_notes, their_notes
+
+
+def _lost_notes(store: Store, ref: str, mine: str, theirs: str) -> tuple[str, ...]:
+    """The objects whose note in ``mine`` the notes commit ``theirs`` lacks or holds another value for (for an
+    append-only ref, a note that extends the local one is no loss)."""
+    repo = store.repo
+    _, mine_notes, their_notes = _differing(repo, mine, theirs)
+    lost = []
+    for hexid, x in sorted(mine_notes.items()):
+        y = their_notes.get(hexid)
+        if y is None or (y != x and not (ref in APPEND_ONLY and _extension(repo, x, y) == y)):
+            lost.append(hexid)
+    return tuple(lost)
+
+
 def merge_notes(store: Store, ref: str, mine: str, theirs: str, remote: str) -> tuple[bool, tuple[str, ...]]:
     """Merge the remote's notes commit ``theirs`` into the local notes ref at ``mine``: a two-parent notes commit
     whose tree is the union (see the module docstring), by CAS. Returns (merged, objects in conflict).
 
     Only the fan-out directories that differ are opened: two sides with 10,000 notes each that share most of them
-    cost one read of each differing directory.
+    cost one read of each differing directory. A local note is never dropped: one the remote lacks stays, and one
+    it holds another value for stays too (the remote's kept aside), unless an append-only remote note extends it.
     """
     repo = store.repo
-    local: object = repo.get(mine)
-    other: object = repo.get(theirs)
-    assert isinstance(local, pygit2.Commit) and isinstance(other, pygit2.Commit)
-    ours, remote_tree = _subtrees(local.tree), _subtrees(other.tree)
     append_only = ref in APPEND_ONLY
     clashes: list[str] = []
     kept_aside: dict[str, pygit2.Oid] = {}
-    notes: dict[str, pygit2.Oid] = {}
-    for name in sorted(set(ours) | set(remote_tree)):
-        a, b = ours.get(name), remote_tree.get(name)
-        if a is not None and b is not None and a.id == b.id:
-            notes.update(_flatten(repo, a, name))
+    notes, mine_notes, their_notes = _differing(repo, mine, theirs)
+    for hexid in sorted(set(mine_notes) | set(their_notes)):
+        x, y = mine_notes.get(hexid), their_notes.get(hexid)
+        if x is None or y is None or x == y:
+            found = x if x is not None else y
+            assert found is not None
+            notes[hexid] = found
             continue
-        mine_notes = _flatten(repo, a, name) if a is not None else {}
-        their_notes = _flatten(repo, b, name) if b is not None else {}
-        for hexid in sorted(set(mine_notes) | set(their_notes)):
-            x, y = mine_notes.get(hexid), their_notes.get(hexid)
-            if x is None or y is None or x == y:
-                found = x if x is not None else y
-                assert found is not None
-                notes[hexid] = found
-                continue
-            taken = _extension(repo, x, y) if append_only else None
-            if taken is not None:
-                notes[hexid] = taken
-            else:
-                notes[hexid] = x
-                kept_aside[hexid] = y
-                clashes.append(hexid)
+        taken = _extension(repo, x, y) if append_only else None
+        if taken is not None:
+            notes[hexid] = taken
+        else:
+            notes[hexid] = x
+            kept_aside[hexid] = y
+            clashes.append(hexid)
     tree = _fanout_tree(repo, notes)
     signature = store.signature()
     message = f"Notes merged from {remote} by git-agentops sync" + (
@@ -242,7 +335,8 @@ def merge_notes(store: Store, ref: str, mine: str, theirs: str, remote: str) -> 
         if clashes
         else "\n"
     )
-    commit = repo.create_commit(None, signature, signature, message, tree, [local.id, other.id])
+    parents = [pygit2.Oid(hex=mine), pygit2.Oid(hex=theirs)]
+    commit = repo.create_commit(None, signature, signature, message, tree, parents)
     if kept_aside:
         aside_tree = _fanout_tree(repo, kept_aside)
         aside_ref = f"{mirror_prefix(remote)}conflicts/{ref[len('refs/notes/') :]}"
@@ -366,9 +460,13 @@ def push(
     """Send what the remote lacks (see the module docstring); a remote that moved is fetched and merged first."""
     outcome: dict[str, str] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
+    quarantined: dict[str, str] = {}
+    kept: dict[str, tuple[str, ...]] = {}
     for attempt in range(1, attempts + 1):
         fetched = fetch(store, remote, namespaces, timeout=timeout)
         conflicts.update(fetched.conflicts)
+        quarantined.update(fetched.quarantined)
+        kept.update(fetched.kept)
         theirs = {
             "refs/" + k[len(mirror_prefix(remote)) :]: v for k, v in list_refs(store, mirror_prefix(remote)).items()
         }
@@ -388,7 +486,7 @@ def push(
             if exc.code == "SYNC_REMOTE_MOVED" and attempt < attempts:
                 continue
             raise
-        return Outcome(outcome, conflicts, attempt)
+        return Outcome(outcome, conflicts, attempt, quarantined, kept)
     raise AgentOpsError("SYNC_REMOTE_MOVED", f"{remote} kept moving: {attempts} pushes refused")
 
 

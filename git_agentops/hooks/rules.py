@@ -8,10 +8,13 @@
   task's declared dependencies (post-merge cannot refuse: it warns, and the supervisor records the merge as
   ``WORKER_FOREIGN_MERGE`` at handoff -- a hook runs in the agent's own git process and never writes run state).
 * **pre-push**: the integration target is pushed only to a commit with a valid receipt (the checks of
-  ``git agentops-receipt verify``, offline); agentops refs and notes never move backwards or disappear.
+  ``git agentops-receipt verify``, offline), never rewound or deleted; agentops refs and notes never move
+  backwards or disappear, and no note of receipts, deliveries or evidence is dropped or rewritten (:mod:`.history`).
 * **reference-transaction** / **pre-receive**: :func:`git_agentops.gitstore.refnames.namespace_rule` -- deliveries
-  create-only, run state/policy/journals and notes fast-forward only; ``pre-receive`` also demands receipts on
-  the target, reading them from the notes as they will be once the push lands.
+  create-only, run state/policy/journals and notes fast-forward only, never deleted; ``pre-receive`` also keeps
+  the history a push could lose (:mod:`.history`: the target only moves forward and is never deleted, the
+  receipts, deliveries and evidence notes keep every note by content) and demands receipts on the target, reading
+  them from the notes as they will be once the push lands.
 
 The target is the ``run.target`` of the policy committed at the pushed commit (or at the tip it replaces): a
 branch of a repository without a policy is not checked.
@@ -29,31 +32,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..gitstore.refnames import ZERO_OID, namespace_rule
-from .where import NAMESPACES, Where, git
+from .history import notes_refusals, target_refusals
+from .where import NAMESPACES, Where, blobs, git
 
 ACTIVE_WORKER = frozenset({"assigned", "starting", "running", "idle"})
 PRIVATE_PREFIXES = (".agentops/mailbox/", ".agentops/worktrees/", ".agentops/review/")
 POLICY_FILE = ".agentops/policy.toml"
-
-
-def _blobs(where: Where, revs: Sequence[str]) -> list[bytes | None]:
-    """The contents of several ``<rev>:<path>`` objects in one ``git cat-file --batch``."""
-    status, out = git(where, ["cat-file", "--batch"], stdin="".join(f"{r}\n" for r in revs).encode())
-    results: list[bytes | None] = []
-    position = 0
-    for _ in revs:
-        end = out.find(b"\n", position)
-        if status != 0 or end < 0:
-            return results + [None] * (len(revs) - len(results))
-        header = out[position:end].split()
-        position = end + 1
-        if len(header) != 3 or not header[2].isdigit():
-            results.append(None)  # "<rev> missing" or "ambiguous"
-            continue
-        size = int(header[2])
-        results.append(out[position : position + size])
-        position += size + 1
-    return results
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:
@@ -84,7 +68,7 @@ def worker_commit_refusals(where: Where, env: Mapping[str, str]) -> list[tuple[s
         return [("HOOK_STALE_WORKER", "this worktree's ownership record is unreadable; commit from a live worker")]
     run_id, worker_id = str(record.get("runId")), str(record.get("workerId"))
     state = f"refs/agentops/runs/{run_id}/state"
-    run, worker = (_json(b) for b in _blobs(where, [f"{state}:run.json", f"{state}:workers/{worker_id}.json"]))
+    run, worker = (_json(b) for b in blobs(where, [f"{state}:run.json", f"{state}:workers/{worker_id}.json"]))
     refusals: list[tuple[str, str]] = []
     generation: Any = env.get("AGENTOPS_GENERATION")
     if not generation and where.toplevel:
@@ -152,7 +136,7 @@ def _allowed_deliveries(where: Where, run_id: str, worker: Mapping[str, Any]) ->
     state = f"refs/agentops/runs/{run_id}/state"
     status, listing = git(where, ["ls-tree", "--name-only", f"{state}:tasks/{task_id}"])
     revisions = sorted(n for n in listing.decode().split() if n.startswith("r")) if status == 0 else []
-    task = _json(_blobs(where, [f"{state}:tasks/{task_id}/{revisions[-1]}"])[0]) if revisions else None
+    task = _json(blobs(where, [f"{state}:tasks/{task_id}/{revisions[-1]}"])[0]) if revisions else None
     dependencies = list((task or {}).get("dependencies", []))
     if not dependencies:
         return {}
@@ -205,7 +189,7 @@ def merge_refusals(where: Where, hook: str) -> tuple[list[tuple[str, str]], list
     if record is None:
         return [], []
     run_id, worker_id = str(record.get("runId")), str(record.get("workerId"))
-    worker = _json(_blobs(where, [f"refs/agentops/runs/{run_id}/state:workers/{worker_id}.json"])[0]) or {}
+    worker = _json(blobs(where, [f"refs/agentops/runs/{run_id}/state:workers/{worker_id}.json"])[0]) or {}
     allowed = _allowed_deliveries(where, run_id, worker)
     shown = ", ".join(f"{t} {c[:12]}" for c, t in allowed.items()) or "none"
     if merging is None:
@@ -252,27 +236,30 @@ def check_ref_updates(where: Where, updates: Sequence[tuple[str, str | None, str
 
 
 def receive_refusals(where: Where, stdin: bytes) -> list[tuple[str, str]]:
-    """The server's checks of a push: :func:`check_ref_updates`, and receipts on the integration target (named by
-    the policy committed at the new or the old tip), read from the notes as they will be after this push."""
+    """The server's checks of a push: :func:`check_ref_updates`; notes of receipts, deliveries and evidence that
+    keep every note (:func:`.history.notes_refusals`); the integration target (named by the policy committed at the
+    new or the old tip) never deleted nor rewound (:func:`.history.target_refusals`), and moved only to receipted
+    commits, read from the notes as they will be after this push."""
     updates = []
     for line in stdin.decode("utf-8", errors="replace").splitlines():
         parts = line.split()
         if len(parts) == 3:
             updates.append((parts[2], parts[0], parts[1]))
-    refusals = check_ref_updates(where, updates)
+    refusals = check_ref_updates(where, updates) + notes_refusals(where, updates)
     incoming = {ref: new for ref, _, new in updates if ref.startswith("refs/notes/agentops/") and new != ZERO_OID}
     for ref, old, new in updates:
-        if not ref.startswith("refs/heads/") or new == ZERO_OID:
+        if not ref.startswith("refs/heads/"):
             continue
-        targets = {_target_at(where, new), _target_at(where, old) if old != ZERO_OID else None}
+        targets = {_target_at(where, commit) for commit in (new, old) if commit != ZERO_OID}
         if ref.removeprefix("refs/heads/") in targets:
-            refusals += _receipt_refusals(where, new, old, where.env, incoming)
+            refused = target_refusals(where, ref, old, new)
+            refusals += refused or _receipt_refusals(where, new, old, where.env, incoming)
     return refusals
 
 
 def _target_at(where: Where, commit: str) -> str | None:
     """The integration target named by the policy committed at ``commit`` (None without a policy there)."""
-    blob = _blobs(where, [f"{commit}:{POLICY_FILE}"])[0]
+    blob = blobs(where, [f"{commit}:{POLICY_FILE}"])[0]
     if blob is None:
         return None
     import tomllib
@@ -309,12 +296,16 @@ def push_refusals(where: Where, args: Sequence[str], stdin: bytes, env: Mapping[
                 )
                 continue
             ours.append((remote_ref, remote_sha, local_sha))
-        elif remote_ref.startswith("refs/heads/") and local_sha != ZERO_OID:
+        elif remote_ref.startswith("refs/heads/"):
             known = remote_sha != ZERO_OID and git(where, ["cat-file", "-e", remote_sha])[0] == 0
-            targets = {_target_at(where, local_sha), _target_at(where, remote_sha) if known else None}
+            old = remote_sha if known else ZERO_OID  # a tip not fetched here: the server judges the rewind
+            targets = {_target_at(where, commit) for commit in (local_sha, old) if commit != ZERO_OID}
             if remote_ref.removeprefix("refs/heads/") in targets:
-                refusals += _receipt_refusals(where, local_sha, remote_sha if known else ZERO_OID, env)
-    return refusals + check_ref_updates(where, ours)
+                refused = target_refusals(where, remote_ref, old, local_sha)
+                if not refused and local_sha != ZERO_OID:
+                    refused = _receipt_refusals(where, local_sha, old, env)
+                refusals += refused
+    return refusals + check_ref_updates(where, ours) + notes_refusals(where, ours)
 
 
 def _receipt_refusals(

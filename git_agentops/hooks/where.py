@@ -89,3 +89,24 @@ def git(where: Where, args: Sequence[str], *, cwd: str | None = None, stdin: byt
     os.close(out_r)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), b"".join(chunks)
+
+
+def blobs(where: Where, revs: Sequence[str]) -> list[bytes | None]:
+    """The contents of several objects (``<rev>:<path>`` or object ids) in one ``git cat-file --batch``; None for
+    one that is missing."""
+    status, out = git(where, ["cat-file", "--batch"], stdin="".join(f"{r}\n" for r in revs).encode())
+    results: list[bytes | None] = []
+    position = 0
+    for _ in revs:
+        end = out.find(b"\n", position)
+        if status != 0 or end < 0:
+            return results + [None] * (len(revs) - len(results))
+        header = out[position:end].split()
+        position = end + 1
+        if len(header) != 3 or not header[2].isdigit():
+            results.append(None)  # "<rev> missing" or "ambiguous"
+            continue
+        size = int(header[2])
+        results.append(out[position : position + size])
+        position += size + 1
+    return results

@@ -6,7 +6,10 @@ A run that publishes to a remote (``[run] remote``) is served under a lease (:mo
   arrives here), refuse while another machine's lease is unexpired (``RUN_LEASE_HELD``, naming the holder) or when
   this machine's state diverged from the remote's (``RUN_LEASE_LOST``: another machine continued the run from the
   last state it saw), write the lease, and push the run's refs and worker branches -- a CAS on the remote's state
-  ref: of two machines claiming at once, one push lands and the other is ``RUN_LEASE_HELD``;
+  ref: of two machines claiming at once, one push lands and the other is ``RUN_LEASE_HELD``. A state commit on
+  the remote that no supervisor wrote (pushed by anyone with write access: the server cannot tell) is quarantined
+  by the fetch and gone past (``RUN_STATE_QUARANTINED``, :func:`.tamper.supersede`): the run keeps its own state
+  and its lease, and its next push is a fast-forward over the forged commit;
 * :func:`take_over` -- ``git agentops-run supervise RUN --take-over`` on another machine: fetch the run, wait out an
   unexpired lease (or refuse), then move the run to this machine: its repository path, every worker's worktree
   re-created here from the worker's last pushed commit (deliveries are frozen refs already), the scripted recipe
@@ -22,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Final
@@ -30,6 +33,7 @@ from typing import Final
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore import sync
+from ..gitstore.events import QUARANTINED
 from ..gitstore.journal import Change, Event
 from ..gitstore.private import read_private, write_private
 from ..gitstore.refs import read_ref
@@ -37,6 +41,7 @@ from ..gitstore.repo import Store
 from ..model.lease import Lease, claimed
 from ..model.run import RunStatus, WorkerStatus
 from . import state as runstate
+from . import tamper
 from .workspaces import ensure_setup, ensure_worktree, mirror_branch, placement
 
 MACHINE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -65,13 +70,24 @@ def namespaces(run_id: str) -> tuple[str, ...]:
 
 
 def claim(
-    store: Store, run_id: str, *, machine: str, pid: int, start_time: int, ttl: float, remote: str, clock: Clock
+    store: Store,
+    run_id: str,
+    *,
+    machine: str,
+    pid: int,
+    start_time: int,
+    ttl: float,
+    remote: str,
+    clock: Clock,
+    log: Callable[[str], None] | None = None,
 ) -> Lease | None:
     """Claim or renew the run's lease, through the remote (see the module docstring); a run completed here already
-    needs none, and keeps the lease it had."""
+    needs none, and keeps the lease it had. A state on the remote that no supervisor wrote is quarantined and gone
+    past (:func:`.tamper.supersede`; ``log`` hears of it), never adopted."""
     state_ref = runstate.state_ref(run_id)
     timeout = max(5.0, ttl / 2)  # a hanging remote must not outlive the lease it is renewing
     fetched = sync.fetch(store, remote, namespaces(run_id), timeout=timeout)
+    _go_past(store, run_id, remote, fetched, log)
     if fetched.refs.get(state_ref) == "diverged":
         raise AgentOpsError(
             "RUN_LEASE_LOST",
@@ -108,12 +124,43 @@ def claim(
     for worker in runstate.read(store, run_id).workers():  # work in progress goes to the remote too
         if worker.status is not WorkerStatus.DELIVERED and Path(worker.worktree).is_dir():
             mirror_branch(store, Path(worker.worktree), worker.branch)
-    pushed = sync.push(store, remote, namespaces(run_id), timeout=timeout)
+    pushed = _push(store, run_id, remote, timeout=timeout, log=log)
     if pushed.refs.get(state_ref) not in ("pushed", "up to date"):
         raise AgentOpsError(
             "RUN_LEASE_HELD", f"another machine claimed {run_id} on {remote} at the same time; it serves the run"
         )
     return lease
+
+
+def _go_past(store: Store, run_id: str, remote: str, synced: sync.Outcome, log: Callable[[str], None] | None) -> bool:
+    """Go on past the forged journal tips of the run a sync quarantined (:func:`.tamper.supersede`); True when it
+    did. ``RUN_LEASE_LOST`` when the remote's state below the forged tip is not this machine's history."""
+    gone_past = False
+    for quarantine in tamper.supersede(store, run_id, remote, synced.quarantined):
+        if log is not None:
+            log(f"{QUARANTINED}: {quarantine.describe()}")
+        if quarantine.ref == runstate.state_ref(run_id) and quarantine.superseded is None:
+            raise AgentOpsError(
+                "RUN_LEASE_LOST",
+                f"the state of {run_id} on {remote} went on without this machine, then took a commit no supervisor "
+                f"wrote ({quarantine.commit[:12]}, kept under {quarantine.kept}); this machine stops and writes "
+                "nothing more",
+            )
+        gone_past = gone_past or quarantine.superseded is not None
+    return gone_past
+
+
+def _push(
+    store: Store, run_id: str, remote: str, *, timeout: float = sync.TIMEOUT, log: Callable[[str], None] | None = None
+) -> sync.Outcome:
+    """Push the run's refs; a forged state that landed on the remote since the last fetch is gone past and the push
+    made again (a forger racing every push is given up on after three)."""
+    pushed = sync.push(store, remote, namespaces(run_id), timeout=timeout)
+    for _ in range(3):
+        if not _go_past(store, run_id, remote, pushed, log):
+            break
+        pushed = sync.push(store, remote, namespaces(run_id), timeout=timeout)
+    return pushed
 
 
 def release(store: Store, run_id: str, *, machine: str, remote: str, clock: Clock) -> None:
@@ -128,7 +175,7 @@ def release(store: Store, run_id: str, *, machine: str, remote: str, clock: Cloc
     runstate.mutate(
         runstate.journal(store, run_id), end, Event("RUN_LEASE_RELEASED", f"lease released by {machine}", {})
     )
-    sync.push(store, remote, namespaces(run_id))
+    _push(store, run_id, remote)
 
 
 def take_over(

@@ -20,15 +20,30 @@ valid one is *foreign*, and :class:`~git_agentops.gitstore.journal.Journal` neit
 
 ``git agentops-run resume`` afterwards is a person accepting the restored state; the supervisor then continues
 from it. What a foreign commit claimed never reached anything: every read of state refuses a foreign tip.
+
+A foreign commit on a **remote** is another matter: anyone with write access to the server can push one on top of
+a run's state (a server has no key to tell), and blocking the run for it would let one push stop every live run.
+A fetch quarantines it instead of adopting it (:mod:`git_agentops.gitstore.sync`), and :func:`supersede` lets the
+supervisor go on from its own state: when the remote's chain below the forged commit is this machine's own history,
+a ``RUN_STATE_QUARANTINED`` commit is appended on the local tip with the forged commit as its second parent
+(:meth:`~git_agentops.gitstore.journal.Journal.supersede`) -- the run's next push is a fast-forward on the server
+again, the forged commit stays there as evidence, and nothing of it is read. When the remote went on elsewhere
+before it was forged, nothing is written: that run is another machine's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pygit2
+
+from ..gitstore.events import QUARANTINED, find_foreign
 from ..gitstore.journal import Change, Event, Foreign, Journal, JournalTampered
+from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
+from ..gitstore.sync import quarantine_ref
 from ..model.run import RunStatus
 from . import state as runstate
 
@@ -147,3 +162,72 @@ def _block(change: Change, reason: str) -> None:
     if run.status is RunStatus.COMPLETE:
         return
     runstate.put_run(change, replace(run, status=RunStatus.BLOCKED, status_reason=reason, disable_restart=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """A journal tip a remote holds that this repository cannot authenticate, and what :func:`supersede` did."""
+
+    run_id: str
+    remote: str
+    ref: str
+    commit: str
+    """The remote's tip, kept under :attr:`kept` and never adopted."""
+    authentic: str | None
+    """The newest authentic commit on the remote's first-parent chain below it (None: there is none)."""
+    superseded: str | None
+    """The local commit that goes on past it; None when the remote's chain is not this machine's history."""
+
+    @property
+    def kept(self) -> str:
+        """The quarantine ref that keeps the forged commit."""
+        return quarantine_ref(self.remote, self.ref, self.commit)
+
+    def data(self) -> dict[str, Any]:
+        """The event data."""
+        return {
+            "remote": self.remote,
+            "ref": self.ref,
+            "commit": self.commit,
+            "quarantine": self.kept,
+            "authentic": self.authentic,
+        }
+
+    def describe(self) -> str:
+        """One line for the log."""
+        found = (
+            f"{self.remote} holds {self.ref} at {self.commit[:12]}, a commit no supervisor of this run wrote (its "
+            f"MAC does not check): kept under {self.kept}, not adopted"
+        )
+        if self.superseded is None:
+            return f"{found}; and below it the remote's state went on without this machine"
+        return f"{found}; the run goes on from its own state ({self.superseded[:12]} descends from both)"
+
+
+def supersede(store: Store, run_id: str, remote: str, quarantined: Mapping[str, str]) -> list[Quarantine]:
+    """Go on past each forged journal tip of ``run_id`` that a fetch from ``remote`` quarantined (ref -> the
+    remote's tip; see the module docstring). Returns one :class:`Quarantine` per ref of this run.
+    ``RUN_STATE_TAMPERED`` when the local journal is foreign itself, ``JOURNAL_CONTENDED``, ``KEY_INVALID``."""
+    prefix = runstate.state_ref(run_id).removesuffix("state")
+    done = []
+    for ref, commit in sorted(quarantined.items()):
+        if not ref.startswith(prefix):
+            continue
+        tip: object = store.repo.get(commit)
+        local = read_ref(store, ref)
+        if not isinstance(tip, pygit2.Commit) or local is None:
+            continue
+        found = find_foreign(store, ref, tip)
+        authentic = found.authentic if found is not None else commit
+        report = Quarantine(run_id, remote, ref, commit, authentic, None)
+        ours = authentic is not None and (authentic == local or store.repo.descendant_of(local, authentic))
+        if ours:
+            journal = runstate.journal(store, run_id) if ref == runstate.state_ref(run_id) else Journal(store, ref)
+            summary = (
+                f"{ref.removeprefix(prefix)} on {remote} at {commit[:12]} was not written by a supervisor of this "
+                "run: quarantined, not adopted; the run goes on from its own state"
+            )
+            made = journal.supersede(commit, Event(QUARANTINED, summary, report.data()))
+            report = replace(report, superseded=made.commit if made is not None else local)
+        done.append(report)
+    return done

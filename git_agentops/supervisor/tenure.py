@@ -90,6 +90,7 @@ def claim(sup: Supervisor) -> None:
             ttl=sup.lease_ttl,
             remote=remote,
             clock=sup.clock,
+            log=sup.log,
         )
     except AgentOpsError as exc:
         if exc.code in LOST:
