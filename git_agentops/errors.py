@@ -269,6 +269,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "HOOK_FAILED": _c(EXIT_NEGATIVE, "the hook could not check an agentops ref, so it refuses (fail closed)"),
     "HOOKS_CONFLICT": _c(EXIT_REFUSED, "a hook file is in the way and cannot be chained (not a regular file)"),
+    "HOOK_GUARD_UNWRITABLE": _c(
+        EXIT_REFUSED, "a host's guard hook files could not be written into a worker worktree (an OS error)"
+    ),
     # success codes of responses (stable too; exit 0 from 'git agentops-request')
     "RUN_PLAN_CREATED": _c(EXIT_OK, "the root task was created"),
     "RUN_WORKER_PLANNED": _c(EXIT_OK, "a child task was planned"),

@@ -2,8 +2,8 @@
 
 Why: an agent's Bash tool is one string, and the guard is the last check before the host runs it. These tests pin
 what it refuses (and says why), what it lets through, that chains, substitutions and wrappers do not hide a
-destructive part, that it speaks each host's contract (exit 2 and one line on stderr), that installing it keeps a
-user's own settings, and that the stand-in CLIs -- which behave like the real ones -- really run it.
+destructive part, that it speaks each host's contract (exit 2 and one line on stderr), that installing it keeps
+nothing of what was there, and that the stand-in CLIs -- which behave like the real ones -- really run it.
 """
 
 from __future__ import annotations
@@ -275,49 +275,55 @@ def test_a_crash_of_the_guard_itself_allows_the_command_with_a_warning(
 # -- writing the host configuration ------------------------------------------------------------------------------
 
 
-def test_claude_settings_merge_keeps_user_settings_and_replaces_only_the_guard(repo: Path) -> None:
-    user: dict[str, Any] = {
-        "permissions": {"allow": ["Bash(make *)"]},
-        "env": {"FOO": "1"},
-        "hooks": {
-            "PreToolUse": [{"matcher": "Write", "hooks": [{"type": "command", "command": "lint-write"}]}],
-            "Stop": [{"hooks": [{"type": "command", "command": "notify"}]}],
-        },
+def test_claude_settings_are_ours_whole_whatever_was_there(repo: Path) -> None:
+    """Invariant: ``.claude/settings.local.json`` holds our hook and nothing else after an install, whatever it
+    held before (the agent writes this worktree); reinstalling writes the same bytes."""
+    planted: dict[str, Any] = {
+        "permissions": {"allow": ["Bash(*)"]},
+        "disableAllHooks": True,
+        "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]},
     }
     (repo / ".claude").mkdir()
-    (repo / CLAUDE_SETTINGS).write_text(json.dumps(user))
-    assert install_agent_guard(repo, "claude", hook_command="old-guard") == [repo / CLAUDE_SETTINGS]
+    (repo / CLAUDE_SETTINGS).write_text(json.dumps(planted))
     assert install_agent_guard(repo, "claude", hook_command=HOOK) == [repo / CLAUDE_SETTINGS]
     first = (repo / CLAUDE_SETTINGS).read_text()
     install_agent_guard(repo, "claude", hook_command=HOOK)
-    assert (repo / CLAUDE_SETTINGS).read_text() == first  # reinstalling changes nothing
-    doc = json.loads(first)
-    assert doc["permissions"] == user["permissions"] and doc["env"] == user["env"]
-    assert doc["hooks"]["Stop"] == user["hooks"]["Stop"]
-    assert doc["hooks"]["PreToolUse"] == [
-        user["hooks"]["PreToolUse"][0],
-        {
-            "matcher": "Bash",
-            "hooks": [{"type": "command", "command": f"{HOOK} agent-command --host claude", "timeout": 30}],
+    assert (repo / CLAUDE_SETTINGS).read_text() == first
+    assert json.loads(first) == {
+        "disableAllHooks": False,
+        "hooks": {
+            "PreToolUse": [
+                {
+                    "matcher": "Bash",
+                    "hooks": [{"type": "command", "command": f"{HOOK} agent-command --host claude", "timeout": 30}],
+                }
+            ]
         },
-    ]
+    }
 
 
-def test_settings_we_cannot_merge_into_are_left_alone(repo: Path) -> None:
+def test_a_settings_file_that_is_not_json_is_replaced_too(repo: Path) -> None:
     (repo / ".claude").mkdir()
     (repo / CLAUDE_SETTINGS).write_text("{ not json")
-    with pytest.raises(AgentOpsError) as raised:
-        install_agent_guard(repo, "claude", hook_command=HOOK)
-    assert raised.value.code == "JSON_INVALID" and (repo / CLAUDE_SETTINGS).read_text() == "{ not json"
+    install_agent_guard(repo, "claude", hook_command=HOOK)
+    assert "agent-command --host claude" in (repo / CLAUDE_SETTINGS).read_text()
 
 
 def test_a_symlinked_config_dir_cannot_redirect_the_write(repo: Path, tmp_path: Path) -> None:
+    """Invariant: nothing is written through a symlink below the worktree. The agent's own link is removed (the
+    directory it points to is untouched); one the project tracks is refused."""
+    from git_agentops.hooks.hostconfig import write_guard
+
     outside = tmp_path / "outside"
     outside.mkdir()
     (repo / ".claude").symlink_to(outside)
     with pytest.raises(AgentOpsError) as raised:
-        install_agent_guard(repo, "claude", hook_command=HOOK)
+        write_guard(repo, "claude", hook_command=HOOK, tracked=lambda rel: rel == ".claude")
     assert raised.value.code == "PATH_SYMLINK" and list(outside.iterdir()) == []
+    installed = write_guard(repo, "claude", hook_command=HOOK)
+    assert installed.removed == (".claude",) and list(outside.iterdir()) == []
+    assert (repo / ".claude").is_dir() and not (repo / ".claude").is_symlink()
+    assert "agent-command --host claude" in (repo / CLAUDE_SETTINGS).read_text()
 
 
 def test_each_host_gets_its_own_configuration(repo: Path) -> None:
@@ -325,7 +331,7 @@ def test_each_host_gets_its_own_configuration(repo: Path) -> None:
     plugin = (repo / OPENCODE_PLUGIN).read_text()
     assert f"const GUARD_COMMAND = {json.dumps(HOOK + ' agent-command --host opencode')}" in plugin
     assert plugin.count("export ") == 1  # opencode 1.x calls every export as a plugin
-    assert install_agent_guard(repo, "codex", hook_command=HOOK) == [repo / CODEX_HOOKS]
+    assert install_agent_guard(repo, "codex", hook_command=HOOK) == [repo / CODEX_HOOKS, repo / ".codex/config.toml"]
     codex = json.loads((repo / CODEX_HOOKS).read_text())
     assert codex["hooks"]["PreToolUse"][0]["matcher"] == "Bash"
     assert install_agent_guard(repo, "scripted", hook_command=HOOK) == []

@@ -8,6 +8,7 @@ directory and deletes the files; the branch stays.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pygit2
 
 from ..errors import AgentOpsError
+from .clean import remove_tree
 from .repo import Store
 from .safegit import run_git
 
@@ -75,9 +77,11 @@ def head_of(store: Store, path: Path) -> str | None:
 
 
 def remove_worktree(store: Store, path: Path, name: str) -> None:
-    """Delete the worktree's files and prune its admin directory (the branch is kept)."""
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+    """Delete the worktree's files and prune its admin directory (the branch is kept). Directories made read-only
+    -- the host guard's are sealed 0555 (:mod:`git_agentops.hooks.owned`) -- are made writable to be emptied."""
+    if path.exists() or path.is_symlink():
+        with contextlib.suppress(OSError):
+            remove_tree(path)
     try:
         worktree = store.repo.lookup_worktree(name)
     except (pygit2.GitError, KeyError):

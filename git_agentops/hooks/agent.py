@@ -484,7 +484,8 @@ def agent_command(args: Sequence[str], *, stdin: bytes, cwd: str, env: Mapping[s
 
 def install_agent_guard(worktree: Path, kind: str, *, hook_command: str) -> list[Path]:
     """Write the host ``kind``'s own hook configuration into ``worktree`` so that every shell command the agent
-    issues is first checked by ``HOOK_COMMAND agent-command --host KIND``; see :mod:`.hostconfig`."""
+    issues is first checked by ``HOOK_COMMAND agent-command --host KIND``; the files written are returned. Nothing
+    counts as tracked here: the supervisor passes what the project tracks (:mod:`.hostconfig`)."""
     from .hostconfig import write_guard
 
-    return write_guard(worktree, kind, hook_command=hook_command)
+    return list(write_guard(worktree, kind, hook_command=hook_command).written)

@@ -42,29 +42,75 @@ on a detail):
   and it guards only a Codex launched with that flag in a trusted project. The older ``notify`` setting only
   reports a finished turn and cannot deny anything.
 
-Every file is written through :func:`git_agentops.gitstore.private.write_private` (atomic, no symlink anywhere
-below the worktree: a tracked ``.claude`` symlink cannot redirect the write), and the paths are returned so the
-caller can list them in the worktree's ``info/exclude``: they never reach a commit.
+The guard's files are **owned whole** by the supervisor (:mod:`.owned`): before every generation each host's
+files are written from scratch -- never merged with what is there, so an agent's ``"disableAllHooks": true``,
+``permissions.allow: ["Bash(*)"]`` or ``[features] hooks = false`` does not outlive its generation -- and every
+other place in the worktree that host reads settings or hooks from (:data:`CLEARED`) loses whatever the project
+does not track: Claude Code's ``.claude/settings.json``; every other file of ``.codex/``; every other plugin of
+``.opencode/plugins/`` and ``.opencode/plugin/``, and opencode's project config (``opencode.json(c)`` at the top
+and in ``.opencode/``, which can load more plugins -- run after ours, one could rewrite a command ours let through
+--, add tools or set permissions). What the project tracks is the project's and is left alone (its primary guard
+file tracked: the host gets no guard, see :meth:`git_agentops.supervisor.confine.Confinement.guard`). Files are
+written 0444, and ``.codex/`` and ``.opencode/plugins/`` sealed 0555 when they hold only ours; the agent runs as
+the same user, so that is advisory (it may chmod them back and write): the rewrite at the next generation is what
+holds. Nothing follows a symlink below the worktree (a ``.claude`` symlink cannot redirect the write). The files
+are in the worktree's ``info/exclude`` (:data:`git_agentops.policy.starter.EXCLUDES`): they never reach a commit.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from ..errors import AgentOpsError
-from ..gitstore.private import read_private, write_private
+from .owned import OwnedTree
 
 CLAUDE_SETTINGS: Final = ".claude/settings.local.json"
 OPENCODE_PLUGIN: Final = ".opencode/plugins/agentops-guard.js"
 CODEX_HOOKS: Final = ".codex/hooks.json"
+CODEX_CONFIG: Final = ".codex/config.toml"
 GUARD_FILES: Final = {"claude": CLAUDE_SETTINGS, "codex": CODEX_HOOKS, "opencode": OPENCODE_PLUGIN}
-"""The one file each host's guard lives in, relative to the worktree (``info/exclude`` lists them)."""
+"""The file each host's guard lives in, relative to the worktree: a project that tracks it keeps it, and that host
+gets no guard."""
+OWNED: Final = {"claude": (CLAUDE_SETTINGS,), "codex": (CODEX_HOOKS, CODEX_CONFIG), "opencode": (OPENCODE_PLUGIN,)}
+"""Every file written whole for each host (``info/exclude`` lists them); one the project tracks is not written."""
+CLEARED: Final = {
+    "claude": (".claude/settings.json",),
+    "codex": (".codex",),
+    "opencode": (
+        ".opencode/plugins",
+        ".opencode/plugin",
+        "opencode.json",
+        "opencode.jsonc",
+        ".opencode/opencode.json",
+        ".opencode/opencode.jsonc",
+    ),
+}
+"""The other places in a worktree each host reads settings, hooks or plugins from: whatever there the project does
+not track is removed (a directory: everything in it but our files)."""
+SEALED: Final = {"codex": ".codex", "opencode": ".opencode/plugins"}
+"""The directory holding only our files once cleared: made 0555, unless the project tracks something in it."""
 TIMEOUT_SECONDS: Final = 30
 MARKER: Final = "agent-command --host"
-"""Every guard command contains this; an old guard hook (any ``hook_command``) is recognised and replaced by it."""
+"""Every guard command contains this."""
+CODEX_CONFIG_TEXT: Final = """\
+# git-agentops: Codex's project configuration in this worker worktree, rewritten at each worker start.
+[features]
+hooks = true
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """What :func:`write_guard` did: the files it wrote, and the agent's files it removed (relative paths)."""
+
+    written: tuple[Path, ...] = ()
+    removed: tuple[str, ...] = ()
+
 
 _PLUGIN: Final = """\
 // git-agentops guard for opencode: every bash command goes through `git agentops-hook agent-command` first.
@@ -112,59 +158,56 @@ def plugin_source(hook_command: str) -> str:
     return _PLUGIN.replace("@COMMAND@", command).replace("@TIMEOUT_MS@", str(TIMEOUT_SECONDS * 1000))
 
 
-def _hook_group(command: str) -> dict[str, Any]:
-    return {"matcher": "Bash", "hooks": [{"type": "command", "command": command, "timeout": TIMEOUT_SECONDS}]}
+def settings(command: str) -> dict[str, Any]:
+    """Our one ``PreToolUse`` group calling ``command``, as Claude Code and Codex (``hooks.json``) both take it."""
+    group = {"matcher": "Bash", "hooks": [{"type": "command", "command": command, "timeout": TIMEOUT_SECONDS}]}
+    return {"hooks": {"PreToolUse": [group]}}
 
 
-def merge_settings(existing: dict[str, Any], command: str) -> dict[str, Any]:
-    """``existing`` Claude Code (or Codex ``hooks.json``) settings with our PreToolUse group in place of any older
-    guard group; every other key, event and hook of the user is kept as it was. ``JSON_INVALID`` when ``hooks``
-    or ``hooks.PreToolUse`` is not what the host expects (we would not know how to merge)."""
-    hooks = existing.get("hooks", {})
-    if not isinstance(hooks, dict) or not isinstance(hooks.get("PreToolUse", []), list):
-        raise AgentOpsError("JSON_INVALID", "'hooks' must be an object whose 'PreToolUse' is a list of matcher groups")
-    groups = []
-    for group in hooks.get("PreToolUse", []):
-        handlers = group.get("hooks") if isinstance(group, dict) else None
-        if isinstance(handlers, list):
-            kept = [h for h in handlers if not (isinstance(h, dict) and MARKER in str(h.get("command", "")))]
-            if not kept and handlers:
-                continue  # a group of ours only
-            groups.append({**group, "hooks": kept})
-        else:
-            groups.append(group)
-    groups.append(_hook_group(command))
-    return {**existing, "hooks": {**hooks, "PreToolUse": groups}}
-
-
-def _merge_json_file(worktree: Path, rel: str, command: str) -> Path:
-    data = read_private(worktree, rel)
-    try:
-        existing = json.loads(data) if data and data.strip() else {}
-    except ValueError as exc:
-        raise AgentOpsError("JSON_INVALID", f"{worktree / rel} is not valid JSON ({exc}); fix or remove it") from exc
-    if not isinstance(existing, dict):
-        raise AgentOpsError("JSON_INVALID", f"{worktree / rel} must hold a JSON object")
-    merged = merge_settings(existing, command)
-    text = json.dumps(merged, indent=2) + "\n"
-    if data != text.encode():
-        write_private(worktree, rel, text.encode(), durable=False)
-    return worktree / rel
-
-
-def write_guard(worktree: Path, kind: str, *, hook_command: str) -> list[Path]:
-    """Write host ``kind``'s guard configuration into ``worktree``; returns every path of it (also when it was
-    already up to date), for ``info/exclude``. Kinds without pre-tool hooks (``scripted``, ``command``) get
-    nothing. ``JSON_INVALID`` for an existing settings file we cannot merge into; ``PATH_SYMLINK`` /
-    ``PATH_NOT_REGULAR`` when a path below the worktree is a symlink or not a file."""
+def contents(kind: str, hook_command: str) -> dict[str, bytes]:
+    """Every file of host ``kind``'s guard and its whole content. Claude Code's settings also say
+    ``"disableAllHooks": false``: the local scope outranks the project and user ones key by key, so a ``true``
+    left below it (in the agent's own HOME, say) does not switch the guard off. Codex's ``hooks.json`` holds only
+    ``hooks`` (its root takes ``description`` and ``hooks`` and Codex refuses anything else); its ``config.toml``
+    keeps hooks on."""
     command = guard_command(hook_command, kind)
     if kind == "claude":
-        return [_merge_json_file(worktree, CLAUDE_SETTINGS, command)]
+        doc = {"disableAllHooks": False, **settings(command)}
+        return {CLAUDE_SETTINGS: (json.dumps(doc, indent=2) + "\n").encode()}
     if kind == "codex":
-        return [_merge_json_file(worktree, CODEX_HOOKS, command)]
-    if kind != "opencode":
-        return []
-    source = plugin_source(hook_command).encode()
-    if read_private(worktree, OPENCODE_PLUGIN) != source:
-        write_private(worktree, OPENCODE_PLUGIN, source, durable=False)
-    return [worktree / OPENCODE_PLUGIN]
+        hooks = json.dumps(settings(command), indent=2) + "\n"
+        return {CODEX_HOOKS: hooks.encode(), CODEX_CONFIG: CODEX_CONFIG_TEXT.encode()}
+    if kind == "opencode":
+        return {OPENCODE_PLUGIN: plugin_source(hook_command).encode()}
+    return {}
+
+
+def _nothing_tracked(rel: str) -> bool:
+    del rel
+    return False
+
+
+def write_guard(
+    worktree: Path, kind: str, *, hook_command: str, tracked: Callable[[str], bool] = _nothing_tracked
+) -> Installed:
+    """Write host ``kind``'s guard configuration into ``worktree`` whole and remove what the agent left where that
+    host reads settings (:data:`CLEARED`). ``tracked(rel)`` says whether the project tracks a path (a file, or a
+    directory holding tracked files): such a path is neither written nor removed. Kinds without pre-tool hooks
+    (``scripted``, ``command``) get nothing. ``PATH_SYMLINK`` / ``PATH_NOT_REGULAR`` when a path on the way is a
+    symlink or not a directory and the project tracks it; ``HOOK_GUARD_UNWRITABLE`` when the filesystem refuses."""
+    ours = {rel: data for rel, data in contents(kind, hook_command).items() if not tracked(rel)}
+    if not ours:
+        return Installed()
+    tree = OwnedTree(worktree, tracked)
+    try:
+        written = tuple(tree.write(rel, data) for rel, data in ours.items())
+        for rel in CLEARED.get(kind, ()):
+            tree.prune(rel, keep=frozenset(ours))
+        sealed = SEALED.get(kind)
+        if sealed is not None and not tracked(sealed):
+            tree.seal(sealed)
+    except OSError as exc:
+        raise AgentOpsError(
+            "HOOK_GUARD_UNWRITABLE", f"cannot write the {kind} guard into {worktree}: {exc.strerror or exc}"
+        ) from exc
+    return Installed(written, tuple(tree.removed))

@@ -43,12 +43,13 @@ EXCLUDES: Final = (
     "*.egg-info/",
     "/.claude/settings.local.json",
     "/.codex/hooks.json",
+    "/.codex/config.toml",
     "/.opencode/plugins/agentops-guard.js",
 )
 """What ``info/exclude`` gets (from init and from run creation): the toolkit's own directories (a coordinator writes
 a proposed policy under ``.agentops/proposals/``), the checkout's venv, the ``.egg-info`` a setuptools editable
 install writes into the checkout, and the agent hosts' guard hook files each worker worktree gets
-(:data:`git_agentops.hooks.hostconfig.GUARD_FILES`) -- none of it belongs in a commit, and any of it untracked would
+(:data:`git_agentops.hooks.hostconfig.OWNED`) -- none of it belongs in a commit, and any of it untracked would
 make verification refuse the checkout as dirty."""
 HEADER: Final = (
     "# git-agentops policy: what a run may execute here and how its work is judged.\n"

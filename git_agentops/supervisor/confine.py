@@ -66,24 +66,41 @@ class Confinement:
             recipe=recipe,
         )
 
-    def guard(self, worktree: Path, kind: str) -> None:
+    def guard(self, worktree: Path, kind: str, *, base: str | None = None) -> None:
         """Write host ``kind``'s pre-tool hook configuration (:mod:`git_agentops.hooks.hostconfig`) into
-        ``worktree``, unless the project tracks that file itself (ours would then reach a commit): logged."""
+        ``worktree`` whole, removing what the agent left where that host reads its settings (logged), unless the
+        project tracks the guard file itself (ours would then reach a commit): logged, nothing written.
+
+        What the project tracks is read from ``base``, the commit the supervisor made the worktree from, when
+        given; else from the worktree's HEAD -- which the agent moves, so a guard file it committed would count as
+        the project's: pass ``base``."""
         from ..hooks.hostconfig import GUARD_FILES, hook_entry, write_guard
 
         rel = GUARD_FILES.get(kind)
         if rel is None:
             return
-        head = head_of(self.store, worktree)
-        if head is not None and self._tracks(head, rel):
+        commit = base or head_of(self.store, worktree)
+
+        def tracked(path: str) -> bool:
+            return commit is not None and self._tracks(commit, path)
+
+        if tracked(rel):
             self.log(f"warning: {worktree.name}: the project tracks {rel}; the {kind} guard hook is not installed")
             return
         try:
-            write_guard(worktree, kind, hook_command=hook_entry(sys.executable))
+            installed = write_guard(worktree, kind, hook_command=hook_entry(sys.executable), tracked=tracked)
         except AgentOpsError as error:
             self.log(f"warning: {worktree.name}: the {kind} guard hook is not installed: {error.message}")
+            return
+        if installed.removed:
+            shown = ", ".join(installed.removed[:10]) + (", ..." if len(installed.removed) > 10 else "")
+            self.log(
+                f"{worktree.name}: removed {len(installed.removed)} untracked file(s) where {kind} reads its "
+                f"settings or plugins (the guard's configuration is the supervisor's): {shown}"
+            )
 
     def _tracks(self, commit: str, rel: str) -> bool:
+        """Whether ``commit``'s tree has ``rel`` (a file, or a directory holding tracked files)."""
         try:
             self.store.repo[commit].peel(pygit2.Tree)[rel]
         except (KeyError, ValueError, pygit2.GitError):

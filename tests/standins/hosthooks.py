@@ -6,7 +6,8 @@ fires. Both emulations raise :class:`fakemodel.Denied` for a blocked call, which
 
 * Claude Code: the ``hooks.PreToolUse`` groups of ``~/.claude/settings.json``, ``.claude/settings.json`` and
   ``.claude/settings.local.json`` (every scope runs; identical commands once), each group's ``matcher`` tested
-  against the tool name (exact, a regex such as ``Edit|Write``, ``*`` or empty for all). A command hook runs
+  against the tool name (exact, a regex such as ``Edit|Write``, ``*`` or empty for all); ``"disableAllHooks":
+  true`` in the merged settings (a later scope's key wins) turns every one of them off. A command hook runs
   through the shell in the working directory with ``CLAUDE_PROJECT_DIR`` set and the PreToolUse JSON on stdin;
   exit 2 blocks with its stderr fed back to the model, exit 0 with ``permissionDecision: "deny"`` JSON blocks
   with its reason, any other status is a non-blocking error (the call goes on).
@@ -69,8 +70,10 @@ def claude_settings_files(cwd: Path) -> list[Path]:
 
 
 def claude_hooks(cwd: Path) -> list[CommandHook]:
-    """Every ``PreToolUse`` command hook configured for ``cwd``; an identical command is listed once."""
+    """Every ``PreToolUse`` command hook configured for ``cwd``; an identical command is listed once. None when
+    the settings merged in scope order say ``"disableAllHooks": true``."""
     found: list[CommandHook] = []
+    disabled = False
     for path in claude_settings_files(cwd):
         try:
             doc = json.loads(path.read_text("utf-8"))
@@ -79,6 +82,8 @@ def claude_hooks(cwd: Path) -> list[CommandHook]:
         except (OSError, ValueError) as exc:
             fakemodel.log("claude", f"settings file {path} ignored: {exc}")
             continue
+        if isinstance(doc, dict) and "disableAllHooks" in doc:
+            disabled = doc["disableAllHooks"] is True
         hooks = doc.get("hooks") if isinstance(doc, dict) else None
         groups = hooks.get("PreToolUse") if isinstance(hooks, dict) else None
         for group in groups if isinstance(groups, list) else []:
@@ -93,6 +98,9 @@ def claude_hooks(cwd: Path) -> list[CommandHook]:
                     )
                     if all(h.command != hook.command for h in found):
                         found.append(hook)
+    if disabled:
+        fakemodel.log("claude", "disableAllHooks: no hook runs")
+        return []
     return found
 
 
