@@ -169,7 +169,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_NO_CHANGE_FILES": _c(EXIT_NEGATIVE, "a handoff without commits must name its sourceFiles"),
     "RUN_VERIFICATION_FAILED": _c(EXIT_NEGATIVE, "the delivery failed verification; the worker restarts"),
     "RUN_DELIVERY_SECRET": _c(
-        EXIT_NEGATIVE, "the delivery's commits add a secret-shaped string or key file (path and rule, never the value)"
+        EXIT_NEGATIVE,
+        "the delivery's commits add a secret-shaped string, a key file, or a secret the supervisor holds in any "
+        "encoding (path and rule, never the value)",
     ),
     "RUN_NO_PROGRESS": _c(EXIT_NEGATIVE, "the same failure repeated without progress; the task is blocked"),
     "RUN_WORKER_EXITED": _c(EXIT_NEGATIVE, "the worker process exited without delivering"),

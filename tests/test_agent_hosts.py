@@ -263,4 +263,5 @@ def test_init_writes_host_sections_doctor_lists_them_and_trust_shows_their_capab
         in trusted.stdout
     )
     assert "resumes a session with:" in trusted.stdout and "env OPENCODE_CONFIG_CONTENT=" in trusted.stdout
-    assert "runs with your whole environment" in trusted.stdout
+    assert "runs with your environment minus its other credentials" in trusted.stdout
+    assert "is given these credentials of your environment: OPENAI_API_KEY, CODEX_API_KEY" in trusted.stdout

@@ -6,10 +6,13 @@ made private key with ``git commit --no-verify`` and hand it off.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import re
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -20,10 +23,23 @@ from git_agentops.integrate import secrets
 from git_agentops.integrate.secrets import Finding, path_rule, scan_delivery, secrets_refusal
 from git_agentops.model.policy import DEFAULT_SECRET_PATHS, Policy, effective
 from git_agentops.runs.jobs import Request
+from git_agentops.verify.credentials import HeldSecrets
 
 from .conftest import commit_files, git
-from .helpers import HANDOFF, child, simple_child, ssh_key
-from .runkit import children_settled, cli, events, project, recipe, refs, start, stop, supervisor_log, wait_for
+from .helpers import HANDOFF, child, commit_step, simple_child, ssh_key, write_step
+from .runkit import (
+    UNCONFINED,
+    children_settled,
+    cli,
+    events,
+    project,
+    recipe,
+    refs,
+    start,
+    stop,
+    supervisor_log,
+    wait_for,
+)
 
 TOKEN = "ghp_" + "Q" * 36
 
@@ -150,6 +166,64 @@ def test_the_refusal_names_paths_and_rules_never_values_and_scanning_can_be_off(
     assert again is not None and "'*.key'" not in again.message and "policy-0" in again.message
 
 
+# -- the secrets the supervisor holds ---------------------------------------------------------------------------------
+
+HELD_TOKEN = "ghp_" + "k7Q2x" * 7 + "a"  # GITHUB_TOKEN in the person's environment
+SERVICE_PASSWORD = "p@ss/w0rd: hunter2?"  # MY_SERVICE_PASSWORD: no shape any rule knows
+HELD = HeldSecrets.from_environ(
+    {"GITHUB_TOKEN": HELD_TOKEN, "MY_SERVICE_PASSWORD": SERVICE_PASSWORD, "PATH": "/usr/bin", "HOME": "/home/me"}
+)
+
+
+def _in_base64(value: str, offset: int) -> str:
+    """``value`` inside a longer base64 text, starting ``offset`` bytes after a multiple of 3."""
+    return base64.b64encode(b"prefix"[:offset] + b"padding!" * 3 + value.encode() + b" and more").decode()
+
+
+def test_a_held_secret_is_found_plain_and_encoded_naming_the_variable_and_encoding(
+    repo_path: Path, store: Store
+) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    files: dict[str, str | bytes | None] = {
+        "plain.txt": f"password = {SERVICE_PASSWORD}\n",
+        "b64-0.txt": _in_base64(HELD_TOKEN, 0),
+        "b64-1.txt": _in_base64(HELD_TOKEN, 1),
+        "b64-2.txt": "data:\n" + _in_base64(HELD_TOKEN, 2),
+        "hex.txt": HELD_TOKEN.encode().hex(),
+        "url.txt": "https://svc.test/login?pw=" + urllib.parse.quote(SERVICE_PASSWORD, safe=""),
+        "env.gz": gzip.compress(f"GITHUB_TOKEN={HELD_TOKEN}\n".encode()),
+        "clean.txt": "nothing to see\n",
+    }
+    head = commit_files(repo_path, files)
+    found = _scan(store, base, head, held=HELD)
+    assert found == [
+        ("b64-0.txt", "held-secret:GITHUB_TOKEN (base64)", 1),
+        ("b64-1.txt", "held-secret:GITHUB_TOKEN (base64)", 1),
+        ("b64-2.txt", "held-secret:GITHUB_TOKEN (base64)", 2),
+        ("env.gz", "held-secret:GITHUB_TOKEN (gzip/plain)", None),
+        ("hex.txt", "held-secret:GITHUB_TOKEN (hex)", 1),
+        ("plain.txt", "held-secret:MY_SERVICE_PASSWORD (plain)", 1),
+        ("url.txt", "held-secret:MY_SERVICE_PASSWORD (url-encoded)", 1),
+    ]
+    assert _scan(store, base, head) == []  # no rule knows their shapes: only holding them finds them
+
+
+def test_a_held_secret_is_refused_without_its_value_and_a_clean_delivery_passes(repo_path: Path, store: Store) -> None:
+    base = git(repo_path, "rev-parse", "HEAD")
+    request = Request({"requestId": "r-1"}, "0" * 64, "1" * 64)
+    clean = commit_files(repo_path, {"src/app.py": "print('hello')\n"})
+    assert secrets_refusal(store, _policy({}), request, base=base, head=clean, held=HELD) is None
+    encoded = base64.b64encode(b"x" + HELD_TOKEN.encode()).decode()
+    head = commit_files(repo_path, {"src/blob.txt": encoded, f"{encoded}.txt": "named after it\n"})
+    refused = secrets_refusal(store, _policy({}), request, base=base, head=head, held=HELD)
+    assert refused is not None and refused.code == "RUN_DELIVERY_SECRET"
+    assert "src/blob.txt:1: held-secret:GITHUB_TOKEN (base64)" in refused.message
+    assert "held-secret:GITHUB_TOKEN (base64) in the path" in refused.message
+    assert "supervisor's environment" in refused.message
+    shown = refused.message + json.dumps(refused.detail)
+    assert HELD_TOKEN not in shown and encoded not in shown and encoded[4:40] not in shown
+
+
 # -- a real run ------------------------------------------------------------------------------------------------------
 
 KEYGEN = {"run": ["sh", "-c", "mkdir -p deploy && ssh-keygen -q -t ed25519 -N '' -C agent -f deploy/id_ed25519"]}
@@ -186,6 +260,43 @@ def test_a_key_committed_with_no_verify_is_refused_and_never_delivered(tmp_path:
     recorded = shown + supervisor_log(repo, run_id) + _state_text(repo, run_id)
     assert "RUN_DELIVERY_SECRET" in shown
     assert not any(line in recorded for line in body)
+
+
+def _dump_environment(path: Path) -> dict[str, list[str]]:
+    code = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+    return {"run": ["python3", "-c", code, str(path)]}
+
+
+@pytest.mark.slow
+def test_the_supervisors_token_is_kept_from_its_agents_and_its_base64_is_refused(tmp_path: Path) -> None:
+    """The attack as found: a token exported before ``run start``, its base64 committed by a worker."""
+    repo = project(tmp_path, extra_policy=UNCONFINED)  # unconfined: the agent writes its environment out here
+    dumped = tmp_path / "agent-environment.json"
+    leaked = _in_base64(HELD_TOKEN, 1)
+    leaky = child(
+        "l",
+        "Leaky",
+        [[_dump_environment(dumped), write_step("src/data.txt", leaked), commit_step("Add data"), HANDOFF], [HANDOFF]],
+    )
+    person = {"GITHUB_TOKEN": HELD_TOKEN, "MY_SERVICE_PASSWORD": SERVICE_PASSWORD}
+    run_id = start(repo, recipe(tmp_path, leaky + simple_child("o", "src/o.txt", title="Other")), env=person)
+    try:
+        doc = wait_for(repo, run_id, children_settled, timeout=120)
+        tasks = {t["title"]: t for t in doc["tasks"] if t["parent"]}
+        assert tasks["Other"]["status"] == "delivered"
+        assert tasks["Leaky"]["status"] == "blocked" and "RUN_DELIVERY_SECRET" in tasks["Leaky"]["blockedReason"]
+        refusals = [e["data"] for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED"]
+        secret = [r for r in refusals if r["code"] == "RUN_DELIVERY_SECRET"]
+        assert secret and "src/data.txt:1: held-secret:GITHUB_TOKEN (base64)" in secret[0]["message"], refusals
+    finally:
+        stop(repo, run_id)
+    agent_env = json.loads(dumped.read_text())
+    assert "GITHUB_TOKEN" not in agent_env and "MY_SERVICE_PASSWORD" not in agent_env
+    assert HELD_TOKEN not in json.dumps(agent_env) and agent_env["AGENTOPS_WORKER_ID"]
+    delivered = refs(repo, f"refs/agentops/runs/{run_id}/deliveries/")
+    assert list(delivered.values()) == [tasks["Other"]["delivery"]]
+    shown = cli(repo, "agentops-run", "log", run_id, "--json").stdout + supervisor_log(repo, run_id)
+    assert HELD_TOKEN not in shown + _state_text(repo, run_id) and leaked not in shown
 
 
 def _state_text(repo: Path, run_id: str) -> str:

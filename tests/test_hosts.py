@@ -292,3 +292,76 @@ def test_budget_amounts(text: str, expected: tuple[int, float, int]) -> None:
 def test_bad_budget_amounts_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         budget_amount(text)
+
+
+# -- the agent's environment: the person's, scrubbed of credentials ----------------------------------------------
+
+GITHUB = "ghp_" + "Z" * 36
+PERSON = {
+    "PATH": "/usr/bin",
+    "HOME": "/home/me",
+    "GIT_AUTHOR_NAME": "Me Myself",
+    "EDITOR": "vim",
+    "GITHUB_TOKEN": GITHUB,
+    "MY_SERVICE_PASSWORD": "correct horse battery",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "LEAKY": f"x={GITHUB}",  # no credential name, a secret value
+    "ANTHROPIC_API_KEY": "sk-ant-" + "a" * 40,
+    "ANTHROPIC_BASE_URL": "https://proxy.example",
+    "OPENAI_API_KEY": "sk-" + "B" * 40,
+    "AGENTOPS_FAULT": "x",
+}
+
+
+def test_agents_never_get_the_persons_credentials(tmp_path: Path) -> None:
+    spec = HostSpec("c", "command", ("agent",), False, {})
+    env = agent_environment(PERSON, spec, _launch(tmp_path, "p"))
+    for name in ("GITHUB_TOKEN", "MY_SERVICE_PASSWORD", "AWS_SECRET_ACCESS_KEY", "LEAKY", "ANTHROPIC_API_KEY"):
+        assert name not in env
+    assert GITHUB not in json.dumps(env) and "correct horse" not in json.dumps(env)
+    assert env["HOME"] == "/home/me" and env["GIT_AUTHOR_NAME"] == "Me Myself" and env["EDITOR"] == "vim"
+    assert env["ANTHROPIC_BASE_URL"] == "https://proxy.example" and "AGENTOPS_FAULT" not in env
+
+
+def test_pass_env_carries_exactly_the_named_credentials(tmp_path: Path) -> None:
+    claude = HostSpec("c", "claude", ("claude",), False, {})
+    launch = _launch(tmp_path, "p")
+    by_default = agent_environment(PERSON, claude, launch)  # the kind's own: what it needs to reach its model
+    assert by_default["ANTHROPIC_API_KEY"] == PERSON["ANTHROPIC_API_KEY"] and "OPENAI_API_KEY" not in by_default
+    named = agent_environment(PERSON, claude, launch, pass_env=["GITHUB_TOKEN", "AGENTOPS_FAULT", "NOT_SET"])
+    passed = {k for k in PERSON if k in named and PERSON[k] == named[k]}
+    assert passed == {"HOME", "GIT_AUTHOR_NAME", "EDITOR", "ANTHROPIC_BASE_URL", "GITHUB_TOKEN"}  # PATH: ours first
+    assert "NOT_SET" not in named and "AGENTOPS_FAULT" not in named  # nothing of the supervisor's, ever
+    assert "ANTHROPIC_API_KEY" not in agent_environment(PERSON, claude, launch, pass_env=())
+
+
+def test_a_hosts_own_env_is_kept_as_written(tmp_path: Path) -> None:
+    spec = HostSpec("c", "command", ("agent",), False, {"SERVICE_TOKEN": "written-in-the-policy"})
+    assert agent_environment(PERSON, spec, _launch(tmp_path, "p"))["SERVICE_TOKEN"] == "written-in-the-policy"
+
+
+def test_pass_env_defaults_per_kind_are_in_the_effective_policy_and_the_starter(tmp_path: Path) -> None:
+    from git_agentops.hosts.launch import passed_variables
+    from git_agentops.policy.starter import AgentCli, starter_policy
+
+    policy = _policy({"c": {"kind": "claude"}, "x": {"kind": "codex"}, "n": {"kind": "command", "argv": ["a"]}})
+    hosts = policy.doc["hosts"]
+    assert hosts["c"]["pass_env"] == ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"]
+    assert hosts["x"]["pass_env"] == ["OPENAI_API_KEY", "CODEX_API_KEY"] and hosts["n"]["pass_env"] == []
+    assert passed_variables(policy, "x") == ("OPENAI_API_KEY", "CODEX_API_KEY")
+    assert passed_variables(policy, "scripted") == ()
+    own = _policy({"c": {"kind": "claude", "pass_env": ["ANTHROPIC_API_KEY"]}})
+    assert passed_variables(own, "c") == ("ANTHROPIC_API_KEY",) and own.config_hash != policy.config_hash
+    agents = [AgentCli("claude", "/bin/claude", "1"), AgentCli("opencode", "/bin/opencode", "1")]
+    doc = starter_policy(tmp_path, target="main", agents=agents)
+    assert doc["hosts"]["claude"]["pass_env"] == hosts["c"]["pass_env"]
+    assert "OPENAI_API_KEY" in doc["hosts"]["opencode"]["pass_env"]
+
+
+def test_pass_env_names_a_variable_never_one_of_the_supervisors() -> None:
+    from git_agentops.policy.load import check_text
+
+    base = 'version = 1\n[hosts.c]\nkind = "claude"\n'
+    assert check_text(base + 'pass_env = ["ANTHROPIC_API_KEY"]\n')[1] == []
+    for bad in ('["AGENTOPS_RUN_ID"]', '["A B"]', '["X", "X"]'):
+        assert check_text(base + f"pass_env = {bad}\n")[1] != [], bad

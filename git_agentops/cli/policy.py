@@ -166,7 +166,8 @@ def _runs_what(policy: Any) -> list[str]:
 
 
 def _host_capabilities(name: str, host: Any) -> list[str]:
-    """What trusting a host allows: its argv, how it resumes, the environment it gets on top of yours."""
+    """What trusting a host allows: its argv, how it resumes, the environment it gets on top of yours, the credentials
+    of yours it is given (``pass_env``)."""
 
     def argv(value: Any) -> str:
         return shlex.join(value) if isinstance(value, list) else str(value)
@@ -179,8 +180,12 @@ def _host_capabilities(name: str, host: Any) -> list[str]:
         lines.append(f"      env {key}={shown}")
     if host.get("writable"):
         lines.append(f"      may write, in the sandbox: {', '.join(host['writable'])}")
+    if host.get("pass_env"):
+        lines.append(f"      is given these credentials of your environment: {', '.join(host['pass_env'])}")
     if host["kind"] != "scripted":
-        lines.append("      runs with your whole environment (credentials included, AGENTOPS_* removed)")
+        lines.append(
+            "      runs with your environment minus its other credentials (tokens, keys, passwords) and AGENTOPS_*"
+        )
     return lines
 
 

@@ -12,9 +12,12 @@ them, so ``policy trust`` shows exactly what runs). A launch that names a ``sess
 ``env`` values; in an ``env`` value holding JSON they are replaced inside its strings, JSON-escaped; in a
 ``shell = true`` string they are replaced shell-quoted (and ``{prompt}``, free text, is refused there by the policy).
 
-Agents get the user's environment (they need their own credentials and configuration), minus any ``AGENTOPS_*``
-variable of the supervisor, plus the host's ``env`` from the policy -- unlike verification commands, which get a
-scrubbed environment. ``policy trust`` lists every host's argv and env as capabilities for that reason.
+Agents get the user's environment (their CLIs need its configuration) *scrubbed*: without any ``AGENTOPS_*``
+variable of the supervisor, the key agents' sockets, and every credential (:func:`git_agentops.verify.credentials.
+is_credential`: ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, anything named like a token or password or holding a
+secret-shaped value) except the ones the host's ``pass_env`` names (its model's API key); plus the host's ``env``
+from the policy, as written. Verification commands get far less (an allowlist). ``policy trust`` lists every
+host's argv, env and pass_env as capabilities for that reason.
 """
 
 from __future__ import annotations
@@ -26,15 +29,17 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ..errors import AgentOpsError
+from ..model.hosts import default_pass_env
 from ..model.policy import Policy
 from ..process.groups import ProcessIdentity, process_identity
 from ..sandbox.plan import Sandbox
+from ..verify.credentials import scrub
 
 HEADER = "\n=== generation "
 """Each generation's output in a host log starts after a line beginning with this."""
@@ -190,13 +195,31 @@ agent may not write (and an unsandboxed one has no business doing)."""
 KEY_AGENTS: Final = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO"})
 """The user's key agents: the receipt signing key may be in ``ssh-agent``, and an agent told where its socket is
 could have receipts signed (Landlock does not guard connecting to a named socket). A host that needs one (to
-fetch over ssh) sets it in its own ``env``."""
+fetch over ssh) names it in its ``pass_env`` or sets it in its ``env``."""
 
 
-def agent_environment(environ: Mapping[str, str], spec: HostSpec, launch: Launch) -> dict[str, str]:
-    """The user's environment minus the supervisor's ``AGENTOPS_*`` and the key agents' sockets
-    (:data:`KEY_AGENTS`), plus the host's env and the worker's ids."""
-    env = {k: v for k, v in environ.items() if not k.startswith("AGENTOPS_") and k not in KEY_AGENTS}
+def passed_variables(policy: Policy, host: str) -> tuple[str, ...]:
+    """The credential variables of the person's environment ``[hosts.<host>] pass_env`` gives its agents (the
+    kind's defaults, :func:`git_agentops.model.hosts.default_pass_env`, for the built-in ``scripted``)."""
+    hosts = policy.doc["hosts"]
+    if host not in hosts:
+        return default_pass_env("scripted")
+    return tuple(hosts[host].get("pass_env", default_pass_env(hosts[host]["kind"])))
+
+
+def agent_environment(
+    environ: Mapping[str, str], spec: HostSpec, launch: Launch, *, pass_env: Collection[str] | None = None
+) -> dict[str, str]:
+    """The user's environment scrubbed, plus the host's env and the worker's ids.
+
+    Scrubbed: without the supervisor's ``AGENTOPS_*``, the key agents' sockets (:data:`KEY_AGENTS`) and every
+    credential variable (:func:`git_agentops.verify.credentials.scrub`), except the ones ``pass_env`` names (the
+    host's ``pass_env`` from the policy, :func:`passed_variables`; None: its kind's defaults). The host's ``env``
+    is the person's own writing and is kept as it is.
+    """
+    passed = frozenset(default_pass_env(spec.kind) if pass_env is None else pass_env)
+    kept = scrub(environ, passed)
+    env = {k: v for k, v in kept.items() if not k.startswith("AGENTOPS_") and (k not in KEY_AGENTS or k in passed)}
     scripts = os.path.dirname(sys.executable)  # where git-agentops-request lives next to this interpreter
     env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")]) if env.get("PATH") else scripts
     values = placeholders(launch)

@@ -8,8 +8,9 @@ A handoff is a pipeline that only goes downward:
 2. **stop** (the supervisor) -- the worker is marked ``handing-off`` and its process group stopped and confirmed
    dead;
 3. **re-check** (:func:`deliver`, in a job, like everything below) -- HEAD and the contract are as they were
-   (``RUN_DELIVERY_CHANGED``); the diff carries no secret (:mod:`.secrets`) and changes no protected path --
-   the policy, ``allowed_signers``, CI, hooks (:mod:`.guards`, ``RUN_DELIVERY_PROTECTED_PATH``);
+   (``RUN_DELIVERY_CHANGED``); the diff carries no secret -- secret-shaped, or one the supervisor holds, in any
+   encoding (:mod:`.secrets`) -- and changes no protected path -- the policy, ``allowed_signers``, CI, hooks
+   (:mod:`.guards`, ``RUN_DELIVERY_PROTECTED_PATH``);
 4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit, in
    the supervisor's own clean checkout of it (:mod:`git_agentops.runs.proof`): nothing the agent left in its
    worktree -- ignored files, ``--skip-worktree`` entries, a daemon swapping files -- can reach the commands;
@@ -132,7 +133,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
         return refused
     mirror_branch(store, worktree, handoff.worker.branch)
     base = handoff.worker.base or view.run().base_commit
-    refused = secrets_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head)
+    refused = secrets_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head, held=ctx.held)
     if refused is not None:
         return refused
     target_tip = read_ref(store, f"refs/heads/{view.run().target}")

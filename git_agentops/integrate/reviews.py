@@ -34,7 +34,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, remove_private, write_private
 from ..gitstore.safegit import run_git
-from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec
+from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec, passed_variables
 from ..model.policy import Policy
 from ..process.command import CommandResult, run_command
 from ..resources import data_dir
@@ -169,6 +169,7 @@ def run_reviews(
             _review(
                 name,
                 host_spec(policy, name),
+                passed_variables(policy, name),
                 checkout=checkout,
                 scratch=scratch,
                 input_doc=input_doc,
@@ -186,6 +187,7 @@ def run_reviews(
 def _review(
     name: str,
     spec: HostSpec,
+    pass_env: tuple[str, ...],
     *,
     checkout: Path,
     scratch: Path,
@@ -225,7 +227,7 @@ def _review(
             extra={"input": str(input_path), "report": str(report_path)},
         )
         box = confine(spec, checkout, scratch, f"reviewer-{name}-{attempt}") if confine is not None else None
-        ran = _run_reviewer(name, spec, launch, environ=environ, clock=clock, recipe=recipe, box=box)
+        ran = _run_reviewer(name, spec, launch, environ=environ, pass_env=pass_env, clock=clock, recipe=recipe, box=box)
         result = _read_report(name, checkout, relative["report"], ran, attempt)
         if result.report is not None:
             return result
@@ -240,11 +242,12 @@ def _run_reviewer(
     launch: Launch,
     *,
     environ: Mapping[str, str],
+    pass_env: tuple[str, ...],
     clock: Clock,
     recipe: Path | None,
     box: tuple[Sandbox, Path] | None = None,
 ) -> CommandResult:
-    env = agent_environment(environ, spec, launch)
+    env = agent_environment(environ, spec, launch, pass_env=pass_env)
     for key in ("AGENTOPS_RUN_ID", "AGENTOPS_WORKER_ID", "AGENTOPS_GENERATION", "AGENTOPS_MAILBOX"):
         env.pop(key, None)  # a reviewer is not a worker: it has no mailbox and sends no requests
     env.update(

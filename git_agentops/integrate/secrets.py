@@ -21,7 +21,13 @@ What is scanned:
   keys ``id_*`` but not ``*.pub``, ``*.pem``, ``*.key``, ``*.p12``, ``*.pfx``). A pattern without ``/`` matches the
   file name, one with ``/`` the whole path (``fnmatch``, case-insensitive); ``!`` negates, and the last matching
   pattern decides, as in ``.gitignore``. ``id_*`` also matches ``id_map.json``: a project with such names narrows
-  the list (``["id_rsa", "id_ed25519", ...]``).
+  the list (``["id_rsa", "id_ed25519", ...]``);
+* the **secrets the supervisor holds** (:class:`~git_agentops.verify.credentials.HeldSecrets`: the values of its
+  environment's credential variables, scrubbed from agents or passed to one by ``pass_env``), searched exactly, in
+  content and path, plainly and in every keyless encoding :mod:`git_agentops.verify.held` knows -- base64 at any
+  alignment, hex, URL-encoding, inside gzip, zlib, bzip2, xz or zip, inside base64 or hex runs -- and reported as
+  ``held-secret:<VARIABLE> (<encoding>)``. An agent never sees most of them; one it was given (its model's key) it
+  may use, never publish.
 
 The work is capped, and the cap fails closed: a blob over :data:`MAX_BLOB_BYTES`, blobs past
 :data:`MAX_TOTAL_BYTES` in all, or commits past :data:`MAX_COMMITS` are reported as ``unscannable`` findings, so a
@@ -48,6 +54,8 @@ from ..errors import AgentOpsError
 from ..gitstore.repo import Store
 from ..model.policy import Policy
 from ..runs.jobs import Refusal, Request
+from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
+from ..verify.held import DEFLATE_NAMES, find_held, redact_held
 from ..verify.redact import find_secrets, redact
 
 MAX_BLOB_BYTES: Final = 8 * 1024 * 1024
@@ -107,10 +115,16 @@ class Finding:
     line: int | None
     commit: str
 
-    def render(self, patterns: Sequence[str] = ()) -> str:
-        """``path[:line]: rule`` with the path made safe to show (a file name can itself be secret-shaped)."""
-        where = clean_text(self.path, 300, patterns) + (f":{self.line}" if self.line is not None else "")
+    def render(self, patterns: Sequence[str] = (), held: HeldSecrets = NO_HELD_SECRETS) -> str:
+        """``path[:line]: rule`` with the path made safe to show (a file name can itself be secret-shaped, or a held
+        secret encoded)."""
+        where = shown_path(self.path, patterns, held) + (f":{self.line}" if self.line is not None else "")
         return f"{where}: {self.rule}"
+
+
+def shown_path(path: str, patterns: Sequence[str], held: HeldSecrets) -> str:
+    """``path`` as a refusal may show it: held secrets and secret shapes redacted, unsafe characters escaped."""
+    return clean_text(redact_held(path, held), 300, patterns)
 
 
 def path_rule(path: str, rules: Sequence[str]) -> str | None:
@@ -129,37 +143,55 @@ def path_rule(path: str, rules: Sequence[str]) -> str | None:
 class _Scan:
     """One scan's state: the budget left and each blob's findings, computed once however many commits carry it."""
 
-    def __init__(self, repo: pygit2.Repository, patterns: Sequence[str], path_rules: Sequence[str]) -> None:
+    def __init__(
+        self, repo: pygit2.Repository, patterns: Sequence[str], path_rules: Sequence[str], held: HeldSecrets
+    ) -> None:
         self.repo = repo
         self.patterns = tuple(patterns)
         self.path_rules = tuple(path_rules)
+        self.held = held
         self.budget = MAX_TOTAL_BYTES
-        self.memo: dict[pygit2.Oid, list[tuple[str, int, str]] | str] = {}
+        self.memo: dict[tuple[pygit2.Oid, str], list[tuple[str, int | None, str]] | str] = {}
 
-    def blob(self, oid: pygit2.Oid) -> list[tuple[str, int, str]] | str:
-        """``(rule, line, digest of the value)`` of each secret in the blob, or why it could not be scanned."""
-        if oid in self.memo:
-            return self.memo[oid]
+    def blob(self, oid: pygit2.Oid, name: str = "") -> list[tuple[str, int | None, str]] | str:
+        """``(rule, line, digest of the value)`` of each secret in the blob, or why it could not be scanned.
+
+        ``name`` is the file's name: a ``*.gz`` may hold a raw deflate stream (:func:`~git_agentops.verify.held.
+        find_held`)."""
+        key = (oid, name if name.lower().endswith(DEFLATE_NAMES) else "")
+        if key in self.memo:
+            return self.memo[key]
         _kind, size = self.repo.odb.read_header(oid)
-        result: list[tuple[str, int, str]] | str
+        result: list[tuple[str, int | None, str]] | str
         if size > MAX_BLOB_BYTES:
             result = f"unscannable: {size} bytes, over the {MAX_BLOB_BYTES // (1024 * 1024)} MiB scanned per file"
         elif size > self.budget:
             result = f"unscannable: past the {MAX_TOTAL_BYTES // (1024 * 1024)} MiB scanned per delivery"
         else:
             self.budget -= size
-            result = self._findings(self.repo[oid].read_raw())
-        self.memo[oid] = result
+            result = self._findings(self.repo[oid].read_raw(), key[1])
+        self.memo[key] = result
         return result
 
-    def _findings(self, data: bytes) -> list[tuple[str, int, str]]:
+    def _findings(self, data: bytes, name: str) -> list[tuple[str, int | None, str]]:
         text = data.decode("utf-8", errors="replace")
         starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        out = []
+        out: list[tuple[str, int | None, str]] = []
         for found in find_secrets(text, self.patterns):
             start = starts[found.line - 1] + found.column - 1
             out.append((found.rule, found.line, sha256_hex(text[start : start + found.length])))
+        held = find_held(data, self.held, name=name)
+        out += [(found.rule, found.line, found.rule) for found in held.found]  # the rule names the value already
+        if held.unscannable is not None:
+            out.append((held.unscannable, None, ""))
         return out
+
+    def path(self, path: str) -> Iterator[str]:
+        """The rules a path itself breaks: a path is published as surely as a file's content."""
+        for shaped in find_secrets(path, self.patterns):
+            yield f"{shaped.rule} in the path"
+        for held in find_held(path.encode("utf-8", errors="surrogateescape"), self.held).found:
+            yield f"{held.rule} in the path"
 
     def commit(self, commit: pygit2.Commit) -> Iterator[Finding]:
         """What ``commit`` adds against its first parent (everything, for a root commit)."""
@@ -168,14 +200,15 @@ class _Scan:
         for path, new, old, mode in _changed_blobs(commit.tree, parent, ""):
             if mode in _BLOB_MODES and (rule := path_rule(path, self.path_rules)) is not None:
                 yield Finding(path, f"file name matches {rule!r}", None, short)
-            for shaped in find_secrets(path, self.patterns):  # a path is published as surely as a file's content
-                yield Finding(path, f"{shaped.rule} in the path", None, short)
-            found = self.blob(new)
+            for rule in self.path(path):
+                yield Finding(path, rule, None, short)
+            found = self.blob(new, path.rsplit("/", 1)[-1])
             if isinstance(found, str):
                 yield Finding(path, found, None, short)
                 continue
-            before = self.blob(old) if old is not None else []
-            known = set() if isinstance(before, str) else {(rule, value) for rule, _line, value in before}
+            before = self.blob(old, path.rsplit("/", 1)[-1]) if old is not None else []
+            # what the replaced blob already held is not this commit's doing; a blob that cannot be searched always is
+            known = set() if isinstance(before, str) else {(rule, value) for rule, _line, value in before if value}
             for rule, line, value in found:
                 if (rule, value) not in known:
                     yield Finding(path, rule, line, short)
@@ -202,9 +235,16 @@ def _changed_blobs(
 
 
 def scan_delivery(
-    store: Store, base: str, head: str, *, patterns: Sequence[str], path_rules: Sequence[str]
+    store: Store,
+    base: str,
+    head: str,
+    *,
+    patterns: Sequence[str],
+    path_rules: Sequence[str],
+    held: HeldSecrets = NO_HELD_SECRETS,
 ) -> list[Finding]:
-    """Every secret the commits ``base..head`` add (see the module docstring), in history order, each once.
+    """Every secret the commits ``base..head`` add (see the module docstring), in history order, each once;
+    ``held`` are the supervisor's secret values, searched for in every encoding.
 
     ``OBJECT_MISSING`` when ``base`` or ``head`` names no commit.
     """
@@ -213,7 +253,7 @@ def scan_delivery(
     base_id = store.resolve_commit(base).id
     walker = repo.walk(head_id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     walker.hide(base_id)
-    scan = _Scan(repo, patterns, path_rules)
+    scan = _Scan(repo, patterns, path_rules, held)
     findings: list[Finding] = []
     seen: set[tuple[str, str, int | None]] = set()
     for count, commit in enumerate(walker):
@@ -228,21 +268,31 @@ def scan_delivery(
     return findings
 
 
-def secrets_refusal(store: Store, policy: Policy, request: Request, *, base: str, head: str) -> Refusal | None:
-    """``RUN_DELIVERY_SECRET`` naming what :func:`scan_delivery` finds in ``base..head``; None when nothing is found
-    or ``[guardrails] secret_scanning = false``."""
+def secrets_refusal(
+    store: Store, policy: Policy, request: Request, *, base: str, head: str, held: HeldSecrets = NO_HELD_SECRETS
+) -> Refusal | None:
+    """``RUN_DELIVERY_SECRET`` naming what :func:`scan_delivery` finds in ``base..head`` (``held``: the supervisor's
+    secret values); None when nothing is found or ``[guardrails] secret_scanning = false``."""
     if not policy.secret_scanning:
         return None
-    findings = scan_delivery(store, base, head, patterns=policy.deny_patterns, path_rules=policy.secret_paths)
+    findings = scan_delivery(
+        store, base, head, patterns=policy.deny_patterns, path_rules=policy.secret_paths, held=held
+    )
     if not findings:
         return None
-    shown = "; ".join(f.render(policy.deny_patterns) for f in findings[:SHOWN])
+    shown = "; ".join(f.render(policy.deny_patterns, held) for f in findings[:SHOWN])
     more = f"; and {len(findings) - SHOWN} more" if len(findings) > SHOWN else ""
+    held_note = (
+        " A held-secret is the value of a credential in the supervisor's environment, which is never published, "
+        "in any encoding."
+        if any(f.rule.startswith("held-secret:") for f in findings)
+        else ""
+    )
     message = (
         f"{head[:12]} adds secret-shaped content (values not shown): {shown}{more}. Take it out of every commit since "
         f"the task's base {base[:12]} -- amend or rebase; a later commit deleting it leaves it in the history that "
         "would be published -- rotate it if it was real, then hand off again (if it is no secret, narrow "
-        "[guardrails] secret_paths or deny_patterns in the policy)"
+        f"[guardrails] secret_paths or deny_patterns in the policy).{held_note}"
     )
-    detail = {"findings": sorted([clean_text(f.path, 300, policy.deny_patterns), f.rule] for f in findings)}
+    detail = {"findings": sorted([shown_path(f.path, policy.deny_patterns, held), f.rule] for f in findings)}
     return Refusal("RUN_DELIVERY_SECRET", message, request, detail, head)

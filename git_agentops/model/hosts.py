@@ -22,6 +22,12 @@ call ``git agentops-request`` and ``git agentops-verify`` -- and nothing it woul
   ``--session SESSION``.
 * **command** -- any argv the policy gives; **scripted** -- the built-in recipe player.
 
+Each kind also names the variables of the person's environment it needs to reach its model (``pass_env``,
+:data:`DEFAULT_PASS_ENV`): agents start with the person's environment *scrubbed* of credentials
+(:mod:`git_agentops.verify.credentials`), and only the variables a host's ``pass_env`` names come through although
+they look like credentials -- an API key, an auth token. ``git agentops-init`` writes them out, so ``policy trust``
+shows which of the person's secrets each host is given.
+
 Placeholders in an argv element or an ``env`` value: ``{prompt}``, ``{prompt_file}``, ``{mailbox}``,
 ``{worktree}``, ``{git_common_dir}``, ``{session}`` (resume only), and for reviewers ``{input}`` and
 ``{report}``. Only these exact names are replaced; any other brace is left as it is.
@@ -143,3 +149,26 @@ DEFAULT_WRITABLE: Final[dict[str, tuple[str, ...]]] = {
 def default_writable(kind: str) -> tuple[str, ...]:
     """The paths (``~`` unexpanded) a host of ``kind`` writes outside its worktree."""
     return DEFAULT_WRITABLE.get(kind, ("~/.cache",))
+
+
+DEFAULT_PASS_ENV: Final[dict[str, tuple[str, ...]]] = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+    "codex": ("OPENAI_API_KEY", "CODEX_API_KEY"),
+    "opencode": (
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_GENERATIVE_AI_API_KEY",
+        "OPENROUTER_API_KEY",
+    ),
+    "command": (),
+    "scripted": (),
+}
+"""The credential variables each kind's agent is given from the person's environment (``[hosts.<name>] pass_env``
+when the policy names none): what its CLI reads to reach its model. Variables that do not look like credentials
+(``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``) come through anyway and need no entry."""
+
+
+def default_pass_env(kind: str) -> tuple[str, ...]:
+    """The names of the person's credential variables a host of ``kind`` is given (none for unknown kinds)."""
+    return DEFAULT_PASS_ENV.get(kind, ())

@@ -103,8 +103,9 @@ def _command_defaults(command: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str, Any]:
-    """A host with its kind's default argv, resume argv and environment filled in (:mod:`.hosts`), so that the
-    config hash -- and what ``policy trust`` shows -- covers exactly what will run."""
+    """A host with its kind's default argv, resume argv, environment, writable paths and passed credential
+    variables (``pass_env``) filled in (:mod:`.hosts`), so that the config hash -- and what ``policy trust`` shows --
+    covers exactly what will run and which of the person's secrets it gets."""
     kind = host["kind"]
     argv = host.get("argv") or list(hosts.default_argv(kind, verify_argvs))
     shell = bool(host.get("shell", False))
@@ -118,6 +119,7 @@ def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str
         "env": {**hosts.default_env(kind, verify_argvs), **host.get("env", {})},
         "resume_argv": resume_argv,
         "writable": list(host.get("writable", hosts.default_writable(kind))),
+        "pass_env": list(host.get("pass_env", hosts.default_pass_env(kind))),
     }
     out.setdefault("resume", bool(resume_argv))
     return out

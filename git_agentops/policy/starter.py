@@ -32,7 +32,7 @@ from .. import __version__
 from ..envs.project import is_python_project, pyproject
 from ..envs.pydeps import declared, installed_names, setup_extras
 from ..envs.tools import ENV_COMMAND, VENV
-from ..model.hosts import MODEL_HOSTS, default_argv, default_env, default_writable
+from ..model.hosts import MODEL_HOSTS, default_argv, default_env, default_pass_env, default_writable
 
 EXCLUDES: Final = (
     ".agentops/worktrees/",
@@ -342,6 +342,7 @@ def starter_policy(
             if env:
                 host["env"] = env
             host["writable"] = list(default_writable(agent.kind))  # what the sandbox lets it write outside
+            host["pass_env"] = list(default_pass_env(agent.kind))  # the person's credentials it is given
             hosts[agent.kind] = host
         doc["run"]["default_host"] = agents[0].kind
         doc["hosts"] = hosts

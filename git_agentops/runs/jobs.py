@@ -24,6 +24,7 @@ from typing import Any
 from ..clock import Clock
 from ..model.policy import Policy
 from ..policy.trust import Verdict
+from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,9 @@ class JobContext:
     policy_file: str | None = None
     """The git blob id of the policy file a transition bound (None before any): the one change of
     ``.agentops/policy.toml`` a delivery may carry (:mod:`git_agentops.integrate.guards`)."""
+    held: HeldSecrets = NO_HELD_SECRETS
+    """The secret values of the supervisor's environment (:meth:`HeldSecrets.from_environ`, computed once): a
+    delivery carrying one, in any encoding, is refused (:mod:`git_agentops.integrate.secrets`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ from ..runs import state as runstate
 from ..runs import transitions
 from ..runs.controls import Stopped
 from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
+from ..verify.credentials import HeldSecrets
 from . import requests, scheduler, tenure, transition
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
@@ -113,6 +114,7 @@ class Supervisor:
             log=self.log,
             fault=self.fault,
             policy_file=transitions.blob_of(transitions.bound_file(store, run_id)),
+            held=HeldSecrets.from_environ(self.environ),  # what agents never get, and deliveries never carry
         )
         self.transition: str | None = None  # the pending policy transition (supervisor.transition)
         self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (supervisor.tenure)
