@@ -27,7 +27,12 @@ class Head:
 
 
 def _git(worktree: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return run_git(worktree, *args)  # neutralised: an agent's fsmonitor or filter driver never runs here
+    """Neutralised git in ``worktree`` (an agent's fsmonitor or filter driver never runs here), reading a worker's
+    object quarantine too: its HEAD and index may name objects only that holds (:mod:`.quarantine`)."""
+    from .quarantine import reader_alternates
+    from .worktree import admin_dir
+
+    return run_git(worktree, *args, env=reader_alternates(admin_dir(worktree)) or None)
 
 
 def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> list[str]:

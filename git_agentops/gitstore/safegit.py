@@ -61,7 +61,7 @@ REPLACEMENTS: Final = {"merge": "git merge-file --quiet %A %O %B"}
 """What a driver's command becomes. An empty filter or diff command means "none" to git; an empty merge driver
 fails the merge, so a merge driver becomes git's own three-way text merge (exit status: conflicts)."""
 
-KEPT_ENV: Final = ("GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE")
+KEPT_ENV: Final = ("GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
 """``GIT_*`` variables a caller may pass deliberately through ``env``."""
 
 
@@ -157,7 +157,8 @@ def run_git(
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``git <args>`` in ``cwd`` neutralised (see the module docstring); ``GIT_FAILED`` if it cannot start.
 
-    ``env`` adds variables (only ``GIT_INDEX_FILE``, ``GIT_DIR``, ``GIT_WORK_TREE`` among ``GIT_*``).
+    ``env`` adds variables (only :data:`KEPT_ENV` among ``GIT_*``: a worker's object quarantine comes in as an
+    alternate to read from).
     ``scan_drivers=False`` skips asking for the repository's drivers: only for a repository whose config the
     caller knows holds none. The exit status is the caller's to judge.
     """

@@ -17,6 +17,7 @@ import pygit2
 
 from ..errors import AgentOpsError
 from .clean import remove_tree
+from .quarantine import ingest
 from .repo import Store
 from .safegit import run_git
 
@@ -62,7 +63,9 @@ def detach_head(admin: Path, commit: str) -> None:
 
 def head_of(store: Store, path: Path) -> str | None:
     """The commit a linked worktree's HEAD names (detached, or through a branch), read from its admin dir; None
-    when there is none or it names no commit this repository has."""
+    when there is none or it names no commit this repository has. A commit its agent wrote into its object
+    quarantine is first moved into the shared store, re-hashed (:func:`~git_agentops.gitstore.quarantine.ingest`):
+    whatever reads a worker's HEAD through here may then read it from the store."""
     admin = admin_dir(path)
     if admin is None:
         return None
@@ -73,6 +76,11 @@ def head_of(store: Store, path: Path) -> str | None:
     if text.startswith("ref: "):
         reference = store.repo.references.get(text[5:].strip())
         text = str(reference.resolve().target) if reference is not None else ""
+    if text and not store.has_object(text):
+        try:
+            ingest(store, admin, text)
+        except AgentOpsError:  # incomplete or forged in its quarantine: no commit of this repository
+            return None
     return text if store.has_object(text) and isinstance(store.repo.get(text), pygit2.Commit) else None
 
 

@@ -42,8 +42,10 @@ from ..gitstore.checkout import head_and_changes
 from ..gitstore.journal import Change, Event
 from ..gitstore.keys import keyring
 from ..gitstore.notes import DELIVERIES_REF, Notes
+from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
+from ..gitstore.worktree import admin_dir
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
@@ -111,6 +113,9 @@ def check_handoff(worktree: Path, *, base: str | None, source_files: Sequence[st
 def _missing_files(worktree: Path, commit: str, paths: Sequence[str]) -> list[str]:
     """The paths (files, or directories holding files) that ``commit``'s tree does not have."""
     repo = pygit2.Repository(str(worktree))
+    quarantine = reader_alternates(admin_dir(worktree)).get("GIT_ALTERNATE_OBJECT_DIRECTORIES")
+    if quarantine:  # its new objects are still in its quarantine: read them there (the commit is ingested later)
+        repo.odb.add_disk_alternate(quarantine)
     tree = repo.revparse_single(commit).peel(pygit2.Tree)
     missing = []
     for path in paths:
@@ -131,7 +136,9 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _as_handed_off(handoff, worktree, worker_contract(view.run(), handoff.worker, view.tasks()))
     if refused is not None:
         return refused
-    mirror_branch(store, worktree, handoff.worker.branch)
+    if mirror_branch(store, worktree, handoff.worker.branch) != handoff.head:  # its objects, out of its quarantine
+        message = f"{handoff.head[:12]}'s objects are missing or do not hash to their names in the worker's store"
+        return _refusal(handoff, "OBJECT_MISSING", message + "; commit again and hand off", {}, handoff.head)
     base = handoff.worker.base or view.run().base_commit
     refused = secrets_refusal(store, ctx.policy, handoff.request, base=base, head=handoff.head, held=ctx.held)
     if refused is not None:
