@@ -15,15 +15,17 @@ each child commits one file and hands off, the supervisor verifies and freezes e
 * **sandbox cost per agent start**: the scripted agent's start (``python -m git_agentops.cli.agent``: the
   interpreter, the package's import, its first look for the mailbox) in a linked worktree, started directly --
   as before the sandbox -- and as the supervisor starts it now: its rules computed (:func:`for_worker`, which
-  walks the directories on the way to what is denied), its spec written, the launcher started, Landlock applied.
-  Interleaved rounds, medians. The sandbox's ratio is Landlock / no Landlock, both under the launcher (``mode =
-  "none"``: it only reaps); the launcher's, launcher + Landlock / direct (it is one more Python start). The
-  same for ``node -e 0``, the runtime Claude Code and opencode start on, when node is installed.
+  walks the directories on the way to what is denied), its spec written, the launcher started, the agent's own
+  user, mount and IPC namespaces entered (private /tmp, sockets masked), Landlock applied. Interleaved rounds,
+  medians. The sandbox's ratio is namespaces + Landlock / no wall, both under the launcher (``mode = "none"``: it
+  only reaps); Landlock alone is shown beside it; the launcher's, launcher + whole sandbox / direct (it is one
+  more Python start). The same for ``node -e 0``, the runtime Claude Code and opencode start on, when node is
+  installed.
 
 Targets: request-to-response p50 under 250 ms; supervisor CPU per task not growing with N; sandbox start ratio
 at most 1.2.
 Last line: ``run_overhead request_response_p50_ms=<n> cpu_per_task_ms_1=<n> cpu_per_task_ms_32=<n>
-sandbox_start_ratio=<x> launcher_start_ratio=<x>``.
+sandbox_start_ratio=<x> landlock_start_ratio=<x> launcher_start_ratio=<x>``.
 """
 
 from __future__ import annotations
@@ -137,8 +139,9 @@ def one_run(root: Path, n: int, env: dict[str, str]) -> tuple[float, list[float]
 
 
 def sandbox_start(root: Path, env: dict[str, str], rounds: int, argv: list[str]) -> dict[str, float]:
-    """Median seconds of one agent start: direct, under the launcher with Landlock, under it with mode none."""
-    from git_agentops.sandbox.plan import for_worker, kernel_abi
+    """Median seconds of one agent start: direct; under the launcher with mode none (only the reaper); with
+    Landlock alone; and with the whole sandbox (its own namespaces, Landlock inside, quarantine and private HOME)."""
+    from git_agentops.sandbox.plan import for_worker, kernel_abi, namespace_problem
 
     repo = root / "sandbox-repo"
     worktree = root / "sandbox-worktree"
@@ -149,7 +152,7 @@ def sandbox_start(root: Path, env: dict[str, str], rounds: int, argv: list[str])
         git(repo, "commit", "-q", "-m", "f", env=env)
         git(repo, "worktree", "add", "-q", "--detach", str(worktree), env=env)
     admin = next((repo / ".git" / "worktrees").iterdir())
-    times: dict[str, list[float]] = {"direct": [], "landlock": [], "none": []}
+    times: dict[str, list[float]] = {"direct": [], "namespace": [], "landlock": [], "none": []}
 
     def launch(mode: str) -> None:
         command = argv
@@ -171,6 +174,8 @@ def sandbox_start(root: Path, env: dict[str, str], rounds: int, argv: list[str])
         subprocess.run(command, cwd=worktree, env=env, capture_output=True, check=False)
 
     modes = ["direct", "landlock", "none"] if kernel_abi() >= 1 else ["direct", "none"]
+    if kernel_abi() >= 1 and namespace_problem() is None:
+        modes.insert(1, "namespace")
     for _ in range(rounds):  # interleaved: every mode sees the same machine
         for mode in modes:
             began = time.perf_counter()
@@ -217,22 +222,25 @@ def main() -> int:
     p50 = statistics.median(all_requests) if all_requests else float("nan")
     print(f"requests answered directly by the supervisor: {len(all_requests)}; p50 {p50:.1f} ms (target < 250)")
     for name, row in starts.items():
-        landlock, launcher = row["landlock"] / row["none"], row["landlock"] / row["direct"]
         print(
             f"agent start, {name} (median of {args.sandbox_rounds}): direct {row['direct'] * 1000:.1f} ms; "
-            f"launcher, no Landlock {row['none'] * 1000:.1f} ms; launcher + Landlock {row['landlock'] * 1000:.1f} ms"
-            f" -> Landlock {landlock:.2f}x, launcher + Landlock {launcher:.2f}x"
+            f"launcher, no wall {row['none'] * 1000:.1f} ms; Landlock alone {row['landlock'] * 1000:.1f} ms; "
+            f"namespaces + Landlock {row['namespace'] * 1000:.1f} ms -> whole sandbox "
+            f"{row['namespace'] / row['none']:.2f}x, Landlock alone {row['landlock'] / row['none']:.2f}x, "
+            f"launcher + whole sandbox {row['namespace'] / row['direct']:.2f}x"
         )
     scripted = starts["scripted agent"]
-    ratio = scripted["landlock"] / scripted["none"]
-    whole = scripted["landlock"] / scripted["direct"]
+    ratio = scripted["namespace"] / scripted["none"]
+    landlock = scripted["landlock"] / scripted["none"]
+    whole = scripted["namespace"] / scripted["direct"]
     print(
-        f"sandbox (Landlock) cost per agent start: {ratio:.2f}x (target <= 1.2) -> {'ok' if ratio <= 1.2 else 'MISSED'}"
+        f"sandbox (namespaces + Landlock) cost per agent start: {ratio:.2f}x (target <= 1.2) -> "
+        f"{'ok' if ratio <= 1.2 else 'MISSED'}"
     )
     print(
         f"run_overhead request_response_p50_ms={p50:.0f} cpu_per_task_ms_1={results[first][0] / first:.0f} "
         f"cpu_per_task_ms_32={results[last][0] / last:.0f} sandbox_start_ratio={ratio:.2f} "
-        f"launcher_start_ratio={whole:.2f}"
+        f"landlock_start_ratio={landlock:.2f} launcher_start_ratio={whole:.2f}"
     )
     return 0
 

@@ -132,6 +132,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RECEIPT_POLICY_MISMATCH": _c(
         EXIT_NEGATIVE, "the receipt's policy transitions do not chain, or its evidence names a policy the run lacked"
     ),
+    "RECEIPT_SANDBOX_WEAKER": _c(
+        EXIT_NEGATIVE, "--require-sandbox: an agent of the receipt ran at a weaker sandbox level, or none is recorded"
+    ),
     "RECEIPT_SIGNING_FAILED": _c(EXIT_REFUSED, "ssh-keygen could not sign the receipt (key missing or unusable)"),
     # runs: supervisor, workers, requests (request codes are answered in the worker's response.json)
     "RUN_NOT_FOUND": _c(EXIT_REFUSED, "no run with that id ('git agentops-run list')"),
@@ -187,12 +190,28 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
         EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"
     ),
-    "RUN_SANDBOX_UNAVAILABLE": _c(EXIT_REFUSED, "the policy requires the sandbox but this kernel cannot provide it"),
+    "RUN_SANDBOX_UNAVAILABLE": _c(
+        EXIT_REFUSED,
+        "the policy asks for walls this machine cannot give: Landlock when required, agents' own namespaces unless "
+        '[sandbox] level = "landlock"',
+    ),
+    "RUN_SANDBOX_WEAKER": _c(
+        EXIT_NEGATIVE,
+        "a warning: agents run under Landlock alone (no namespaces here): the person's sockets are in reach",
+    ),
+    "RUN_AGENTS_AS_ROOT": _c(
+        EXIT_NEGATIVE, "a warning: agents run as root (in their own user namespace, capability-less)"
+    ),
     "RUN_UNSANDBOXED": _c(
         EXIT_NEGATIVE, 'a warning: agents run without the kernel sandbox (no Landlock, or [sandbox] mode = "none")'
     ),
     "RUN_STATE_TAMPERED": _c(
         EXIT_REFUSED, "a run ref holds a commit the supervisor did not write; the run is blocked, nothing is lost"
+    ),
+    "RUN_STATE_QUARANTINED": _c(
+        EXIT_NEGATIVE,
+        "a remote holds run state no supervisor wrote (MAC does not check): kept under refs/agentops-quarantine/, "
+        "not adopted; the run goes on",
     ),
     "RUN_DELIVERY_PROTECTED_PATH": _c(
         EXIT_NEGATIVE, "the delivery changes a protected path (.agentops/**, allowed_signers, CI, hooks)"
@@ -206,11 +225,6 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_POLICY_INVALID": _c(
         EXIT_NEGATIVE,
         "the proposed policy is invalid, changes nothing, or removes or weakens a guard (JSON path named)",
-    ),
-    "RUN_STATE_QUARANTINED": _c(
-        EXIT_NEGATIVE,
-        "a remote holds run state no supervisor wrote (MAC does not check): kept under refs/agentops-quarantine/, "
-        "not adopted; the run goes on",
     ),
     "RUN_POLICY_UNAPPROVED": _c(EXIT_NEGATIVE, "an added or changed capability has no approval with a reason"),
     "RUN_POLICY_PERSON_REQUIRED": _c(
@@ -247,6 +261,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "SYNC_DIVERGED": _c(
         EXIT_NEGATIVE, "a ref diverged from the remote (not forced) or two notes for one object differ"
     ),
+    "SYNC_NOTES_KEPT": _c(
+        EXIT_NEGATIVE, "the remote, though ahead, dropped or rewrote notes this repository has; the local ones stay"
+    ),
     "POLICY_TRUST_AGENT": _c(EXIT_REFUSED, "'policy trust' refuses to run inside an agent's environment"),
     "REQUEST_NO_MAILBOX": _c(EXIT_REFUSED, "not in a worker worktree (no mailbox instructions found)"),
     "REQUEST_TIMEOUT": _c(EXIT_NEGATIVE, "no response arrived before --timeout"),
@@ -265,9 +282,6 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "HOOK_NOTES_REWRITTEN": _c(
         EXIT_NEGATIVE, "a push drops or rewrites a receipt, delivery or evidence note the server holds"
-    ),
-    "SYNC_NOTES_KEPT": _c(
-        EXIT_NEGATIVE, "the remote, though ahead, dropped or rewrote notes this repository has; the local ones stay"
     ),
     "HOOK_FAILED": _c(EXIT_NEGATIVE, "the hook could not check an agentops ref, so it refuses (fail closed)"),
     "HOOKS_CONFLICT": _c(EXIT_REFUSED, "a hook file is in the way and cannot be chained (not a regular file)"),

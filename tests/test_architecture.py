@@ -72,7 +72,7 @@ def _dotted(node: ast.AST) -> str:
     return "?"
 
 
-PROGRAMS = {"sandbox/launcher.py"}
+PROGRAMS = {"sandbox/launcher.py", "sandbox/namespace.py"}
 """Standalone programs outside ``cli``: the sandbox launcher runs as ``python3 -I -S launcher.py SPEC`` between the
 supervisor and an agent, and must exit with the agent's status (``os._exit``, after a fork too)."""
 

@@ -115,6 +115,25 @@ def test_end_to_end_target_moves_by_exactly_the_candidate_with_a_verifiable_rece
 
 
 @pytest.mark.slow
+def test_the_receipt_records_every_agents_sandbox_level_and_meets_require_sandbox_namespace(tmp_path: Path) -> None:
+    """Invariant: on a machine that gives namespaces (this one), every delivery and review of the receipt, and the
+    receipt as a whole, say ``namespace``, and CI's ``--require-sandbox namespace`` accepts it."""
+    repo, signers = signed_project(tmp_path)
+    path = recipe(tmp_path, simple_child("a", "src/a.txt") + simple_child("b", "src/b.txt") + REVIEWERS, finalize=True)
+    run_id = _start(repo, path, detach=False)
+    doc = status(repo, run_id)
+    assert doc["status"] == "complete", doc
+    assert [w["sandbox"] for w in doc["workers"]] == ["namespace"] * 3  # the coordinator and both children
+    note = json.loads(git(repo, "notes", "--ref=agentops/receipts", "show", "main"))
+    predicate = json.loads(base64.b64decode(note["payload"]))["predicate"]
+    assert predicate["sandbox"] == "namespace"
+    assert [d["sandbox"] for d in predicate["deliveries"]["value"]] == ["namespace", "namespace"]
+    assert [r["sandbox"] for r in predicate["reviews"]["value"]] == ["namespace", "namespace"]
+    code, result = _verify(repo, "main", "--allowed-signers", str(signers), "--require-sandbox", "namespace")
+    assert code == 0 and result["ok"] is True, result
+
+
+@pytest.mark.slow
 def test_receipt_copied_or_tampered_and_lost_receipts_are_reported(tmp_path: Path) -> None:
     repo, signers = signed_project(tmp_path)
     base = git(repo, "rev-parse", "main")

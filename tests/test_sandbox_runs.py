@@ -67,7 +67,10 @@ def _results(repo: Path, worker_id: str) -> dict[str, int]:
 @pytest.mark.slow
 def test_inside_the_sandbox_the_work_works_and_the_forbidden_fails_at_the_kernel(tmp_path: Path) -> None:
     repo = project(tmp_path)
-    wheel = _wheel(tmp_path)
+    (repo / "vendor").mkdir()  # the wheel is the project's own: the agent's /tmp is private, the test's is not it
+    wheel = _wheel(repo / "vendor").relative_to(repo)
+    git(repo, "add", "vendor")
+    git(repo, "commit", "-qm", "vendor a wheel")
     key_dir = tmp_path / "keys"
     key_dir.mkdir()
     (key_dir / "signing").write_text("PRIVATE\n")
@@ -87,7 +90,7 @@ def test_inside_the_sandbox_the_work_works_and_the_forbidden_fails_at_the_kernel
             " && test $(git rev-list --count --merges HEAD) = 1",
         ),
         _try(
-            "pip",  # a worktree venv, and pip installing into it (offline: a wheel the test built)
+            "pip",  # a worktree venv, and pip installing into it (offline: a wheel the project vendors)
             f"python3 -m venv .agentops/venv && .agentops/venv/bin/pip install -q --no-index --no-cache-dir {wheel}"
             " && .agentops/venv/bin/python -c 'import localpkg; assert localpkg.VALUE == 42'",
         ),

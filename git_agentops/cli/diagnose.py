@@ -7,6 +7,7 @@ old dependency, an unreadable schema). The report is healthy when nothing failed
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -248,46 +249,54 @@ def _agents(path: str | None) -> Check:
 
 
 def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
-    """The kernel's sandbox (Landlock ABI, user namespaces), and what agents could read without it."""
-    from ..sandbox.plan import kernel_abi
+    """The walls agents get here: Landlock's ABI, their own namespaces, the policy's mode and level; what they could
+    reach without them (the signing key, the trust store, ssh-agent's socket); whether they would run as root."""
+    from ..errors import AgentOpsError
+    from ..sandbox.plan import choose_mode, kernel_abi, namespace_problem
 
     abi = kernel_abi()
-    userns = Path("/proc/sys/user/max_user_namespaces")
-    try:
-        namespaces = int(userns.read_text().strip()) > 0
-    except (OSError, ValueError):
-        namespaces = False
-    value: dict[str, Any] = {"landlockAbi": abi, "userNamespaces": namespaces}
+    problem = namespace_problem()
+    value: dict[str, Any] = {"landlockAbi": abi, "userNamespaces": problem is None, "root": os.getuid() == 0}
     exposed = []
     key = store.config_value("agentops.signingKey") if store is not None else None
     if key:
         exposed.append(f"the signing key {key}")
     state = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".local" / "state")
     exposed.append(f"the trust store {Path(state) / 'git-agentops'}")
-    mode = "landlock"
-    if store is not None:
-        from ..errors import AgentOpsError
-        from ..policy.load import cache_dir_for, load_policy
-
-        try:
-            if store.workdir is not None:
-                mode = load_policy(store.workdir, cache_dir=cache_dir_for(store.common_dir)).sandbox_mode
-        except AgentOpsError:  # a missing or broken policy is the policy check's business
-            mode = "landlock"
-    value["mode"] = mode
+    mode, level = _policy_sandbox(store)
+    try:
+        chosen, why = choose_mode(mode, False, level)
+    except AgentOpsError as exc:
+        chosen, why = "unavailable", exc.message
+    value.update({"mode": mode, "level": chosen})
     detail = f"Landlock ABI {abi}" + (" (signals and abstract sockets scoped)" if abi >= 6 else "")
-    detail += f"; user namespaces {'available' if namespaces else 'unavailable'}"
-    if abi == 0 or mode == "none":
-        why = "this kernel has no Landlock" if abi == 0 else 'the policy says [sandbox] mode = "none"'
+    detail += "; agents' own namespaces " + ("available" if problem is None else f"unavailable ({problem})")
+    root = (
+        "; agents would run as root (in their own user namespace they hold no capability; run as a user if you can)"
+        if os.getuid() == 0
+        else ""
+    )
+    if chosen in ("none", "unavailable"):
         return Check(
             "sandbox",
             "warn",
-            f"{detail}; agents run unconfined ({why}): they can read {' and '.join(exposed)}",
+            f"{detail}; agents run unconfined ({why}): they can read {' and '.join(exposed)}{root}",
             value,
-            'use a kernel with Landlock (5.13+), keep [sandbox] mode = "landlock"',
+            'use a kernel with Landlock (5.13+) and user namespaces, keep [sandbox] mode = "landlock"',
+        )
+    if chosen == "landlock":
+        sock = environ.get("SSH_AUTH_SOCK")
+        reach = f"; ssh-agent's socket {sock} is within their reach: a key in it signs for them" if sock else ""
+        return Check(
+            "sandbox",
+            "warn",
+            f"{detail}; agents run under Landlock alone: the person's unix sockets (tmux, D-Bus...){reach}{root}",
+            value,
+            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 / "
+            "kernel.apparmor_restrict_unprivileged_userns=0)",
         )
     if abi < 6:
-        return Check("sandbox", "warn", detail + "; agents may signal processes outside their sandbox", value)
+        return Check("sandbox", "warn", detail + "; agents may signal processes outside their sandbox" + root, value)
     if key and store is not None and store.workdir is not None:
         folder = Path(key).expanduser().resolve().parent
         if folder == Path(store.workdir).resolve() or folder in Path(store.workdir).resolve().parents:
@@ -295,11 +304,32 @@ def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
                 "sandbox",
                 "warn",
                 f"{detail}; the signing key's directory {folder} holds the repository, so agents are denied only the"
-                " key file, not the rest of that directory",
+                " key file, not the rest of that directory" + root,
                 value,
                 "keep the signing key in a directory of its own (e.g. ~/.config/git-agentops/keys/)",
             )
-    return Check("sandbox", "ok", detail + f"; agents cannot read {' or '.join(exposed)}", value)
+    if root:
+        return Check("sandbox", "warn", f"{detail}; agents cannot read {' or '.join(exposed)}{root}", value)
+    return Check(
+        "sandbox",
+        "ok",
+        f"{detail}; agents cannot read {' or '.join(exposed)}, nor reach the sockets of your session",
+        value,
+    )
+
+
+def _policy_sandbox(store: Any) -> tuple[str, str]:
+    """The policy's ``[sandbox] mode`` and ``level`` (the defaults without a readable policy)."""
+    from ..errors import AgentOpsError
+    from ..policy.load import cache_dir_for, load_policy
+
+    if store is None or store.workdir is None:
+        return "landlock", "namespace"
+    try:
+        policy = load_policy(store.workdir, cache_dir=cache_dir_for(store.common_dir))
+    except AgentOpsError:  # a missing or broken policy is the policy check's business
+        return "landlock", "namespace"
+    return policy.sandbox_mode, policy.sandbox_level
 
 
 def _signing(store: Any, environ: Mapping[str, str]) -> Check:

@@ -2,6 +2,7 @@
 
     show REV                           the receipt of a commit (signatures, statement, predicate)
     verify REV|RANGE [--allowed-signers FILE [--allow-unsigned]] [--require-signature] [--allow-plain-commits]
+                     [--require-sandbox namespace|landlock|none]
 
 ``verify`` is the CI check: envelope, payload type, signatures against the allowed signers (as Git checks
 SSH-signed commits), subject = the commit and its tree, every seal, every task delivered, the recorded merge
@@ -10,7 +11,9 @@ by a valid receipt (its own, or as a merge step of a later one): a plain commit 
 ``--allow-plain-commits`` or the base's ``[receipts] plain_commits = "allow"``; a range with nothing covered fails.
 Exit 0 when all is valid, 1 when anything is not. Pin ``--allowed-signers`` in CI (it implies
 ``--require-signature``); without it the signers and rules come from the policy at BASE (for one commit: at its
-first parent), never from the commit being verified.
+first parent), never from the commit being verified. ``--require-sandbox LEVEL`` also refuses a receipt whose
+agents (the coordinator, every delivering worker, every reviewer) did not all run at LEVEL or a stronger one
+(``namespace`` > ``landlock`` > ``none``), or that records no level (``RECEIPT_SANDBOX_WEAKER``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..model.sandbox import LEVELS
 from .common import Context, Parser, build, run, subcommands
 
 
@@ -40,6 +44,12 @@ def build_parser() -> Parser:
     )
     verify.add_argument(
         "--allow-plain-commits", action="store_true", help="accept commits no receipt covers (listed as not covered)"
+    )
+    verify.add_argument(
+        "--require-sandbox",
+        choices=LEVELS,
+        metavar="LEVEL",
+        help=f"refuse receipts whose agents ran at a weaker sandbox level or record none ({', '.join(LEVELS)})",
     )
     return parser
 
@@ -64,6 +74,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             f"run: {predicate['runId']}  goal: {predicate['goal']['value']}",
             f"target: {integration['target']}  base: {integration['base'][:12]}",
             "merge order: " + " -> ".join(integration["order"]),
+            _sandbox_line(predicate),
         ]
         for record in predicate["verification"]["value"]:
             origin = f"reused from {str(record.get('cachedFrom') or '?')[:12]}" if record.get("cached") else "fresh"
@@ -84,6 +95,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             require_signature=args.require_signature,
             allow_plain=args.allow_plain_commits,
             progress=None if ctx.json else ctx.progress,  # on a terminal only
+            require_sandbox=args.require_sandbox,
         )
         ok = bool(verdicts) and all(v.ok for v in verdicts)
         lines = [_verdict_line(v) for v in verdicts]
@@ -92,6 +104,13 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         ctx.emit({"ok": ok, "verdicts": [v.to_json() for v in verdicts]}, lines)
         return 0 if ok else 1
     raise AgentOpsError("USAGE", "say what to do: show or verify")
+
+
+def _sandbox_line(predicate: dict[str, Any]) -> str:
+    agents = [(str(d["workerId"]), d.get("sandbox")) for d in predicate["deliveries"]["value"]]
+    agents += [(f"reviewer {r['reviewer']}", r.get("sandbox")) for r in predicate["reviews"]["value"]]
+    each = ", ".join(f"{who} {level or 'unrecorded'}" for who, level in agents)
+    return f"sandbox: {predicate.get('sandbox') or 'not recorded'} ({each})"
 
 
 def _verdict_line(verdict: Any) -> str:

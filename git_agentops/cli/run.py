@@ -22,6 +22,7 @@ paused or stopped, 3 refused. With --detach, start returns once a supervisor is 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -175,6 +176,9 @@ def _take_over(ctx: Context, args: argparse.Namespace) -> None:
 
 
 def _supervise(ctx: Context, run_id: str) -> str:
+    from ..sandbox.namespace import set_dumpable
+
+    set_dumpable(False)  # its /proc files (environ, maps, mem) are closed to agents, even to an agent that is root
     supervisor = _supervisor(ctx, run_id)
 
     def terminate(signum: int, frame: object) -> None:
@@ -251,9 +255,19 @@ def _sandbox_warning(ctx: Context, policy: Any) -> str | None:
     ``RUN_SANDBOX_UNAVAILABLE`` when the policy requires it and it cannot be had."""
     from ..sandbox.plan import choose_mode
 
-    mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required)
+    mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required, policy.sandbox_level)
+    if os.getuid() == 0:
+        ctx.warn(
+            "RUN_AGENTS_AS_ROOT",
+            "agents run as root: in their own user namespace they hold no capability and cannot read the "
+            "supervisor's /proc files, but every file of root's is theirs to read where the sandbox allows; "
+            "run as an ordinary user where you can",
+        )
     if mode == "none":
         ctx.warn("RUN_UNSANDBOXED", f"agents run without the sandbox ({why}): they can write what you can write")
+        return why
+    if why:
+        ctx.warn("RUN_SANDBOX_WEAKER", f"agents run at sandbox level {mode}: {why}")
         return why
     return None
 

@@ -49,12 +49,14 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
     doc = summary(ctx.store(), run_id, ctx.clock)
     policy = bound_policy(ctx.store(), run_id)
     try:
-        mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required)
+        mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required, policy.sandbox_level)
     except AgentOpsError as exc:
         mode, why = "unavailable", exc.message
-    doc["sandbox"] = {"mode": mode, "reason": why}
-    if mode != "landlock":
+    doc["sandbox"] = {"mode": mode, "level": mode, "reason": why}
+    if mode in ("none", "unavailable"):
         ctx.warn("RUN_UNSANDBOXED", f"agents of {run_id} run without the sandbox: {why}")
+    elif why:
+        ctx.warn("RUN_SANDBOX_WEAKER", f"agents of {run_id} run at sandbox level {mode}: {why}")
     lines = [
         f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
         f"goal:   {doc['goal']}",
@@ -62,7 +64,7 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time"
         + _spend(doc["budget"]),
         "",
-        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  {'TOKENS':>9} {'COST':>8}  TASK",
+        f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  {'TOKENS':>9} {'COST':>8}  {'SANDBOX':<10}TASK",
     ]
     for w in doc["workers"]:
         tokens = sum(u["inputTokens"] + u["outputTokens"] for u in w["usage"])
@@ -70,7 +72,7 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         cost = f"${sum(costs):.2f}" if costs else "-"
         lines.append(
             f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
-            f"{tokens or '-':>9} {cost:>8}  {w['taskId'] or '-'}"
+            f"{tokens or '-':>9} {cost:>8}  {w.get('sandbox') or '-':<10}{w['taskId'] or '-'}"
         )
     lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
     for task in doc["tasks"]:

@@ -57,6 +57,9 @@ class HostSpec:
     resume_argv: tuple[str, ...] | str = ()  # a string only for a shell host, like argv
     resume: bool = False
     writable: tuple[str, ...] = ()  # what its agents may write outside their worktree, in the sandbox
+    home_files: tuple[str, ...] = ()  # the person's files copied into its agents' private HOME
+    network: bool = True  # False: its agents run in a network namespace of their own, with nothing in it
+    pass_env: tuple[str, ...] | None = None  # the person's credential variables it gets (None: its kind's defaults)
 
     @property
     def binary(self) -> str | None:
@@ -70,8 +73,8 @@ def host_spec(policy: Policy, name: str) -> HostSpec:
     """The host called ``name`` in the policy (``scripted`` is built in). ``RUN_HOST_UNKNOWN``."""
     hosts = policy.doc["hosts"]
     if name not in hosts:
-        if name == "scripted":
-            return HostSpec("scripted", "scripted", (), False, {})
+        if name == "scripted":  # the recipe player talks to its supervisor through files: it needs no network
+            return HostSpec("scripted", "scripted", (), False, {}, network=False)
         raise AgentOpsError("RUN_HOST_UNKNOWN", f"no host {name!r} in the policy (known: scripted, {', '.join(hosts)})")
     host = hosts[name]
     argv = host.get("argv") or ()
@@ -85,6 +88,9 @@ def host_spec(policy: Policy, name: str) -> HostSpec:
         resume if isinstance(resume, str) else tuple(resume),  # a string is one shell command, not its characters
         bool(host.get("resume")) and bool(resume),
         tuple(host.get("writable", ())),
+        tuple(host.get("home_files", ())),
+        bool(host.get("network", True)),
+        passed_variables(policy, name),
     )
 
 
@@ -253,6 +259,30 @@ def header(spec: HostSpec, launch: Launch, argv: list[str]) -> str:
     return f"{HEADER.lstrip(chr(10))}{launch.generation} of {launch.worker_id} ({spec.name}, {how}): {shown!r}\n"
 
 
+NESTED_SANDBOXES: Final = frozenset({"read-only", "workspace-write"})
+"""Codex's ``--sandbox`` modes that run each command under its bubblewrap, which cannot start inside our sandbox
+(Landlock forbids writing the nested user namespace's uid map: ``bwrap: setting up uid map: Permission denied``)."""
+
+
+def unnest(spec: HostSpec, argv: list[str]) -> tuple[list[str], str]:
+    """Inside our sandbox, a Codex host's own command sandbox is turned off (``--sandbox danger-full-access``): it
+    cannot nest in ours, and ours is the wall. Returns the argv and the log line that says so ("" if unchanged)."""
+    if spec.kind != "codex":
+        return argv, ""
+    out = list(argv)
+    for at, arg in enumerate(out[:-1]):
+        if arg in ("--sandbox", "-s") and out[at + 1] in NESTED_SANDBOXES:
+            was, out[at + 1] = out[at + 1], "danger-full-access"
+            return out, (
+                f"codex's own sandbox ({was}, bubblewrap) cannot start inside the agentops sandbox: it is off "
+                "(--sandbox danger-full-access), and the agentops sandbox is the wall\n"
+            )
+        if arg.startswith("--sandbox=") and arg.split("=", 1)[1] in NESTED_SANDBOXES:
+            out[at] = "--sandbox=danger-full-access"
+            return out, "codex's own sandbox cannot start inside the agentops sandbox: it is off\n"
+    return argv, ""
+
+
 def start(
     spec: HostSpec,
     launch: Launch,
@@ -264,17 +294,19 @@ def start(
     """Start the agent -- under the launcher (reaper and, in ``landlock`` mode, the kernel sandbox) when ``sandbox``
     is given, its spec written to ``spec_path``; ``RUN_HOST_FAILED`` when it cannot be started."""
     argv, shell = command_for(spec, launch)
-    env = agent_environment(environ, spec, launch)
+    env = agent_environment(environ, spec, launch, pass_env=spec.pass_env)
+    note = ""
+    if sandbox is not None and sandbox.mode != "none" and not shell:
+        argv, note = unnest(spec, argv)
     run_argv: list[str] | str = argv if not shell else argv[0]
     if sandbox is not None and spec_path is not None:
-        if sandbox.mode == "landlock" and sandbox.tmpdir is not None:
-            env["TMPDIR"] = str(sandbox.tmpdir)  # the one temporary directory it may write
+        env = sandbox.environment(env)  # its object quarantine, private HOME and TMPDIR; none of the person's servers
         run_argv = sandbox.wrap(argv if not shell else ["/bin/sh", "-c", argv[0]], launch.worktree, spec_path)
         shell = False
     launch.log_file.parent.mkdir(parents=True, exist_ok=True)
     log = os.open(launch.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(log, ("\n" + header(spec, launch, argv)).encode())
+        os.write(log, ("\n" + header(spec, launch, argv) + note).encode())
         proc = subprocess.Popen(
             run_argv,
             shell=shell,

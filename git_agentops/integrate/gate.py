@@ -84,7 +84,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
 def _confiner(ctx: JobContext, store: Store) -> Confine:
     """Each reviewer's sandbox: the policy's mode (``RUN_SANDBOX_UNAVAILABLE`` if required and impossible), its
     spec in the run's private dir."""
-    mode, reason = choose_mode(ctx.policy.sandbox_mode, ctx.policy.sandbox_required)
+    mode, reason = choose_mode(ctx.policy.sandbox_mode, ctx.policy.sandbox_required, ctx.policy.sandbox_level)
     key = store.config_value("agentops.signingKey")
 
     def confine(spec: HostSpec, checkout: Path, scratch: Path, name: str) -> tuple[Sandbox, Path]:
@@ -100,6 +100,8 @@ def _confiner(ctx: JobContext, store: Store) -> Confine:
             policy_writable=ctx.policy.sandbox_writable,
             deny_read=ctx.policy.sandbox_deny_read,
             recipe=runstate.recipe_path(store, ctx.run_id),
+            home_files=spec.home_files,
+            network=spec.network,
         )
         where = ctx.run_dir / "sandbox"
         where.mkdir(mode=0o700, parents=True, exist_ok=True)

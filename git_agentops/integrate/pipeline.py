@@ -372,16 +372,18 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
         return sha256_hex(existing)
     tasks = view.tasks()
     binding = transitions.binding(store, ctx.run_id)
+    workers = view.workers()
     data = integration_receipt(
         run,
         tasks,
         policy_config_hash=ctx.policy.config_hash,
         created_at=ctx.clock.now(),
         keys=signing_keys(store),
-        usage=usage_record(view.workers()),
+        usage=usage_record(workers),
         base_config_hash=binding.get("baseConfigHash"),
         policy_transitions=[_receipt_transition(t) for t in binding.get("transitions", ())],
         delivery_evidence={task_id: _evidence_of(store, tasks[task_id]) for task_id in run.integration.order or ()},
+        workers=workers,
     )
     try:
         notes.add(candidate, data, message=f"Receipt of run {run.run_id}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,7 +34,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, remove_private, write_private
 from ..gitstore.safegit import run_git
-from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec, passed_variables
+from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec, passed_variables, unnest
 from ..model.policy import Policy
 from ..process.command import CommandResult, run_command
 from ..resources import data_dir
@@ -51,13 +51,15 @@ Confine = Callable[[HostSpec, Path, Path, str], tuple[Sandbox, Path]]
 
 @dataclass(frozen=True, slots=True)
 class Review:
-    """One reviewer's judgement: its report (None when it wrote no valid one) and the report's digest."""
+    """One reviewer's judgement: its report (None when it wrote no valid one), the report's digest, and the sandbox
+    level the reviewer ran at (``namespace``, ``landlock``, ``none``; None: not known)."""
 
     reviewer: str
     report: Mapping[str, Any] | None
     digest: str
     problem: str | None = None
     attempts: int = 1
+    sandbox: str | None = None
 
     @property
     def blocking(self) -> list[str]:
@@ -70,9 +72,10 @@ class Review:
         return found
 
     def to_json(self) -> dict[str, Any]:
-        """The predicate's review record."""
+        """The predicate's review record (``sandbox`` when known)."""
         verdict = self.report["verdict"] if self.report is not None else "missing"
-        return {"reviewer": self.reviewer, "verdict": verdict, "reportDigest": self.digest}
+        record = {"reviewer": self.reviewer, "verdict": verdict, "reportDigest": self.digest}
+        return record if self.sandbox is None else {**record, "sandbox": self.sandbox}
 
 
 def diff_text(repo_dir: Path, base: str, candidate: str) -> str:
@@ -228,7 +231,8 @@ def _review(
         )
         box = confine(spec, checkout, scratch, f"reviewer-{name}-{attempt}") if confine is not None else None
         ran = _run_reviewer(name, spec, launch, environ=environ, pass_env=pass_env, clock=clock, recipe=recipe, box=box)
-        result = _read_report(name, checkout, relative["report"], ran, attempt)
+        level = box[0].mode if box is not None else "none"  # unconfined: no wall at all
+        result = replace(_read_report(name, checkout, relative["report"], ran, attempt), sandbox=level)
         if result.report is not None:
             return result
         retry = result.problem
@@ -268,10 +272,11 @@ def _run_reviewer(
         argv = command[0] if shell else command
     if box is not None:
         sandbox, spec_path = box
+        if isinstance(argv, list) and sandbox.mode != "none":
+            argv = unnest(spec, argv)[0]  # Codex's own sandbox cannot start inside ours
         full = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
         argv, shell = sandbox.wrap(full, launch.worktree, spec_path), False
-        if sandbox.tmpdir is not None:
-            env["TMPDIR"] = str(sandbox.tmpdir)
+        env = sandbox.environment(env)  # its private HOME and TMPDIR; none of the person's servers
     result = run_command(argv, cwd=launch.worktree, env=env, timeout=REVIEW_TIMEOUT, shell=shell, clock=clock)
     try:
         launch.log_file.parent.mkdir(parents=True, exist_ok=True)

@@ -172,3 +172,19 @@ when the policy names none): what its CLI reads to reach its model. Variables th
 def default_pass_env(kind: str) -> tuple[str, ...]:
     """The names of the person's credential variables a host of ``kind`` is given (none for unknown kinds)."""
     return DEFAULT_PASS_ENV.get(kind, ())
+
+
+DEFAULT_HOME_FILES: Final[dict[str, tuple[str, ...]]] = {
+    "claude": ("~/.claude/.credentials.json", "~/.claude.json"),
+    "codex": ("~/.codex/auth.json",),
+    "opencode": ("~/.local/share/opencode/auth.json",),
+    "command": (),
+    "scripted": (),
+}
+"""The person's files each kind's agent needs to authenticate, copied into its private HOME at every start
+(``[hosts.<name>] home_files`` when the policy names none); the originals are never writable to an agent."""
+
+
+def default_home_files(kind: str) -> tuple[str, ...]:
+    """The person's files (``~`` unexpanded) a host of ``kind`` gets a copy of in its private HOME."""
+    return DEFAULT_HOME_FILES.get(kind, ())

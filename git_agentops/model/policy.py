@@ -120,6 +120,8 @@ def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str
         "resume_argv": resume_argv,
         "writable": list(host.get("writable", hosts.default_writable(kind))),
         "pass_env": list(host.get("pass_env", hosts.default_pass_env(kind))),
+        "home_files": list(host.get("home_files", hosts.default_home_files(kind))),
+        "network": bool(host.get("network", True)),
     }
     out.setdefault("resume", bool(resume_argv))
     return out
@@ -300,6 +302,12 @@ class Policy:
     def sandbox_mode(self) -> str:
         """``sandbox.mode``: ``landlock`` (the default) or ``none``."""
         return str(self.doc.get("sandbox", {}).get("mode", "landlock"))
+
+    @property
+    def sandbox_level(self) -> str:
+        """``sandbox.level``: the least an agent may run at where Landlock exists -- ``namespace`` (the default:
+        refuse to run agents without their own namespaces) or ``landlock`` (Landlock alone is accepted)."""
+        return str(self.doc.get("sandbox", {}).get("level", "namespace"))
 
     @property
     def sandbox_required(self) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from ..canonical import digest
 from .integration import Integration
+from .sandbox import weakest
 from .task import Task, task_contract_hash
 
 STORM_STARTS: Final = 3
@@ -287,11 +288,16 @@ class Worker:
     session: str | None = None  # the host's session id of its latest generation, for resuming it
     usage: tuple[Usage, ...] = ()
     woken_for: tuple[str, ...] = ()  # the events an idle coordinator was already woken for
+    sandbox: str | None = None  # the weakest sandbox level any generation ran at (model.sandbox); None: none yet
 
     @property
     def active(self) -> bool:
         """Whether the worker is on its task (:data:`ACTIVE_WORKER`); active children count against ``max_workers``."""
         return self.status in ACTIVE_WORKER
+
+    def ran_at(self, level: str) -> str | None:
+        """The ``sandbox`` to record once a generation ran at ``level``: the weaker of it and the one recorded."""
+        return weakest((self.sandbox, level))
 
     def to_json(self) -> dict[str, Any]:
         """The ``workers/<id>.json`` document (the ``worker`` schema)."""
@@ -314,14 +320,13 @@ class Worker:
             "session": self.session,
             "usage": [u.to_json() for u in self.usage],
             "wokenFor": list(self.woken_for),
+            "sandbox": self.sandbox,
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Worker:
-        """Read a worker record back (already validated against the ``worker`` schema).
-
-        A failure recorded without ``head`` reads as None.
-        """
+        """Read a worker record back (already validated against the ``worker`` schema); absent optional keys get
+        defaults (a failure without ``head``, a record written before levels were recorded: None)."""
         process = doc.get("process")
         return cls(
             worker_id=doc["workerId"],
@@ -342,6 +347,7 @@ class Worker:
             session=doc.get("session"),
             usage=tuple(Usage.from_json(u) for u in doc.get("usage", ())),
             woken_for=tuple(doc.get("wokenFor", ())),
+            sandbox=doc.get("sandbox"),
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import AgentOpsError
+from ..model.sandbox import weakest_of_all
 from . import make_receipt
 from .statement import build_predicate, build_statement, evidence_summary
 
@@ -45,11 +46,13 @@ def deliveries_of(
     integration: Integration,
     tasks: Mapping[str, Task],
     evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    sandboxes: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """The receipt's delivery entries, in merge order, from each task's recorded delivery.
 
     ``evidence`` (task id -> the evidence of that task's delivery) adds ``evidence``, as summaries, to the entries
-    of the tasks it names.
+    of the tasks it names; ``sandboxes`` (worker id -> the weakest level it ran at, ``Worker.sandbox``) adds
+    ``sandbox`` to the entries of the workers with a level recorded.
     """
     entries = []
     for task_id in integration.order or ():
@@ -63,6 +66,8 @@ def deliveries_of(
         }
         if evidence is not None and task_id in evidence:
             entry["evidence"] = [evidence_summary(record) for record in evidence[task_id]]
+        if (level := (sandboxes or {}).get(delivery["workerId"])) is not None:
+            entry["sandbox"] = level
         entries.append(entry)
     return entries
 
@@ -78,16 +83,23 @@ def integration_receipt(
     base_config_hash: str | None = None,
     policy_transitions: Sequence[Mapping[str, Any]] = (),
     delivery_evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    workers: Sequence[Worker] = (),
 ) -> bytes:
     """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``).
 
     ``base_config_hash`` and ``policy_transitions``: the policy the run started under and its journaled changes
     (:func:`.statement.build_predicate`); ``delivery_evidence``: per task id, the evidence its delivery was
-    accepted with (:func:`deliveries_of`).
+    accepted with (:func:`deliveries_of`); ``workers``: the run's worker records, whose sandbox levels the
+    deliveries and the top-level ``sandbox`` record (the weakest over deliveries, reviews and the coordinator;
+    none when one of them has no level).
     """
     integration = run.integration
     if integration is None or integration.candidate is None or not integration.steps or integration.base is None:
         raise AgentOpsError("RECEIPT_MALFORMED", f"run {run.run_id} has no built integration to receipt")
+    sandboxes = {worker.worker_id: worker.sandbox for worker in workers}
+    deliveries = deliveries_of(integration, tasks, delivery_evidence, sandboxes)
+    reviews = [dict(r) for r in integration.reviews or ()]
+    agents = [*(d.get("sandbox") for d in deliveries), *(r.get("sandbox") for r in reviews)]
     predicate = build_predicate(
         run_id=run.run_id,
         goal=run.goal,
@@ -95,7 +107,7 @@ def integration_receipt(
         toolkit_version=__version__,
         tasks=list(tasks.values()),
         contract_hash=run.contract_hash,
-        deliveries=deliveries_of(integration, tasks, delivery_evidence),
+        deliveries=deliveries,
         integration={
             "target": run.target,
             "base": integration.base,
@@ -105,11 +117,12 @@ def integration_receipt(
             **({"targetRewritten": True} if integration.target_rewritten else {}),
         },
         verification=[dict(v) for v in integration.verification or ()],
-        reviews=[dict(r) for r in integration.reviews or ()],
+        reviews=reviews,
         created_at=created_at,
         usage=usage,
         base_config_hash=base_config_hash,
         policy_transitions=policy_transitions,
+        sandbox=weakest_of_all([*agents, sandboxes.get(run.coordinator_id)]) if workers else None,
     )
     tree = str(integration.steps[-1]["tree"])
     statement = build_statement(commit=integration.candidate, tree=tree, subject_name=run.target, predicate=predicate)

@@ -198,6 +198,7 @@ def check(
     require_covered: bool = True,
     incoming: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    require_sandbox: str | None = None,
 ) -> list[Verdict]:
     """The verdicts of a commit or a range (see the module docstring); the check passes when every verdict is ok.
 
@@ -205,7 +206,8 @@ def check(
     ``require_signature`` otherwise overrides the policy's. ``allow_plain`` accepts commits no receipt covers;
     ``require_covered=False`` lets a range hold no covered commit at all (a push of allowed plain commits onto a
     tip the server already took; CI's range has no such history and keeps the default). ``progress`` hears how
-    far a long range got (every 250 commits).
+    far a long range got (every 250 commits). ``require_sandbox``: every receipt must show its agents ran at that
+    sandbox level or a stronger one (``RECEIPT_SANDBOX_WEAKER``; :func:`.verify.verify_receipt`).
     ``incoming`` gives notes refs their value from a push still being received (``pre-receive``: the objects are
     here, the refs not yet), so receipts pushed together with their commits count.
     """
@@ -239,6 +241,7 @@ def check(
                 allowed_signers=rules.signers,
                 require_signature=rules.required,
                 when=when,
+                require_sandbox=require_sandbox,
             )
 
         if single:

@@ -24,12 +24,17 @@ The predicate (``schemas/receipt-predicate.schema.json``)::
                                    completedAt}]
     tasks           seal([{id, parent, status, title?, revision?, dependencies?}]) -- the task tree
     contractHash    the task tree's contract hash (model.task.contract_hash)
-    deliveries      seal([{taskId, workerId, generation, sourceCommit, deliveryDigest, evidence?}]) -- in merge
-                    order; ``evidence``: the summaries of the evidence the delivery was accepted with
+    deliveries      seal([{taskId, workerId, generation, sourceCommit, deliveryDigest, evidence?, sandbox?}]) -- in
+                    merge order; ``evidence``: the summaries of the evidence the delivery was accepted with;
+                    ``sandbox``: the weakest sandbox level any generation of the delivering worker ran at
     integration     seal({target, base, order: [task ids], steps: [{label, commit, parents: [2 oids], tree}],
                           unreviewed?: [oids of target commits without a receipt], targetRewritten?: true})
     verification    seal([{commandId, argvDigest, exitCode, tests, outputDigest, tree, ...}]) -- evidence summaries
-    reviews         seal([{reviewer, verdict, reportDigest, taskId?}])
+    reviews         seal([{reviewer, verdict, reportDigest, taskId?, sandbox?}]) -- ``sandbox``: the level the
+                    reviewer ran at
+    sandbox?        the weakest sandbox level (``namespace`` > ``landlock`` > ``none``, :mod:`..model.sandbox`) over
+                    every delivery, every review and the coordinator, whose plan shaped the work; absent when one of
+                    them has no level recorded. Not a seal: the signature covers it with the rest of the statement
     toolkitVersion  the toolkit that wrote the receipt
     createdAt       RFC 3339 UTC time the receipt was built
 
@@ -52,6 +57,10 @@ policy the receipt names: a verification entry's ``policyConfigHash`` is ``confi
 every entry must say it. A delivery's evidence was proven under one of the run's policies (its base, a transition's
 end, or the final one): a delivery proven before a transition is fine, one proven under a policy the run never had
 is not. Receipts of runs whose policy never changed carry neither key, byte for byte as before.
+
+**Sandbox** (checked by :func:`sandbox_problem` only when a verifier requires a level, ``RECEIPT_SANDBOX_WEAKER``
+otherwise): the top-level ``sandbox`` and the ``sandbox`` of every delivery and review are recorded and none is
+weaker than the required level. A receipt made before levels were recorded has none and meets no requirement.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ from typing import Any, Final
 from ..canonical import digest
 from ..canonical import seal as make_seal
 from ..clock import iso8601
+from ..model.sandbox import weaker
 from ..model.task import Task
 from ..schema import documents
 
@@ -177,6 +187,7 @@ def build_predicate(
     version: int = 2,
     base_config_hash: str | None = None,
     policy_transitions: Sequence[Mapping[str, Any]] = (),
+    sandbox: str | None = None,
 ) -> dict[str, Any]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
@@ -187,7 +198,8 @@ def build_predicate(
     ``base_config_hash`` is the policy the run was started and trusted under and ``policy_transitions`` its
     journaled changes in order (see :func:`transition_record`); without transitions a base equal to
     ``policy_config_hash`` (or None) adds nothing, so the receipt is byte for byte what it was before transitions
-    existed. The builder records; it does not judge completeness or the policy chain -- :mod:`.verify` does. Raises
+    existed. ``sandbox`` is the top-level sandbox level (None: not recorded; the deliveries and reviews carry their
+    own). The builder records; it does not judge completeness or the policy chain -- :mod:`.verify` does. Raises
     ``SCHEMA_INVALID`` for a value the schema refuses (a programming error in the caller) and
     ``CANONICAL_UNSUPPORTED`` for one with no canonical form.
     """
@@ -224,6 +236,8 @@ def build_predicate(
     }
     if usage is not None:
         predicate["usage"] = seal(dict(usage))
+    if sandbox is not None:
+        predicate["sandbox"] = sandbox
     documents.validate(predicate, "receipt-predicate", what="receipt predicate")
     return predicate
 
@@ -359,3 +373,20 @@ def policy_problem(
                     f"policy {used[:12]}, which the run never had ({known})"
                 )
     return None
+
+
+def sandbox_problem(
+    sandbox: str | None, deliveries: Sequence[Mapping[str, Any]], reviews: Sequence[Mapping[str, Any]], required: str
+) -> str | None:
+    """Why the receipt does not show every agent ran at ``required`` or stronger (module docstring), or None."""
+    agents = [("its agents taken together (the coordinator included)", sandbox)]
+    agents += [(f"worker {d['workerId']} (delivery of {d['taskId']})", d.get("sandbox")) for d in deliveries]
+    agents += [(f"reviewer {r['reviewer']}", r.get("sandbox")) for r in reviews]
+    if all(level is None for _, level in agents):
+        return f"sandbox level {required} is required, but the receipt records no level (made before levels were)"
+    found = [f"{who} ran at {level}" for who, level in agents if level is not None and weaker(level, required)]
+    found += [f"{who} has no level recorded" for who, level in agents if level is None]
+    if not found:
+        return None
+    shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+    return f"sandbox level {required} is required, but {shown}"

@@ -23,7 +23,10 @@ The checks run in this order and the first failure is the verdict, each with its
    recorded base is exactly the steps' commits;
 8. ``RECEIPT_POLICY_MISMATCH`` -- the policy transitions do not chain from ``baseConfigHash`` to ``configHash``, the
    final verification names another policy (or, after a transition, none), or a delivery's evidence was proven
-   under a policy the run never had (rule in :mod:`.statement`, :func:`.statement.policy_problem`).
+   under a policy the run never had (rule in :mod:`.statement`, :func:`.statement.policy_problem`);
+9. ``RECEIPT_SANDBOX_WEAKER`` -- only with ``require_sandbox``: the receipt's top-level ``sandbox`` or a delivery's
+   or review's is weaker than the level required, or not recorded (an older receipt): CI can refuse work done by
+   agents behind a weaker wall than it trusts (:func:`.statement.sandbox_problem`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from .statement import (
     completeness_problem,
     goal_hash,
     policy_problem,
+    sandbox_problem,
 )
 
 
@@ -89,6 +93,7 @@ def verify_receipt(
     require_signature: bool,
     when: datetime | None,
     ssh_keygen: str = "ssh-keygen",
+    require_sandbox: str | None = None,
 ) -> Verdict:
     """Judge the receipt ``data`` (the note's bytes, None when there is none) of ``commit`` (module docstring).
 
@@ -98,6 +103,8 @@ def verify_receipt(
     receipt's steps: any list that is not exactly the steps fails). Note that ``git rev-list --first-parent
     base..commit`` is *not* that walk: it also stops at commits merely reachable from ``base``. None skips the
     walk. ``when`` is the time signing keys must be valid at (typically the committer date; None: now).
+    ``require_sandbox`` is the weakest sandbox level accepted (``namespace``, ``landlock`` or ``none``; None: the
+    levels are not judged).
     """
     principals: list[str] = []
     try:
@@ -122,6 +129,12 @@ def verify_receipt(
         problem = policy_problem(values["policy"], values["verification"], values["deliveries"])
         if problem:
             raise _Fail("RECEIPT_POLICY_MISMATCH", f"the receipt's policy record is inconsistent: {problem}")
+        if require_sandbox is not None:
+            problem = sandbox_problem(
+                predicate.get("sandbox"), values["deliveries"], values["reviews"], required=require_sandbox
+            )
+            if problem:
+                raise _Fail("RECEIPT_SANDBOX_WEAKER", problem)
     except _Fail as failure:
         return Verdict(commit, False, failure.code, failure.message, tuple(principals))
     signed = f"signed by {', '.join(principals)}" if principals else "unsigned"

@@ -232,6 +232,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
                 "blockedReason": w.blocked_reason,
                 "session": w.session,
                 "usage": [u.to_json() for u in w.usage],
+                "sandbox": w.sandbox,
             }
             for w in sorted(view.workers(), key=lambda w: (w.role is not Role.COORDINATOR, w.worker_id))
         ],

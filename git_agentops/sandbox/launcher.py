@@ -7,8 +7,10 @@ little more than the interpreter's start. ``SPEC`` names a JSON file (read, neve
      "rules": [{"path": "/abs/worktree", "access": ["read", "write"]}, ...],
      "scope_signals": true, "scope_abstract_unix": true, "grace": 0.5, "mode": "landlock"}
 
-``rules``, the scopes, ``grace`` (seconds, default 0.5) and ``mode`` (``"landlock"``, the default, or ``"none"``:
-no sandbox, still a reaper) may be left out; any other key is refused. The launcher makes itself a child
+``rules``, the scopes, ``grace`` (seconds, default 0.5), ``mode`` (``"landlock"``, the default, or ``"none"``:
+no sandbox, still a reaper) and ``namespace`` (null, the default, or ``{"hide": [...], "keep": [...], "own":
+[...], "network": true}``: the agent's own user, mount and IPC namespaces, entered before Landlock -- see
+:mod:`.namespace`) may be left out; any other key is refused. The launcher makes itself a child
 subreaper, forks the agent -- which applies the sandbox, enters ``cwd`` and ``exec``s ``argv`` with the
 launcher's environment and stdio -- and then, unsandboxed, reaps every child it gets (:mod:`.reaper`). When the
 agent's main process exits, what is left of the tree gets SIGTERM, ``grace`` seconds, SIGKILL, and the launcher
@@ -33,22 +35,27 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
     from git_agentops.sandbox import landlock, reaper
-else:
 
-    def _load(name: str) -> Any:
-        """Import a sibling module by path: ``-I`` keeps this directory off ``sys.path``; appended, it shadows no
-        standard module."""
-        here = os.path.dirname(os.path.abspath(__file__))
-        sys.path.append(here)
-        try:
-            return __import__(name)
-        finally:
-            sys.path.remove(here)
 
+def _load(name: str) -> Any:
+    """Import a sibling module by path: ``-I`` keeps this directory off ``sys.path``; appended, it shadows no
+    standard module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.append(here)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(here)
+
+
+if not TYPE_CHECKING:
     landlock = _load("landlock")
     reaper = _load("reaper")
 
-SPEC_KEYS = frozenset({"version", "argv", "cwd", "rules", "scope_signals", "scope_abstract_unix", "grace", "mode"})
+SPEC_KEYS = frozenset(
+    {"version", "argv", "cwd", "rules", "scope_signals", "scope_abstract_unix", "grace", "mode", "namespace"}
+)
+NAMESPACE_KEYS = frozenset({"hide", "keep", "own", "network"})
 MODES = ("landlock", "none")
 EXIT_CANNOT_RUN = 126
 EXIT_NOT_FOUND = 127
@@ -132,7 +139,24 @@ def load_spec(path: str) -> dict[str, Any]:
         raise SpecError(f"grace must be a number of seconds from 0 to 60, not {grace!r}")
     if spec["mode"] not in MODES:
         raise SpecError(f"mode must be one of {list(MODES)}, not {spec['mode']!r}")
+    _check_namespace(spec.setdefault("namespace", None))
     return spec
+
+
+def _check_namespace(ns: Any) -> None:
+    """``namespace``: null, or ``{"hide": [dir...], "keep": [path...], "own": [dir...], "network": bool}``."""
+    if ns is None:
+        return
+    if not isinstance(ns, dict) or set(ns) != NAMESPACE_KEYS:
+        raise SpecError(f"namespace must be null or an object with exactly the keys {sorted(NAMESPACE_KEYS)}")
+    for key in ("hide", "keep", "own"):
+        paths = ns[key]
+        if not isinstance(paths, list) or not all(
+            isinstance(p, str) and p.startswith("/") and "\0" not in p for p in paths
+        ):
+            raise SpecError(f"namespace.{key} must be a list of absolute paths")
+    if not isinstance(ns["network"], bool):
+        raise SpecError("namespace.network must be true or false")
 
 
 def _agent(spec: dict[str, Any], report: int, mask: set[int | signal.Signals]) -> NoReturn:
@@ -142,16 +166,22 @@ def _agent(spec: dict[str, Any], report: int, mask: set[int | signal.Signals]) -
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; the agent must get them as usual
             signal.signal(sig, signal.SIG_DFL)
         search = os.get_exec_path()  # now: it imports a module, which the sandbox may forbid
+        ns = spec["namespace"]
+        if ns is not None:  # first: the directories it covers and binds back are then the ones cwd names
+            _load("namespace").enter(hide=ns["hide"], keep=ns["keep"], own=ns["own"], network=ns["network"])
         try:
             os.chdir(spec["cwd"])
         except OSError as exc:
             raise OSError(exc.errno, f"cannot enter cwd {spec['cwd']}: {exc.strerror}") from exc
         if spec["mode"] == "landlock":
+            hidden = ns["hide"] if ns is not None else []
             version = landlock.apply(
                 spec["rules"],
                 scope_signals=spec["scope_signals"],
                 scope_abstract_unix=spec["scope_abstract_unix"],
-                on_missing=lambda path: _err(f"rule path {path} does not exist; skipped"),
+                on_missing=lambda path: (
+                    None if _hidden(path, hidden) else _err(f"rule path {path} does not exist; skipped")
+                ),
             )
             if version < 6 and (spec["scope_signals"] or spec["scope_abstract_unix"]):
                 _err(f"warning: Landlock ABI {version} cannot scope signals or abstract sockets")
@@ -166,13 +196,18 @@ def _agent(spec: dict[str, Any], report: int, mask: set[int | signal.Signals]) -
     except landlock.LandlockError as exc:
         reason = f"landlock: {exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
     except OSError as exc:
-        reason = str(exc.strerror)
+        reason = f"namespace: {exc.strerror}" if type(exc).__name__ == "NamespaceError" else str(exc.strerror)
     except BaseException as exc:  # noqa: BLE001 -- the child must always reach _exit, whatever went wrong
         reason = f"{type(exc).__name__}: {exc}"
     try:
         os.write(report, f"{code} {reason}".encode(errors="replace"))
     finally:
         _child_exit(code)
+
+
+def _hidden(path: str, hidden: list[str]) -> bool:
+    """Whether ``path`` lies under a directory the namespace covered with a tmpfs (its rule is moot there)."""
+    return any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden)
 
 
 def _execvp(argv: list[str], search: list[str]) -> NoReturn:
@@ -220,6 +255,8 @@ def main(args: list[str]) -> int:
         os.close(read_end)
         _agent(spec, write_end, mask)
     os.close(write_end)
+    if spec["namespace"] is not None:  # the agent (another user namespace) may not read this process's /proc files
+        _load("namespace").set_dumpable(False)
     report = _read_report(read_end)
     os.close(read_end)
     if report:

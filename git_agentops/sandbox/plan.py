@@ -1,28 +1,77 @@
-"""The sandbox of one agent launch: whether there is one, its rules, and the launcher command that applies them.
+"""The sandbox of one agent launch: its level, its rules, its namespaces, and the launcher command that applies them.
 
 Every agent starts under the launcher (:mod:`.launcher`, a standalone script run as ``python3 -I -S``): a per-agent
-reaper (``PR_SET_CHILD_SUBREAPER``) that forks the agent, applies Landlock to the child when the mode is
-``landlock``, and stops every descendant -- ``setsid`` and double-forked daemons included -- when the agent ends or
-the worker is stopped. With ``[sandbox] mode = "none"``, or on a kernel without Landlock, the launcher still reaps;
-only the wall is missing, and every run start and ``run status`` say so.
+reaper (``PR_SET_CHILD_SUBREAPER``) that forks the agent, puts the child in namespaces of its own and applies
+Landlock to it, and stops every descendant -- ``setsid`` and double-forked daemons included -- when the agent ends or
+the worker is stopped. The **level** an agent runs at is one of:
+
+* ``namespace`` (the default) -- its own user, mount and IPC namespaces (:mod:`.namespace`: private ``/tmp`` and
+  ``/dev/shm``, the person's sockets and ``~/.ssh`` out of reach, no capability) with Landlock inside them;
+* ``landlock`` -- Landlock alone: only where the machine cannot give namespaces and the policy says ``[sandbox]
+  level = "landlock"``; the person's pathname sockets are then within reach, and ``run start``, ``run status`` and
+  the receipt say so;
+* ``none`` -- no wall (``[sandbox] mode = "none"``, or a kernel without Landlock when the policy allows it); the
+  launcher still reaps.
+
+At ``namespace`` and ``landlock``, an agent gets a private ``HOME`` (in its worktree's admin dir, kept across its
+generations; the host's credential files the policy names are copied in, the person's own are never writable), its
+own ``TMPDIR`` and XDG directories, and an object quarantine (:mod:`git_agentops.gitstore.quarantine`): the shared
+object store is read-only to it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
 from ..errors import AgentOpsError
+from ..gitstore.quarantine import agent_environment as quarantine_environment
+from ..gitstore.quarantine import prepare as prepare_quarantine
+from ..model.sandbox import LEVELS
 from .rules import Places, agent_rules, expand
-from .spec import LAUNCHER, Mode, Rule, SandboxSpec, launcher_command, write_spec
+from .spec import LAUNCHER, Mode, Namespace, Rule, SandboxSpec, launcher_command, write_spec
 
-__all__ = ["GRACE", "LAUNCHER", "Sandbox", "choose_mode", "for_reviewer", "for_worker", "kernel_abi"]
+__all__ = [
+    "GRACE",
+    "LAUNCHER",
+    "LEVELS",
+    "Sandbox",
+    "choose_mode",
+    "for_reviewer",
+    "for_worker",
+    "kernel_abi",
+    "namespace_problem",
+]
 
 GRACE: Final = 0.5
 """Seconds the launcher gives the agent's descendants between SIGTERM and SIGKILL (the supervisor gives it 3)."""
+
+
+NAMESPACE_SCRIPT: Final = Path(__file__).with_name("namespace.py")
+
+DROPPED_ENV: Final = (
+    "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "TMUX",
+    "TMUX_PANE",
+    "STY",
+    "WAYLAND_DISPLAY",
+    "DISPLAY",
+    "GNUPGHOME",
+    "DOCKER_HOST",
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "GPG_AGENT_INFO",
+    "KRB5CCNAME",
+)
+"""Variables naming the person's servers and sessions: a sandboxed agent is not told where they are."""
 
 
 def kernel_abi() -> int:
@@ -32,28 +81,85 @@ def kernel_abi() -> int:
     return abi()
 
 
+@functools.cache
+def namespace_problem() -> str | None:
+    """Why agents cannot get their own namespaces here (None: they can), asked once of a process of its own."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(NAMESPACE_SCRIPT), "probe"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the namespace probe could not run: {exc}"
+    if done.returncode == 0:
+        return None
+    return done.stderr.decode(errors="replace").strip() or f"the namespace probe exited {done.returncode}"
+
+
 @dataclass(frozen=True, slots=True)
 class Sandbox:
-    """What one launch runs under: ``mode`` (``landlock`` or ``none``), why when it is ``none``, and the rules."""
+    """What one launch runs under: its level (``namespace``, ``landlock`` or ``none``), what is missing and why,
+    its rules, namespaces, TMPDIR, private HOME and object quarantine (``(quarantine, shared objects)``)."""
 
     mode: str
     reason: str | None = None
     rules: tuple[Rule, ...] = ()
     tmpdir: Path | None = None
     grace: float = GRACE
+    namespace: Namespace | None = None
+    home: Path | None = None
+    objects: tuple[Path, Path] | None = None
 
     def spec(self, argv: Sequence[str], cwd: Path) -> SandboxSpec:
-        """The launcher's spec of running ``argv`` in ``cwd`` under this sandbox."""
-        return SandboxSpec(tuple(argv), str(cwd), self.rules, mode=Mode(self.mode), grace=self.grace)
+        """The launcher's spec of running ``argv`` in ``cwd`` under this sandbox; a file ``argv`` names by its
+        absolute path (the host's program, a script the policy names) stays visible in the agent's namespace."""
+        mode = Mode.NONE if self.mode == "none" else Mode.LANDLOCK
+        namespace = self.namespace
+        if namespace is not None:
+            named = tuple(a for a in argv if a.startswith("/") and "\0" not in a and os.path.isfile(a))
+            namespace = replace(namespace, keep=tuple(sorted({*namespace.keep, *named})))
+        return SandboxSpec(tuple(argv), str(cwd), self.rules, mode=mode, grace=self.grace, namespace=namespace)
 
     def wrap(self, argv: Sequence[str], cwd: Path, spec_path: Path) -> list[str]:
         """Write the spec to ``spec_path`` (0600) and return the argv that starts the agent under the launcher."""
         write_spec(spec_path, self.spec(argv, cwd))
         return launcher_command(spec_path)
 
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """``environ`` as the agent gets it under this sandbox: its object quarantine; and when sandboxed, its
+        private HOME, XDG directories and TMPDIR, without the variables that name the person's servers."""
+        env = dict(environ)
+        if self.objects is not None:
+            env.update(quarantine_environment(self.objects[0].parent, self.objects[1].parent))
+        if self.mode == "none":
+            return env
+        for name in DROPPED_ENV:
+            env.pop(name, None)
+        if self.home is not None:
+            env.update(home_environment(self.home))
+        if self.tmpdir is not None:
+            env["TMPDIR"] = str(self.tmpdir)
+        return env
 
-def choose_mode(mode: str, required: bool) -> tuple[str, str | None]:
-    """(``landlock`` or ``none``, why ``none``). ``RUN_SANDBOX_UNAVAILABLE`` when required but impossible."""
+
+def home_environment(home: Path) -> dict[str, str]:
+    """HOME and the XDG base directories, all inside ``home``."""
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+    }
+
+
+def choose_mode(mode: str, required: bool, level: str = "namespace") -> tuple[str, str | None]:
+    """(``namespace``, ``landlock`` or ``none``; which walls are missing and why). ``RUN_SANDBOX_UNAVAILABLE`` when
+    the policy asks for more than this machine gives: Landlock when ``required``, namespaces unless ``level =
+    "landlock"``."""
     if mode == "none":
         if required:
             raise AgentOpsError(
@@ -61,12 +167,25 @@ def choose_mode(mode: str, required: bool) -> tuple[str, str | None]:
             )
         return "none", 'the policy says [sandbox] mode = "none"'
     abi = kernel_abi()
-    if abi >= 1:
-        return "landlock", None
-    why = "this kernel has no Landlock (needs Linux 5.13+ with landlock in the LSM list)"
-    if required:
-        raise AgentOpsError("RUN_SANDBOX_UNAVAILABLE", f"the policy requires the sandbox, but {why}")
-    return "none", why
+    if abi < 1:
+        why = "this kernel has no Landlock (needs Linux 5.13+ with landlock in the LSM list)"
+        if required:
+            raise AgentOpsError("RUN_SANDBOX_UNAVAILABLE", f"the policy requires the sandbox, but {why}")
+        return "none", why
+    problem = namespace_problem()
+    if problem is None:
+        return "namespace", None
+    why = (
+        f"agents cannot get their own namespaces on this machine ({problem}): the person's unix sockets "
+        "(tmux, ssh-agent, D-Bus...), /tmp and /dev/shm are within their reach"
+    )
+    if level == "landlock":
+        return "landlock", why
+    raise AgentOpsError(
+        "RUN_SANDBOX_UNAVAILABLE",
+        f"{why}; allow user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, "
+        f'or the AppArmor restriction lifted), or accept Landlock alone with [sandbox] level = "landlock"',
+    )
 
 
 def for_worker(
@@ -82,20 +201,26 @@ def for_worker(
     policy_writable: Sequence[str],
     deny_read: Sequence[str],
     recipe: Path | None,
+    home_files: Sequence[str] = (),
+    network: bool = True,
 ) -> Sandbox:
-    """The sandbox of one worker generation: it writes its worktree, its admin dir, the object database and its
-    TMPDIR (in the admin dir); its rules are computed from where its things are (:mod:`.rules`)."""
+    """The sandbox of one worker generation: it writes its worktree, its admin dir (with its object quarantine,
+    private HOME and TMPDIR) and its host's paths; it reads the shared object store; its rules are computed from
+    where its things are (:mod:`.rules`)."""
     tmpdir = admin_dir / "agentops-tmp"
-    own = (worktree, admin_dir, common_dir / "objects", tmpdir)
     return _sandbox(
         mode,
         reason,
         Places(worktree, admin_dir, common_dir, tmpdir, *_private(common_dir, environ, signing_key)),
-        own=own,
+        own=(worktree, admin_dir, tmpdir),
+        home=admin_dir / "agentops-home",
+        objects=(prepare_quarantine(admin_dir), common_dir / "objects"),
         environ=environ,
         writable=(*host_writable, *policy_writable),
         deny_read=deny_read,
         recipe=recipe,
+        home_files=home_files,
+        network=network,
     )
 
 
@@ -112,19 +237,25 @@ def for_reviewer(
     policy_writable: Sequence[str],
     deny_read: Sequence[str],
     recipe: Path | None,
+    home_files: Sequence[str] = (),
+    network: bool = True,
 ) -> Sandbox:
     """The sandbox of one reviewer: it reads the candidate ``checkout`` but writes only its ``scratch`` dir (its
-    input, prompt and report) and a TMPDIR in it -- a reviewer cannot change what it reviews."""
+    input, prompt, report, HOME and TMPDIR) -- a reviewer cannot change what it reviews, nor write any object."""
     tmpdir = scratch / "tmp"
     return _sandbox(
         mode,
         reason,
         Places(checkout, scratch, common_dir, tmpdir, *_private(common_dir, environ, signing_key)),
         own=(scratch, tmpdir),
+        home=scratch / "home",
+        objects=None,
         environ=environ,
         writable=(*host_writable, *policy_writable),
         deny_read=deny_read,
         recipe=recipe,
+        home_files=home_files,
+        network=network,
     )
 
 
@@ -146,27 +277,102 @@ def _private(
     )
 
 
+def seed_home(home: Path, files: Sequence[str], environ: Mapping[str, str]) -> list[Path]:
+    """Copy each of the person's ``files`` (``~/...``, as the policy names them) to the same place in the agent's
+    private ``home`` (0600: the agent may rewrite its copy, never the original). Missing files are skipped, and so
+    is a path outside the person's HOME (nothing to copy: it is read where it is). Returns the copies made."""
+    real_home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    made = []
+    for text in files:
+        source = expand(text, environ)
+        try:
+            rel = source.relative_to(real_home)
+        except ValueError:
+            continue
+        if not source.is_file() or rel == Path():
+            continue
+        target = home / rel
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if target.is_symlink() or target.is_dir():  # something the agent put there: never written through
+            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
+        tmp = target.with_name(f".{target.name}.agentops-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        shutil.copyfile(source, tmp, follow_symlinks=True)
+        tmp.chmod(0o600)
+        os.replace(tmp, target)
+        made.append(target)
+    return made
+
+
+def _keep(places: Places, home: Path, extra: Sequence[Path], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """What the agent needs from beneath a directory its namespace covers: its own places, the repository, the
+    interpreter and its packages, and every directory on its ``PATH``."""
+    paths: list[str | Path] = [
+        places.worktree,
+        places.admin_dir,
+        places.common_dir,
+        places.tmpdir,
+        home,
+        *extra,
+        *places.readable_private,
+        *places.readable_files,
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        Path(__file__).resolve().parents[2],  # the package's own source root (an editable install, a checkout)
+        *(p for p in sys.path if p.startswith("/")),
+    ]
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        if entry.startswith("/"):  # a bin dir comes with its prefix: npm's .bin links into ../<package>, a venv's
+            name = os.path.basename(entry.rstrip("/"))  # bin into its lib
+            paths.append(os.path.dirname(entry.rstrip("/")) if name in ("bin", ".bin") else entry)
+    return tuple(sorted({str(p) for p in paths}))
+
+
+def _hidden(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The directories an agent's namespace covers with an empty tmpfs (those that exist)."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    candidates = ("/tmp", "/var/tmp", "/dev/shm", f"/run/user/{os.getuid()}", f"{home}/.ssh", f"{home}/.gnupg")  # noqa: S108
+    return tuple(path for path in candidates if os.path.isdir(path) and not os.path.islink(path))
+
+
 def _sandbox(
     mode: str,
     reason: str | None,
     places: Places,
     *,
     own: Sequence[Path],
+    home: Path,
+    objects: tuple[Path, Path] | None,
     environ: Mapping[str, str],
     writable: Sequence[str],
     deny_read: Sequence[str],
     recipe: Path | None,
+    home_files: Sequence[str],
+    network: bool,
 ) -> Sandbox:
     places.tmpdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if mode != "landlock":
+    if mode == "none":  # no wall: the agent may write refs too, which must never name an object only it holds
         return Sandbox("none", reason, (), places.tmpdir)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    seed_home(home, home_files, environ)
     if recipe is not None:
         places = replace(places, readable_files=(recipe,))
+    agent_env = {**environ, **home_environment(home)}  # a host's "~/.claude" is the one in its private HOME
     extra = []
     for text in writable:
-        path = expand(text, environ)
+        path = expand(text, agent_env)
         if not path.exists() and not path.suffix:  # a directory the host will want: make it, or it cannot
             path.mkdir(parents=True, exist_ok=True)
         extra.append(path)
-    rules = agent_rules(places, own=own, writable=extra, deny_read=[expand(p, environ) for p in deny_read])
-    return Sandbox("landlock", None, tuple(rules), places.tmpdir)
+    rules = agent_rules(places, own=(*own, home), writable=extra, deny_read=[expand(p, environ) for p in deny_read])
+    namespace = None
+    if mode == "namespace":
+        namespace = Namespace(
+            hide=_hidden(environ),
+            keep=_keep(places, home, extra, agent_env),
+            own=tuple(str(p) for p in (*own, home)),
+            network=network,
+        )
+    return Sandbox(mode, reason, tuple(rules), places.tmpdir, namespace=namespace, home=home, objects=objects)

@@ -45,6 +45,21 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
+class Namespace:
+    """The agent's namespaces (:mod:`.namespace`): directories covered by an empty tmpfs, paths bound back from
+    beneath them, the agent's own directories (their sockets are not masked), and whether it keeps the network."""
+
+    hide: tuple[str, ...]
+    keep: tuple[str, ...]
+    own: tuple[str, ...]
+    network: bool = True
+
+    def to_json(self) -> dict[str, object]:
+        """The spec's ``namespace`` object."""
+        return {"hide": list(self.hide), "keep": list(self.keep), "own": list(self.own), "network": self.network}
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxSpec:
     """One agent launch: what to run, where, and what it may touch."""
 
@@ -55,6 +70,7 @@ class SandboxSpec:
     grace: float = 0.5
     scope_signals: bool = True
     scope_abstract_unix: bool = True
+    namespace: Namespace | None = None
     version: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +92,7 @@ class SandboxSpec:
             "scope_abstract_unix": self.scope_abstract_unix,
             "grace": self.grace,
             "mode": str(self.mode),
+            "namespace": self.namespace.to_json() if self.namespace is not None else None,
         }
 
 

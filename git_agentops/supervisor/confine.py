@@ -39,11 +39,14 @@ class Confinement:
 
     @property
     def mode(self) -> tuple[str, str | None]:
-        """(``landlock`` or ``none``, why ``none``); ``RUN_SANDBOX_UNAVAILABLE`` when required but impossible."""
+        """(the level: ``namespace``, ``landlock`` or ``none``; which walls are missing and why);
+        ``RUN_SANDBOX_UNAVAILABLE`` when the policy asks for more than this machine gives."""
         if self._mode is None:
-            self._mode = choose_mode(self.policy.sandbox_mode, self.policy.sandbox_required)
+            self._mode = choose_mode(self.policy.sandbox_mode, self.policy.sandbox_required, self.policy.sandbox_level)
             if self._mode[0] == "none":
                 self.log(f"warning: agents run without the sandbox: {self._mode[1]}")
+            elif self._mode[1]:
+                self.log(f"warning: agents run at sandbox level {self._mode[0]}: {self._mode[1]}")
         return self._mode
 
     def sandbox(self, worker: Worker, spec: HostSpec, recipe: Path | None) -> Sandbox:
@@ -64,6 +67,8 @@ class Confinement:
             policy_writable=self.policy.sandbox_writable,
             deny_read=self.policy.sandbox_deny_read,
             recipe=recipe,
+            home_files=spec.home_files,
+            network=spec.network,
         )
 
     def guard(self, worktree: Path, kind: str, *, base: str | None = None) -> None:

@@ -3,19 +3,17 @@
 * **start** -- issue a new generation by CAS (only while the run is active, unfenced and no policy transition is
   pending: ``RUN_POLICY_TRANSITION_PENDING``), write its instructions and prompt, launch its host in its worktree;
 * **kill** -- SIGTERM the worker's process group, SIGKILL after the grace, and reap it: then nothing of it runs;
-* **reap** -- a worker whose process ended is accounted (the session id and usage its host reported) and then
-  judged: a coordinator that ended its turn after planning is *idle* (:mod:`git_agentops.model.lifecycle`); any
-  other end without a delivery is a failure (``RUN_WORKER_EXITED``, with the end of its log); a resumed session
-  that failed at once is dropped and the worker starts afresh;
-* **wake** -- an idle coordinator starts again (a new generation, its session resumed where the host can) once
-  for each event that needs it;
+* **reap** -- a worker whose process ended has its commits taken out of its quarantine (its branch mirrored), is
+  accounted (the session id and usage its host reported) and judged: a coordinator that ended its turn after
+  planning is *idle* (:mod:`git_agentops.model.lifecycle`); any other end without a delivery is a failure
+  (``RUN_WORKER_EXITED``, with the end of its log); a resumed session that failed at once starts afresh;
+* **wake** -- an idle coordinator starts again (a new generation, its session resumed) once per event needing it;
 * **reconcile** -- a supervisor that takes over stops the process groups a dead one left running (or, refusing the
   run, stops them and leaves it): an interruption, never the agent's failure (:func:`~git_agentops.model.lifecycle.
   interrupted`); the next generation is told why it starts;
 * **fail** -- record the failure; restart with a diagnostic, unless the same failure repeated without progress,
   which blocks, or the worker failed :data:`~git_agentops.model.run.MAX_GENERATIONS` generations;
 * **block** -- the worker, its task and every task depending on it (and the run, for the coordinator).
-
 Everything here runs in the loop thread.
 """
 
@@ -65,6 +63,7 @@ from ..protocol import instructions, mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.controls import Stopped, run_processes, stop_group, stop_stray
+from ..runs.workspaces import mirror_branch
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement
@@ -294,6 +293,7 @@ class Workers:
             worker_id,
             status=WorkerStatus.RUNNING,
             process=ProcessRef(identity.pid, identity.start_time),
+            sandbox=worker.ran_at(sandbox.mode),  # the weakest level of any generation (model.sandbox)
             event="WORKER_STARTED",
             summary=f"{worker_id} generation {worker.generation} started (pid {identity.pid})",
         )
@@ -353,6 +353,7 @@ class Workers:
                 exit_code = None
             if worker.process is not None:
                 stop_group(worker.process, grace=self.grace)  # what it left running in its group dies with it
+            mirror_branch(self.store, Path(worker.worktree), worker.branch)  # its commits, out of its quarantine
             self._ended(worker, exit_code, self.account(worker))
         self.state.refresh()
 

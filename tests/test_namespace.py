@@ -1,0 +1,190 @@
+"""The agent's own namespaces, through the real launcher: private /tmp, masked sockets, no capability, closed /proc.
+
+Why: Landlock (ABI 7) does not mediate ``connect()`` on a pathname unix socket, so before these walls an agent
+could drive the person's tmux server or ssh-agent; as root it could read the supervisor's ``/proc/PID/environ``.
+Each test starts the launcher as the supervisor does, with a spec holding a ``namespace``, and looks at what the
+agent's own process could do. A machine without user namespaces fails here (CI and this machine have them): the
+product refuses to run agents there unless the policy accepts ``[sandbox] level = "landlock"``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from git_agentops.errors import AgentOpsError
+from git_agentops.sandbox import namespace
+from git_agentops.sandbox.plan import choose_mode, namespace_problem
+from git_agentops.sandbox.spec import Mode, Namespace, Rule, SandboxSpec, launcher_command, write_spec
+
+PY = os.path.realpath(sys.executable)
+READ_ALL = (Rule("/", ("read", "execute")), Rule("/dev/null", ("read", "write")))
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Path]:
+    """A listening pathname socket of "the person" (as tmux's or ssh-agent's is) in ``tmp_path/sockets``."""
+    where = tmp_path / "sockets"
+    where.mkdir()
+    path = where / "server.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+    try:
+        yield path
+    finally:
+        listener.close()
+
+
+def launch(
+    tmp_path: Path,
+    code: str,
+    *,
+    hide: Sequence[str] = (),
+    keep: Sequence[str] = (),
+    own: Sequence[str] = (),
+    network: bool = True,
+    rules: Sequence[Rule] = READ_ALL,
+) -> subprocess.CompletedProcess[str]:
+    spec = SandboxSpec(
+        (PY, "-I", "-c", code),
+        str(tmp_path),
+        tuple(rules),
+        mode=Mode.LANDLOCK,
+        namespace=Namespace(tuple(hide), tuple(keep), tuple(own), network),
+    )
+    path = tmp_path / "spec.json"
+    write_spec(path, spec)
+    return subprocess.run(launcher_command(path), capture_output=True, text=True, timeout=30, check=False)
+
+
+CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1] if len(sys.argv) > 1 else {path!r})
+except OSError as exc:
+    print("refused", exc.errno)
+else:
+    print("connected")
+"""
+
+
+def test_this_machine_gives_agents_namespaces() -> None:
+    assert namespace_problem() is None  # CI and this machine: every test below relies on it
+
+
+def test_a_socket_of_the_person_in_a_visible_directory_is_masked(tmp_path: Path, server: Path) -> None:
+    """Invariant: every pathname socket outside the agent's own directories refuses ``connect()``."""
+    outside = socket.socket(socket.AF_UNIX)
+    outside.connect(str(server))  # it does listen: the refusal below is the namespace's
+    outside.close()
+    done = launch(tmp_path, CONNECT.format(path=str(server)), keep=[str(tmp_path)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused"), done.stdout
+
+
+def test_a_socket_in_the_agents_own_directory_stays_usable(tmp_path: Path, server: Path) -> None:
+    code = CONNECT.format(path=str(server)) + "\nimport socket as s2; print('own ok')"
+    done = launch(tmp_path, code, keep=[str(tmp_path)], own=[str(server.parent)])
+    assert done.stdout.startswith("connected"), done.stdout + done.stderr
+
+
+def test_a_hidden_directory_is_empty_but_what_is_kept_is_there(tmp_path: Path, server: Path) -> None:
+    kept = tmp_path / "work"
+    kept.mkdir()
+    (kept / "file.txt").write_text("mine\n")
+    code = (
+        "import os\n"
+        f"print(sorted(os.listdir({str(tmp_path)!r})))\n"
+        f"print(open({str(kept / 'file.txt')!r}).read().strip())\n"
+        f"print(os.path.exists({str(server)!r}))\n"
+    )
+    keep = ["/", "/usr", str(kept), str(tmp_path / "spec.json")]  # "/" holds everything, and is no reason to skip
+    done = launch(tmp_path, code, hide=[str(tmp_path)], keep=keep)
+    assert done.returncode == 0, done.stderr
+    listing, content, socket_seen = done.stdout.splitlines()
+    assert listing == "['spec.json', 'work']" and content == "mine" and socket_seen == "False"
+    assert server.exists()  # outside, nothing changed
+
+
+def test_the_agent_holds_no_capability_and_cannot_lift_a_mount(tmp_path: Path) -> None:
+    code = (
+        "import ctypes, os\n"
+        "print([l for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd'))])\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"print(libc.umount2({str(tmp_path).encode()!r}, 2), ctypes.get_errno())\n"
+    )
+    done = launch(tmp_path, code, hide=[str(tmp_path)], keep=[str(tmp_path / "spec.json")])
+    assert done.returncode == 0, done.stderr
+    caps, umount = done.stdout.splitlines()
+    assert "CapEff:\\t0000000000000000" in caps and "CapBnd:\\t0000000000000000" in caps
+    assert umount.split()[0] == "-1"  # Landlock forbids (un)mounting inside the domain
+
+
+def test_without_network_nothing_is_reachable_not_even_loopback(tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+    )
+    try:
+        cut = launch(tmp_path, code, network=False)
+        kept = launch(tmp_path, code, network=True)
+    finally:
+        listener.close()
+    assert cut.stdout.startswith("refused"), cut.stdout + cut.stderr
+    assert kept.stdout.startswith("connected"), kept.stdout + kept.stderr
+
+
+def test_a_non_dumpable_parent_s_proc_files_are_closed_to_the_agent_even_as_root(tmp_path: Path) -> None:
+    """The launcher (and the supervisor) are not dumpable; the agent has no capability in their namespace."""
+    code = (
+        "import os\n"
+        "for name in ('environ', 'maps'):\n"
+        "    try:\n"
+        "        open(f'/proc/{os.getppid()}/' + name, 'rb').read(1); print(name, 'read')\n"
+        "    except OSError as exc:\n"
+        "        print(name, 'refused', exc.errno)\n"
+        "print('self', len(open('/proc/self/environ', 'rb').read()) >= 0)\n"
+    )
+    done = launch(tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["environ refused 13", "maps refused 13", "self True"], done.stdout
+
+
+def test_the_probe_and_the_level_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from git_agentops.sandbox import plan
+
+    assert choose_mode("landlock", False) == ("namespace", None)
+    monkeypatch.setattr(plan, "namespace_problem", lambda: "Operation not permitted")
+    with pytest.raises(AgentOpsError) as refused:
+        choose_mode("landlock", False)
+    assert refused.value.code == "RUN_SANDBOX_UNAVAILABLE" and 'level = "landlock"' in refused.value.message
+    level, why = choose_mode("landlock", False, "landlock")
+    assert level == "landlock" and why is not None and "sockets" in why
+    assert choose_mode("none", False)[0] == "none"
+
+
+def test_pathname_sockets_are_read_from_the_kernel_table(tmp_path: Path, server: Path) -> None:
+    assert str(server) in namespace.pathname_sockets()
+    table = tmp_path / "unix"
+    table.write_text(
+        "Num       RefCount Protocol Flags    Type St Inode Path\n"
+        "0: 00000002 00000000 00010000 0001 01 1 /run/a b.sock\n"  # a name with a space is one path
+        "0: 00000002 00000000 00010000 0001 01 2 @abstract\n"
+        "0: 00000002 00000000 00010000 0001 01 3\n"
+    )
+    assert namespace.pathname_sockets(str(table)) == ["/run/a b.sock"]
