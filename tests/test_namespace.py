@@ -188,3 +188,47 @@ def test_pathname_sockets_are_read_from_the_kernel_table(tmp_path: Path, server:
         "0: 00000002 00000000 00010000 0001 01 3\n"
     )
     assert namespace.pathname_sockets(str(table)) == ["/run/a b.sock"]
+
+
+def test_what_a_generation_plants_in_its_private_home_settings_is_gone_at_the_next_start(tmp_path: Path) -> None:
+    """A private HOME outlives a generation: a user-scope hook setting it wrote there must not reach the next."""
+    from git_agentops.sandbox.plan import for_worker
+
+    person = tmp_path / "person"
+    (person / ".claude").mkdir(parents=True)
+    (person / ".claude" / ".credentials.json").write_text('{"token": "t"}\n')
+    admin, worktree = tmp_path / "admin", tmp_path / "wt"
+    admin.mkdir()
+    worktree.mkdir()
+
+    def start() -> Path:
+        box = for_worker(
+            mode="namespace",
+            reason=None,
+            worktree=worktree,
+            admin_dir=admin,
+            common_dir=tmp_path / "common",
+            environ={"HOME": str(person), "PATH": "/usr/bin:/bin"},
+            signing_key=None,
+            host_writable=["~/.claude"],
+            policy_writable=[],
+            deny_read=[],
+            recipe=None,
+            home_files=["~/.claude/.credentials.json", "~/.absent.json", "/etc/hostname"],
+        )
+        assert box.home is not None
+        return box.home
+
+    home = start()
+    assert (home / ".claude" / ".credentials.json").read_text() == '{"token": "t"}\n'
+    assert not (home / ".absent.json").exists()
+    (home / ".claude" / "settings.json").write_text('{"disableAllHooks": true}\n')
+    (home / ".config" / "opencode" / "plugins").mkdir(parents=True)
+    (home / ".config" / "opencode" / "plugins" / "evil.js").write_text("export default 1\n")
+    (home / ".claude" / "projects").mkdir()  # its own session state stays
+    (home / ".claude" / ".credentials.json").write_text("changed by the agent\n")
+    assert start() == home
+    assert not (home / ".claude" / "settings.json").exists() and not (home / ".config" / "opencode").exists()
+    assert (home / ".claude" / "projects").is_dir()
+    assert (home / ".claude" / ".credentials.json").read_text() == '{"token": "t"}\n'  # the person's, again
+    assert (person / ".claude" / ".credentials.json").read_text() == '{"token": "t"}\n'  # never written

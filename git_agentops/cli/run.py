@@ -235,6 +235,13 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
 
     for warning in target_warnings(store, runstate.read(store, run_id).run().target):
         ctx.warn("RUN_TARGET_CHECKED_OUT_DIRTY", warning)
+    if os.getuid() == 0:  # said once the run exists, so a refusal before it stays one clean error
+        ctx.warn(
+            "RUN_AGENTS_AS_ROOT",
+            "agents run as root: in their own user namespace they hold no capability and cannot read the "
+            "supervisor's /proc files, but every file of root's is theirs to read where the sandbox allows; "
+            "run as an ordinary user where you can",
+        )
     if args.detach:
         spawned = spawn_supervisor(ctx, run_id)
         ctx.emit(
@@ -256,13 +263,6 @@ def _sandbox_warning(ctx: Context, policy: Any) -> str | None:
     from ..sandbox.plan import choose_mode
 
     mode, why = choose_mode(policy.sandbox_mode, policy.sandbox_required, policy.sandbox_level)
-    if os.getuid() == 0:
-        ctx.warn(
-            "RUN_AGENTS_AS_ROOT",
-            "agents run as root: in their own user namespace they hold no capability and cannot read the "
-            "supervisor's /proc files, but every file of root's is theirs to read where the sandbox allows; "
-            "run as an ordinary user where you can",
-        )
     if mode == "none":
         ctx.warn("RUN_UNSANDBOXED", f"agents run without the sandbox ({why}): they can write what you can write")
         return why

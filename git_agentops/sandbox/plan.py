@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import AgentOpsError
+from ..gitstore.clean import remove_tree
 from ..gitstore.quarantine import agent_environment as quarantine_environment
 from ..gitstore.quarantine import prepare as prepare_quarantine
 from ..model.sandbox import LEVELS
@@ -277,6 +278,30 @@ def _private(
     )
 
 
+HOME_SETTINGS: Final = (
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".codex/config.toml",
+    ".codex/hooks.json",
+    ".config/opencode",
+    ".opencode",
+)
+"""Where the hosts read user-scope settings, hooks and plugins in HOME. An agent's private HOME outlives its
+generation, so what one generation planted there (``"disableAllHooks": true``, a plugin) is removed before the
+next starts; the host's ``home_files`` are copied in afterwards."""
+
+
+def reset_home(home: Path) -> list[Path]:
+    """Remove :data:`HOME_SETTINGS` from an agent's private ``home`` (links unlinked, never followed)."""
+    removed = []
+    for rel in HOME_SETTINGS:
+        path = home / rel
+        if os.path.lexists(path):
+            remove_tree(path)  # a directory the agent made read-only too
+            removed.append(path)
+    return removed
+
+
 def seed_home(home: Path, files: Sequence[str], environ: Mapping[str, str]) -> list[Path]:
     """Copy each of the person's ``files`` (``~/...``, as the policy names them) to the same place in the agent's
     private ``home`` (0600: the agent may rewrite its copy, never the original). Missing files are skipped, and so
@@ -356,6 +381,7 @@ def _sandbox(
     if mode == "none":  # no wall: the agent may write refs too, which must never name an object only it holds
         return Sandbox("none", reason, (), places.tmpdir)
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    reset_home(home)
     seed_home(home, home_files, environ)
     if recipe is not None:
         places = replace(places, readable_files=(recipe,))

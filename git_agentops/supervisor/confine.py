@@ -53,7 +53,7 @@ class Confinement:
         """The sandbox of ``worker``'s next generation, with its host's guard hook written into its worktree."""
         mode, reason = self.mode
         worktree = Path(worker.worktree)
-        self.guard(worktree, spec.kind)
+        self.guard(worktree, spec.kind, base=worker.base)  # what the project tracks: never the worker's HEAD
         admin = admin_dir(worktree) or self.run_dir / "admin" / worker.worker_id
         return for_worker(
             mode=mode,
