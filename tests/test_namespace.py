@@ -15,12 +15,13 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from git_agentops.errors import AgentOpsError
 from git_agentops.sandbox import namespace
-from git_agentops.sandbox.plan import choose_mode, namespace_problem
+from git_agentops.sandbox.plan import Sandbox, choose_mode, for_worker, namespace_problem
 from git_agentops.sandbox.spec import Mode, Namespace, Rule, SandboxSpec, launcher_command, write_spec
 
 PY = os.path.realpath(sys.executable)
@@ -190,32 +191,35 @@ def test_pathname_sockets_are_read_from_the_kernel_table(tmp_path: Path, server:
     assert namespace.pathname_sockets(str(table)) == ["/run/a b.sock"]
 
 
+def _worker_box(tmp_path: Path, environ: dict[str, str], **options: Any) -> Sandbox:
+    """The namespace sandbox of a worker whose worktree and admin dir are in ``tmp_path``."""
+    for name in ("admin", "wt"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    return for_worker(
+        mode="namespace",
+        reason=None,
+        worktree=tmp_path / "wt",
+        admin_dir=tmp_path / "admin",
+        common_dir=tmp_path / "common",
+        environ=environ,
+        signing_key=None,
+        host_writable=["~/.claude"],
+        policy_writable=[],
+        deny_read=[],
+        recipe=None,
+        **options,
+    )
+
+
 def test_what_a_generation_plants_in_its_private_home_settings_is_gone_at_the_next_start(tmp_path: Path) -> None:
     """A private HOME outlives a generation: a user-scope hook setting it wrote there must not reach the next."""
-    from git_agentops.sandbox.plan import for_worker
-
     person = tmp_path / "person"
     (person / ".claude").mkdir(parents=True)
     (person / ".claude" / ".credentials.json").write_text('{"token": "t"}\n')
-    admin, worktree = tmp_path / "admin", tmp_path / "wt"
-    admin.mkdir()
-    worktree.mkdir()
+    files = ["~/.claude/.credentials.json", "~/.absent.json", "/etc/hostname"]
 
     def start() -> Path:
-        box = for_worker(
-            mode="namespace",
-            reason=None,
-            worktree=worktree,
-            admin_dir=admin,
-            common_dir=tmp_path / "common",
-            environ={"HOME": str(person), "PATH": "/usr/bin:/bin"},
-            signing_key=None,
-            host_writable=["~/.claude"],
-            policy_writable=[],
-            deny_read=[],
-            recipe=None,
-            home_files=["~/.claude/.credentials.json", "~/.absent.json", "/etc/hostname"],
-        )
+        box = _worker_box(tmp_path, {"HOME": str(person), "PATH": "/usr/bin:/bin"}, home_files=files)
         assert box.home is not None
         return box.home
 
@@ -232,3 +236,43 @@ def test_what_a_generation_plants_in_its_private_home_settings_is_gone_at_the_ne
     assert (home / ".claude" / "projects").is_dir()
     assert (home / ".claude" / ".credentials.json").read_text() == '{"token": "t"}\n'  # the person's, again
     assert (person / ".claude" / ".credentials.json").read_text() == '{"token": "t"}\n'  # never written
+
+
+def test_in_a_private_home_git_still_knows_the_person_by_their_gitconfig(tmp_path: Path) -> None:
+    """HOME is the agent's own, but the person's git identity (and npm, pip and toolchain config) is named to it."""
+    person = tmp_path / "person"
+    person.mkdir()
+    (person / ".gitconfig").write_text("[user]\n\temail = person@example.invalid\n")
+    environ = {"HOME": str(person), "PATH": os.environ["PATH"]}
+    box = _worker_box(tmp_path, environ)
+    env = box.environment(environ)
+    assert env["GIT_CONFIG_GLOBAL"] == str(person / ".gitconfig") and env["HOME"] != str(person)
+    argv = box.wrap(["git", "config", "--global", "user.email"], tmp_path / "wt", tmp_path / "spec.json")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.stdout.strip() == "person@example.invalid", done.stderr
+    argv = box.wrap(["git", "config", "--global", "user.name", "Mallory"], tmp_path / "wt", tmp_path / "spec.json")
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False).returncode != 0  # read-only
+    assert "Mallory" not in (person / ".gitconfig").read_text()
+
+
+def test_codexs_own_sandbox_is_turned_off_inside_ours_and_the_log_says_so() -> None:
+    """Codex runs each command under bubblewrap, which cannot start inside Landlock (its uid map write is refused):
+    with our sandbox on, its default ``--sandbox workspace-write`` becomes ``danger-full-access``, said in the log."""
+    from git_agentops.hosts.launch import HostSpec, unnest
+
+    codex = HostSpec("codex", "codex", (), False, {})
+    argv = ["codex", "exec", "--sandbox", "workspace-write", "--json", "go"]
+    changed, note = unnest(codex, argv)
+    assert changed == ["codex", "exec", "--sandbox", "danger-full-access", "--json", "go"]
+    assert "cannot start inside the agentops sandbox" in note and argv[3] == "workspace-write"
+    assert unnest(codex, ["codex", "exec", "-s", "read-only", "x"])[0][3] == "danger-full-access"
+    assert unnest(codex, ["codex", "exec", "--sandbox=workspace-write"])[0][2] == "--sandbox=danger-full-access"
+    assert unnest(codex, ["codex", "exec", "--sandbox", "danger-full-access"]) == (
+        ["codex", "exec", "--sandbox", "danger-full-access"],
+        "",
+    )
+    claude = HostSpec("claude", "claude", (), False, {})
+    assert unnest(claude, ["claude", "--sandbox", "workspace-write"]) == (
+        ["claude", "--sandbox", "workspace-write"],
+        "",
+    )

@@ -19,7 +19,7 @@ import pytest
 from git_agentops.sandbox.plan import kernel_abi
 
 from .conftest import git
-from .helpers import HANDOFF, child, commit_step, simple_child, write_step
+from .helpers import HANDOFF, child, commit_step, require_tool, simple_child, write_step
 from .runkit import children_settled, project, recipe, start, stop, task_by_title, wait_for, worker_of
 
 # needs the kernel's wall (see tests/test_sandbox_launcher.py for why a missing Landlock skips rather than fails)
@@ -52,6 +52,26 @@ def _wheel(where: Path) -> Path:
     return path
 
 
+def _node_package(repo: Path) -> None:
+    """A Node package with a lockfile whose one dependency is a tarball the project vendors: what ``npm ci``
+    installs offline, through its cache (in the agent's private HOME) into ``node_modules``."""
+    npm = require_tool("npm", "apt-get install npm")
+    dep = repo / "vendor" / "leftpad"
+    dep.mkdir(parents=True)
+    (dep / "package.json").write_text('{"name": "leftpad", "version": "1.0.0", "main": "index.js"}\n')
+    (dep / "index.js").write_text("module.exports = (s, n) => String(s).padStart(n);\n")
+    env = {**os.environ, "npm_config_cache": str(repo.parent / "npm-cache")}
+    subprocess.run([npm, "pack", "--silent", "--pack-destination", str(repo / "vendor"), str(dep)], env=env, check=True)
+    (repo / "package.json").write_text(
+        '{"name": "proj", "version": "1.0.0", "private": true,'
+        ' "dependencies": {"leftpad": "file:vendor/leftpad-1.0.0.tgz"}}\n'
+    )
+    subprocess.run([npm, "install", "--offline", "--no-audit", "--no-fund", "-s"], cwd=repo, env=env, check=True)
+    subprocess.run(["rm", "-rf", str(repo / "node_modules"), str(dep)], check=True)
+    git(repo, "add", "package.json", "package-lock.json", "vendor/leftpad-1.0.0.tgz")
+    git(repo, "commit", "-qm", "a node package")
+
+
 def _try(name: str, command: str) -> dict[str, object]:
     """A run step that runs ``command`` and prints its exit status (never fails the agent)."""
     return {"run": ["sh", "-c", f"{command} >/dev/null 2>&1; echo RESULT {name}=$?; true"]}
@@ -71,6 +91,7 @@ def test_inside_the_sandbox_the_work_works_and_the_forbidden_fails_at_the_kernel
     wheel = _wheel(repo / "vendor").relative_to(repo)
     git(repo, "add", "vendor")
     git(repo, "commit", "-qm", "vendor a wheel")
+    _node_package(repo)
     key_dir = tmp_path / "keys"
     key_dir.mkdir()
     (key_dir / "signing").write_text("PRIVATE\n")
@@ -95,6 +116,12 @@ def test_inside_the_sandbox_the_work_works_and_the_forbidden_fails_at_the_kernel
             " && .agentops/venv/bin/python -c 'import localpkg; assert localpkg.VALUE == 42'",
         ),
         _try("tmp", 'echo x > "$TMPDIR/scratch" && cat "$TMPDIR/scratch"'),
+        _try(  # npm ci, offline, its cache in the agent's own HOME; node_modules is an artifact, not dirt
+            "npm",
+            "npm ci --offline --no-audit --no-fund"
+            " && node -e \"process.exit(require('leftpad')('x', 3) === '  x' ? 0 : 1)\""
+            ' && test -d "$HOME/.npm/_cacache"',
+        ),
         _try("update_ref", "git update-ref refs/heads/evil HEAD"),
         _try("notes", "git notes --ref=agentops/evidence add -m forged HEAD"),
         _try("state_ref", f"echo 0 > {common}/refs/agentops/x"),
@@ -122,7 +149,7 @@ def test_inside_the_sandbox_the_work_works_and_the_forbidden_fails_at_the_kernel
         results = _results(repo, worker)
     finally:
         stop(repo, run_id)
-    for allowed in ("commit_again", "log", "merge", "pip", "tmp"):
+    for allowed in ("commit_again", "log", "merge", "pip", "tmp", "npm"):
         assert results.get(allowed) == 0, (allowed, results)
     for refused in (
         "update_ref",

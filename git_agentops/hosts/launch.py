@@ -270,8 +270,8 @@ def unnest(spec: HostSpec, argv: list[str]) -> tuple[list[str], str]:
     if spec.kind != "codex":
         return argv, ""
     out = list(argv)
-    for at, arg in enumerate(out[:-1]):
-        if arg in ("--sandbox", "-s") and out[at + 1] in NESTED_SANDBOXES:
+    for at, arg in enumerate(out):
+        if arg in ("--sandbox", "-s") and at + 1 < len(out) and out[at + 1] in NESTED_SANDBOXES:
             was, out[at + 1] = out[at + 1], "danger-full-access"
             return out, (
                 f"codex's own sandbox ({was}, bubblewrap) cannot start inside the agentops sandbox: it is off "

@@ -113,6 +113,7 @@ class Sandbox:
     namespace: Namespace | None = None
     home: Path | None = None
     objects: tuple[Path, Path] | None = None
+    person: tuple[tuple[str, str], ...] = ()  # the person's configuration, by the variables that name it
 
     def spec(self, argv: Sequence[str], cwd: Path) -> SandboxSpec:
         """The launcher's spec of running ``argv`` in ``cwd`` under this sandbox; a file ``argv`` names by its
@@ -140,10 +141,41 @@ class Sandbox:
         for name in DROPPED_ENV:
             env.pop(name, None)
         if self.home is not None:
+            env.update({name: value for name, value in self.person if not env.get(name)})
             env.update(home_environment(self.home))
         if self.tmpdir is not None:
             env["TMPDIR"] = str(self.tmpdir)
         return env
+
+
+PERSON_CONFIG: Final = (
+    ("GIT_CONFIG_GLOBAL", (".gitconfig", ".config/git/config")),
+    ("NPM_CONFIG_USERCONFIG", (".npmrc",)),
+    ("PIP_CONFIG_FILE", (".config/pip/pip.conf", ".pip/pip.conf")),
+    ("PYENV_ROOT", (".pyenv",)),
+    ("NVM_DIR", (".nvm",)),
+    ("VOLTA_HOME", (".volta",)),
+    ("ASDF_DATA_DIR", (".asdf",)),
+    ("RUSTUP_HOME", (".rustup",)),
+)
+"""The person's configuration and tool managers that tools find through HOME: with a private HOME, each variable
+(unless already set) names the person's own, read-only -- their git identity, their npm registry and pip mirror, the
+toolchains pyenv, nvm, volta, asdf and rustup installed."""
+
+
+def person_config(environ: Mapping[str, str]) -> dict[str, str]:
+    """:data:`PERSON_CONFIG` for ``environ``: each unset variable whose file or directory exists in the person's
+    HOME, pointing at it."""
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    found = {}
+    for name, candidates in PERSON_CONFIG:
+        if environ.get(name):
+            continue
+        for rel in candidates:
+            if os.path.exists(home / rel):
+                found[name] = str(home / rel)
+                break
+    return found
 
 
 def home_environment(home: Path) -> dict[str, str]:
@@ -385,7 +417,8 @@ def _sandbox(
     seed_home(home, home_files, environ)
     if recipe is not None:
         places = replace(places, readable_files=(recipe,))
-    agent_env = {**environ, **home_environment(home)}  # a host's "~/.claude" is the one in its private HOME
+    person = person_config(environ)
+    agent_env = {**environ, **person, **home_environment(home)}  # a host's "~/.claude" is in its private HOME
     extra = []
     for text in writable:
         path = expand(text, agent_env)
@@ -397,8 +430,22 @@ def _sandbox(
     if mode == "namespace":
         namespace = Namespace(
             hide=_hidden(environ),
-            keep=_keep(places, home, extra, agent_env),
+            keep=(*_keep(places, home, extra, agent_env), *person.values(), *_named_paths(environ)),
             own=tuple(str(p) for p in (*own, home)),
             network=network,
         )
-    return Sandbox(mode, reason, tuple(rules), places.tmpdir, namespace=namespace, home=home, objects=objects)
+    return Sandbox(
+        mode,
+        reason,
+        tuple(rules),
+        places.tmpdir,
+        namespace=namespace,
+        home=home,
+        objects=objects,
+        person=tuple(sorted(person.items())),
+    )
+
+
+def _named_paths(environ: Mapping[str, str]) -> list[str]:
+    """Files the environment already names for the tools (``GIT_CONFIG_GLOBAL``...): visible in the namespace."""
+    return [environ[name] for name, _ in PERSON_CONFIG if environ.get(name, "").startswith("/")]
