@@ -26,7 +26,7 @@ from git_agentops.runs.jobs import Request
 from git_agentops.verify.credentials import HeldSecrets
 
 from .conftest import commit_files, git
-from .helpers import HANDOFF, child, commit_step, simple_child, ssh_key, write_step
+from .helpers import HANDOFF, child, commit_step, recipe_text, simple_child, ssh_key, write_step
 from .runkit import (
     UNCONFINED,
     children_settled,
@@ -306,3 +306,27 @@ def _state_text(repo: Path, run_id: str) -> str:
         ["git", "log", "--format=%B", ref], cwd=repo, capture_output=True, text=True, check=True, timeout=60
     )
     return "\n".join([*(git(repo, "show", f"{ref}:{name}") for name in names), done.stdout])
+
+
+@pytest.mark.slow
+def test_a_request_carrying_a_held_secret_is_refused_before_it_reaches_the_runs_state(tmp_path: Path) -> None:
+    """Requests go into the run's state, which a shared remote gives to every clone: a question, a plan or a title
+    holding a held value, in any encoding, is refused like a delivery holding it, and stored nowhere."""
+    repo = project(tmp_path)
+    leaked = _in_base64(HELD_TOKEN, 2)
+    asker = child(
+        "q",
+        "Asker",
+        [[{"question": f"is this right? {leaked}"}], [write_step("src/q.txt", "q\n"), commit_step("Add q"), HANDOFF]],
+    )
+    run_id = start(repo, recipe(tmp_path, asker), env={"GITHUB_TOKEN": HELD_TOKEN})
+    try:
+        doc = wait_for(repo, run_id, children_settled, timeout=120)
+        refusals = [e["data"] for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED"]
+    finally:
+        stop(repo, run_id)
+    assert [t["status"] for t in doc["tasks"] if t["parent"]] == ["delivered"]
+    held = [r for r in refusals if "held-secret:GITHUB_TOKEN (base64)" in r["message"]]
+    assert held and held[0]["code"] == "RUN_REQUEST_INVALID", refusals
+    stored = _state_text(repo, run_id).replace(recipe_text(asker, finalize=False), "")  # the test's own recipe
+    assert leaked not in stored + supervisor_log(repo, run_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .conftest import git
 from .helpers import simple_child
 from .runkit import events, project, recipe, start, stop, wait_for
 
@@ -15,7 +16,15 @@ n=$(ls "$PWD/.agentops/review" | grep -c '^prompt-' || true)
 cp "$AGENTOPS_PROMPT" "$RECORD/prompt-$(date +%s%N).md"
 printf '%s\n' "$@" > "$RECORD/argv-$(date +%s%N).txt"
 if (: > "$PWD/planted.txt") 2>/dev/null; then echo wrote > "$RECORD/tamper"; else echo refused > "$RECORD/tamper"; fi
-if grep -q 'previous report was not accepted' "$AGENTOPS_PROMPT" && [ "$MODE" = "fix" ]; then
+if [ "$MODE" = "leak" ]; then  # a well-formed report whose summary smuggles out a secret, hex-encoded
+  python3 - "$AGENTOPS_REVIEW_INPUT" "$AGENTOPS_REVIEW_REPORT" "$LEAK" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+criteria = [{"taskId": t["id"], "id": c["id"], "result": "pass"} for t in doc["tasks"] for c in t["criteria"]]
+report = {"reviewer": "checker", "verdict": "approve", "summary": sys.argv[3], "criteria": criteria, "findings": []}
+json.dump(report, open(sys.argv[2], "w"))
+PY
+elif grep -q 'previous report was not accepted' "$AGENTOPS_PROMPT" && [ "$MODE" = "fix" ]; then
   python3 - "$AGENTOPS_REVIEW_INPUT" "$AGENTOPS_REVIEW_REPORT" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -28,7 +37,7 @@ fi
 """
 
 
-def _reviewed_project(tmp_path: Path, mode: str) -> tuple[Path, Path]:
+def _reviewed_project(tmp_path: Path, mode: str, leak: str = "") -> tuple[Path, Path]:
     record = tmp_path / "record"
     record.mkdir()
     script = tmp_path / "reviewer.sh"
@@ -38,7 +47,7 @@ def _reviewed_project(tmp_path: Path, mode: str) -> tuple[Path, Path]:
         "[hosts.checker]\n"
         'kind = "command"\n'
         f'argv = ["{script}", "--input", "{{input}}", "--report", "{{report}}", "--prompt", "{{prompt}}"]\n'
-        f'env = {{ RECORD = "{record}", MODE = "{mode}" }}\n'
+        f'env = {{ RECORD = "{record}", MODE = "{mode}", LEAK = "{leak}" }}\n'
         f'writable = ["{record}"]\n'  # the reviewer is sandboxed: what it records must be granted
         '[review]\nrequired = 1\nreviewers = ["checker"]\n'
     )
@@ -140,3 +149,19 @@ def test_a_reviewer_cannot_redirect_the_supervisors_writes_or_block_its_reads(tm
     assert len(refused) == 2, refused
     message = refused[0]["data"]["message"]
     assert "invalid report" in message and "symlink" in message, message
+
+
+def test_a_review_report_carrying_a_held_secret_is_invalid_and_never_stored(tmp_path: Path) -> None:
+    """A report goes into the run's state and the receipt: one holding a secret of the supervisor's environment,
+    in any encoding, is an invalid report (and blocks after its retry), like a delivery holding it."""
+    token = "ghp_" + "r8Lm3" * 7 + "z"
+    repo, _record = _reviewed_project(tmp_path, "leak", leak=token.encode().hex())
+    run_id = start(repo, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True), env={"GITHUB_TOKEN": token})
+    try:
+        wait_for(repo, run_id, lambda d: d["status"] == "blocked", timeout=120)
+    finally:
+        stop(repo, run_id)
+    refused = [e["data"] for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED"]
+    assert any("held-secret:GITHUB_TOKEN (hex)" in r["message"] for r in refused), refused
+    log = git(repo, "log", "--format=%B", f"refs/agentops/runs/{run_id}/state")
+    assert token.encode().hex() not in log and token not in log

@@ -39,7 +39,8 @@ from ..model.hosts import default_pass_env
 from ..model.policy import Policy
 from ..process.groups import ProcessIdentity, process_identity
 from ..sandbox.plan import Sandbox
-from ..verify.credentials import scrub
+from ..verify.credentials import HeldSecrets, scrub
+from ..verify.held import redact_held
 
 HEADER = "\n=== generation "
 """Each generation's output in a host log starts after a line beginning with this."""
@@ -342,3 +343,12 @@ def generation_output(log_file: Path, generation: int, *, limit: int = 4 * 1024 
         return data
     body = data[at + 1 :]
     return body.split("\n", 1)[1] if "\n" in body else ""
+
+
+def generation_tail(log_file: Path, generation: int, lines: int, held: HeldSecrets) -> str:
+    """The last ``lines`` non-blank lines the current generation wrote (its own words, not the header naming its
+    argv), each cut at 400 characters, with every held secret in any textual form redacted: what an agent printed
+    goes into the run's state, which a shared remote gives to every clone."""
+    output = generation_output(log_file, generation, limit=64 * 1024)
+    kept = [line for line in output.splitlines() if line.strip()][-lines:]
+    return redact_held("\n".join(line[:400] for line in kept), held) or "(it wrote nothing)"

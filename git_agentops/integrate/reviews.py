@@ -40,6 +40,8 @@ from ..process.command import CommandResult, run_command
 from ..resources import data_dir
 from ..sandbox.plan import Sandbox
 from ..schema import documents
+from ..verify.credentials import HeldSecrets
+from ..verify.held import find_held, redact_held
 
 MAX_DIFF: Final = 512 * 1024
 REVIEW_TIMEOUT: Final = 1800.0
@@ -166,6 +168,7 @@ def run_reviews(
     review = policy.doc["review"]
     names = list(review["reviewers"])[: int(review["required"])]
     scratch = checkout / REVIEW_DIR  # made by the first private write in it, never through a symlink
+    held = HeldSecrets.from_environ(environ)  # a report goes into the run's state and the receipt: none of these
     results = []
     for name in names:
         results.append(
@@ -182,6 +185,7 @@ def run_reviews(
                 git_common_dir=git_common_dir,
                 log_dir=log_dir,
                 confine=confine,
+                held=held,
             )
         )
     return results
@@ -201,6 +205,7 @@ def _review(
     git_common_dir: Path | None,
     log_dir: Path | None,
     confine: Confine | None,
+    held: HeldSecrets,
 ) -> Review:
     # the checkout is the reviewers' to write in: every file of ours there is written, read and removed without
     # following a symlink a reviewer (this one, an earlier attempt, another reviewer) may have put in its place
@@ -232,7 +237,7 @@ def _review(
         box = confine(spec, checkout, scratch, f"reviewer-{name}-{attempt}") if confine is not None else None
         ran = _run_reviewer(name, spec, launch, environ=environ, pass_env=pass_env, clock=clock, recipe=recipe, box=box)
         level = box[0].mode if box is not None else "none"  # unconfined: no wall at all
-        result = replace(_read_report(name, checkout, relative["report"], ran, attempt), sandbox=level)
+        result = replace(_read_report(name, checkout, relative["report"], ran, attempt, held), sandbox=level)
         if result.report is not None:
             return result
         retry = result.problem
@@ -297,7 +302,7 @@ def _put(checkout: Path, rel: str, data: bytes) -> Path:
     return write_private(checkout, rel, data, durable=False)
 
 
-def _read_report(name: str, checkout: Path, rel: str, result: CommandResult, attempt: int) -> Review:
+def _read_report(name: str, checkout: Path, rel: str, result: CommandResult, attempt: int, held: HeldSecrets) -> Review:
     try:
         data = read_private(checkout, rel, max_bytes=documents.DEFAULT_MAX_BYTES)
     except (AgentOpsError, OSError) as exc:  # a symlink, a FIFO, a directory, too large: not a report
@@ -305,8 +310,12 @@ def _read_report(name: str, checkout: Path, rel: str, result: CommandResult, att
         return Review(name, None, sha256_hex(b""), f"reviewer {name} wrote an invalid report: {why}", attempt)
     if data is None:
         why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
-        tail = result.tail.decode("utf-8", errors="replace")[-600:]
+        tail = redact_held(result.tail.decode("utf-8", errors="replace")[-600:], held)
         return Review(name, None, sha256_hex(b""), f"reviewer {name} wrote no report ({why}): {tail}", attempt)
+    carried = sorted({finding.rule for finding in find_held(data, held).found})
+    if carried:
+        why = f"it carries a secret the supervisor holds ({', '.join(carried)})"
+        return Review(name, None, sha256_hex(data), f"reviewer {name} wrote an invalid report: {why}", attempt)
     try:
         report = documents.load(data, schema="review-report", what=f"review report of {name}")
     except AgentOpsError as exc:

@@ -22,6 +22,7 @@ from ..hosts.launch import HostSpec
 from ..model.policy import Policy
 from ..model.run import Worker
 from ..sandbox.plan import Sandbox, choose_mode, for_worker
+from ..verify.credentials import HeldSecrets
 
 
 class Confinement:
@@ -35,6 +36,7 @@ class Confinement:
         self.environ = environ
         self.run_dir = run_dir
         self.log = log
+        self.held = HeldSecrets.from_environ(environ)  # what agents never get, nor write into the run's state
         self._mode: tuple[str, str | None] | None = None
 
     @property

@@ -51,6 +51,7 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs.jobs import Request
 from ..schema import documents
+from ..verify.held import find_held
 from .ports import Loop
 
 Action = Callable[[Loop, Worker, Request], dict[str, Any] | None]
@@ -124,6 +125,11 @@ def _respond(
                 f"requestId {doc['requestId']!r} is secret-shaped; use a random id (git agentops-request does)",
             ),
         )
+    carried = find_held(claimed.data, loop.ctx.held).found
+    if carried:  # a request goes into the run's state, which travels to every clone of a shared remote
+        named = ", ".join(sorted({finding.rule for finding in carried}))
+        error = AgentOpsError("RUN_REQUEST_INVALID", f"the request carries a secret the supervisor holds ({named})")
+        return refuse(loop, worker, doc["requestId"], claimed.digest, error)
     request = Request(doc, digest(doc), claimed.digest)
     previous = loop.state.view.request_record(request.request_id)
     if previous is not None:

@@ -32,7 +32,7 @@ from ..gitstore.checkout import head as checkout_head
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
-from ..hosts.launch import Launch, generation_output, host_spec, start
+from ..hosts.launch import Launch, generation_output, generation_tail, host_spec, start
 from ..hosts.output import parse as parse_output
 from ..model.lifecycle import (
     INTERRUPTED,
@@ -328,10 +328,8 @@ class Workers:
         return (admin or self.run_dir) / "agentops" / f"host-{worker.worker_id}.log"
 
     def log_tail(self, worker: Worker, lines: int = 15) -> str:
-        """The last lines its current generation wrote (its own words, not the header naming its argv)."""
-        output = generation_output(self.log_file(worker), worker.generation, limit=64 * 1024)
-        kept = [line for line in output.splitlines() if line.strip()][-lines:]
-        return "\n".join(line[:400] for line in kept) or "(it wrote nothing)"
+        """The last lines its current generation wrote, without a secret the supervisor holds (it goes into state)."""
+        return generation_tail(self.log_file(worker), worker.generation, lines, self.confine.held)
 
     def reap(self) -> None:
         """Judge every worker whose process ended without a delivery (see the module docstring)."""
