@@ -276,3 +276,32 @@ def test_codexs_own_sandbox_is_turned_off_inside_ours_and_the_log_says_so() -> N
         ["claude", "--sandbox", "workspace-write"],
         "",
     )
+
+
+def test_the_persons_credential_files_and_directories_read_as_empty(tmp_path: Path) -> None:
+    """``~/.netrc`` and its kind are covered by ``/dev/null``, ``~/.aws`` and its kind by an empty tmpfs."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine example.com login me password hunter2hunter2\n")
+    aws = tmp_path / ".aws"
+    aws.mkdir()
+    (aws / "credentials").write_text("[default]\naws_secret_access_key = abc\n")
+    code = f"import os\nprint(repr(open({str(netrc)!r}).read()), os.listdir({str(aws)!r}))\n"
+    done = launch(tmp_path, code, hide=[str(netrc), str(aws)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "'' []"
+    assert "hunter2" in netrc.read_text() and (aws / "credentials").exists()  # outside, untouched
+
+
+def test_the_hidden_places_of_a_worker_include_the_persons_credential_stores(tmp_path: Path) -> None:
+    from git_agentops.sandbox.plan import HIDDEN_HOME
+
+    person = tmp_path / "person"
+    for rel in (".aws", ".config/gh", ".ssh"):
+        (person / rel).mkdir(parents=True)
+    (person / ".netrc").write_text("x\n")
+    box = _worker_box(tmp_path, {"HOME": str(person), "PATH": "/usr/bin"})
+    assert box.namespace is not None
+    hidden = set(box.namespace.hide)
+    assert {str(person / rel) for rel in (".aws", ".config/gh", ".ssh", ".netrc")} <= hidden
+    assert not any(str(person / rel) in hidden for rel in HIDDEN_HOME if not (person / rel).exists())
+    assert "/tmp" in hidden

@@ -11,8 +11,9 @@ helper program to install, and it costs a few hundred microseconds, not a ``bwra
   dumpable (:func:`set_dumpable`), their ``/proc`` files are closed to it even when it runs as root -- and the
   capability bounding set is emptied before ``exec``, so root inside has none in the namespace either;
 * a **mount namespace** where ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/user/<uid>`` and the person's
-  ``~/.ssh`` and ``~/.gnupg`` are fresh, empty tmpfs (``hide``), with the paths the agent needs from beneath them
-  bound back at the same place (``keep``: its worktree, the repository, the interpreter...), and **every other
+  credential directories (``~/.ssh``, ``~/.gnupg``, ``~/.aws``...) are fresh, empty tmpfs and their credential files
+  (``~/.netrc``...) ``/dev/null`` (``hide``), with the paths the agent needs from beneath them bound back at the
+  same place (``keep``: its worktree, the repository, the interpreter...), and **every other
   pathname socket** still visible (from ``/proc/net/unix``, read before the namespaces are entered) covered by a
   bind mount of ``/dev/null``, so ``connect()`` is refused; the agent's own directories (``own``) keep theirs;
 * an **IPC namespace** (System V IPC and POSIX message queues of the person's session out of reach), and, for hosts
@@ -156,6 +157,7 @@ def enter(
             handle.write(text)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the person's namespace
     hidden = [h for h in _outermost(os.path.realpath(h) for h in hide) if os.path.isdir(h)]
+    covered = [h for h in hide if os.path.isfile(h) and not os.path.islink(h)]  # a credential file: /dev/null
     beneath = (os.path.realpath(k) for k in keep if os.path.lexists(k))
     wanted = _outermost(p for p in beneath if any(_within(p, h) and p != h for h in hidden))
     held = []  # opened now, in this namespace (a bind source must be a mount of it), before the tmpfs covers it
@@ -168,6 +170,9 @@ def enter(
         _make_mountpoint(path, directory)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
+    for path in covered:
+        if os.path.isfile(path):  # not under a tmpfs laid just now
+            _mount("/dev/null", path, None, MS_BIND)
     masked = []
     mine = [os.path.realpath(p) for p in own]
     for path in sockets:

@@ -387,11 +387,34 @@ def _keep(places: Places, home: Path, extra: Sequence[Path], environ: Mapping[st
     return tuple(sorted({str(p) for p in paths}))
 
 
+HIDDEN_HOME: Final = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".password-store",
+    ".config/gh",
+    ".config/gcloud",
+    ".config/hub",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".cargo/credentials.toml",
+    ".config/git/credentials",
+)
+"""The person's credential stores in HOME, out of an agent's sight in its namespace: directories covered by an
+empty tmpfs, files by ``/dev/null`` (Landlock alone lets agents read the rest of HOME)."""
+
+
 def _hidden(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The directories an agent's namespace covers with an empty tmpfs (those that exist)."""
+    """What an agent's namespace covers (those that exist): the shared temporary and runtime directories, and the
+    person's credential stores (:data:`HIDDEN_HOME`)."""
     home = environ.get("HOME") or os.path.expanduser("~")
-    candidates = ("/tmp", "/var/tmp", "/dev/shm", f"/run/user/{os.getuid()}", f"{home}/.ssh", f"{home}/.gnupg")  # noqa: S108
-    return tuple(path for path in candidates if os.path.isdir(path) and not os.path.islink(path))
+    shared = ("/tmp", "/var/tmp", "/dev/shm", f"/run/user/{os.getuid()}")  # noqa: S108
+    candidates = (*shared, *(os.path.join(home, rel) for rel in HIDDEN_HOME))
+    return tuple(path for path in candidates if os.path.exists(path) and not os.path.islink(path))
 
 
 def _sandbox(
