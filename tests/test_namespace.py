@@ -79,6 +79,9 @@ else:
 
 def test_this_machine_gives_agents_namespaces() -> None:
     assert namespace_problem() is None  # CI and this machine: every test below relies on it
+    assert namespace.probe_forked() is None  # the single-threaded path (run status, doctor) agrees
+    done = subprocess.run([sys.executable, "-I", "-S", namespace.__file__, "probe"], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr  # and so does the new-interpreter path (the supervisor's)
 
 
 def test_a_socket_of_the_person_in_a_visible_directory_is_masked(tmp_path: Path, server: Path) -> None:

@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,7 +85,12 @@ def kernel_abi() -> int:
 
 @functools.cache
 def namespace_problem() -> str | None:
-    """Why agents cannot get their own namespaces here (None: they can), asked once of a process of its own."""
+    """Why agents cannot get their own namespaces here (None: they can), asked once of a child that tries: a fork
+    of this process when it runs one thread (``run status``, ``doctor``), a new interpreter otherwise."""
+    if threading.active_count() == 1:
+        from .namespace import probe_forked
+
+        return probe_forked()
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-S", str(NAMESPACE_SCRIPT), "probe"],
