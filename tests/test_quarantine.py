@@ -108,3 +108,27 @@ def test_gc_and_repack_in_the_worktree_touch_only_the_quarantine(tmp_path: Path)
     assert after == before
     head_of(open_store(repo, clock=SystemClock()), worktree)  # until taken, fsck calls the worktree's HEAD invalid
     git(repo, "fsck", "--strict")
+
+
+def test_the_supervisor_commits_the_bound_policy_on_top_of_a_head_only_the_quarantine_held(tmp_path: Path) -> None:
+    """A policy transition commits the bound policy in each fenced writer's checkout; the writer's last commit was
+    still in its quarantine (``fatal: could not parse HEAD``, once, under a kill -9 test): it is taken first."""
+    from types import SimpleNamespace
+
+    from git_agentops.supervisor.transition import _sync_worktree
+
+    repo = make_repo(tmp_path / "repo", files={"a.txt": "a\n", ".agentops/policy.toml": "version = 1\n"})
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "--detach", str(worktree))
+    admin = Path(git(worktree, "rev-parse", "--path-format=absolute", "--git-dir"))
+    quarantine.prepare(admin)
+    env = {**os.environ, **quarantine.agent_environment(admin, repo / ".git")}
+    mine = _agent_commit(worktree, env, {"b.txt": "b\n"}, "the writer's own work")
+    store = open_store(repo, clock=SystemClock())
+    loop = SimpleNamespace(state=SimpleNamespace(store=store), run_id="run-test")
+    transition = SimpleNamespace(transition_id="policy-1", old_hash="0" * 64, new_hash="1" * 64, config_file="p.toml")
+    worker = SimpleNamespace(worker_id="w", worktree=str(worktree))
+    assert _sync_worktree(loop, worker, transition, b"version = 1\n# bound\n") is True  # type: ignore[arg-type]
+    assert git(worktree, "rev-parse", "HEAD^") == mine
+    assert git(repo, "show", f"{git(worktree, 'rev-parse', 'HEAD')}:.agentops/policy.toml") == "version = 1\n# bound"
+    git(repo, "fsck", "--strict")

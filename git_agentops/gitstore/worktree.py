@@ -86,10 +86,16 @@ def head_of(store: Store, path: Path) -> str | None:
 
 def remove_worktree(store: Store, path: Path, name: str) -> None:
     """Delete the worktree's files and prune its admin directory (the branch is kept). Directories made read-only
-    -- the host guard's are sealed 0555 (:mod:`git_agentops.hooks.owned`) -- are made writable to be emptied."""
+    -- the host guard's are sealed 0555 (:mod:`git_agentops.hooks.owned`), and whatever an agent sealed in its
+    private HOME or object quarantine in the admin dir -- are made writable to be emptied."""
+    admin = store.common_dir / "worktrees" / name  # by its name: the worktree's .git file is the agent's to edit
     if path.exists() or path.is_symlink():
         with contextlib.suppress(OSError):
             remove_tree(path)
+    if admin.is_dir() and not admin.is_symlink():
+        for own in ("agentops-home", "agentops-tmp", "agentops-objects"):
+            with contextlib.suppress(OSError):
+                remove_tree(admin / own)
     try:
         worktree = store.repo.lookup_worktree(name)
     except (pygit2.GitError, KeyError):

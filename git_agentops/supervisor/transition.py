@@ -36,6 +36,7 @@ from ..gitstore.checkout import dirty_paths
 from ..gitstore.journal import Change, Event
 from ..gitstore.private import read_private, write_private
 from ..gitstore.safegit import run_git
+from ..gitstore.worktree import head_of
 from ..integrate.secrets import clean_text
 from ..model.policy import POLICY_PATH
 from ..model.run import RunStatus, Worker, WorkerStatus
@@ -275,6 +276,7 @@ def _sync_worktree(loop: Loop, worker: Worker, transition: Transition, data: byt
     tracked = run_git(worktree, "ls-files", "--error-unmatch", "--", POLICY_PATH).returncode == 0
     if not tracked:
         return False
+    head_of(loop.state.store, worktree)  # its commits out of its quarantine: ours goes on top, in the shared store
     try:
         current = read_private(worktree, POLICY_PATH, max_bytes=4 * MAX_PROPOSAL_BYTES)
     except AgentOpsError as exc:
