@@ -130,7 +130,7 @@ def _predicate(
     )
 
 
-def _verify(data: bytes, *, allowed: Path | None = None) -> Verdict:
+def _verify(data: bytes, *, allowed: Path | None = None, require_sandbox: str | None = None) -> Verdict:
     return verify_receipt(
         data,
         commit=M2,
@@ -140,6 +140,7 @@ def _verify(data: bytes, *, allowed: Path | None = None) -> Verdict:
         allowed_signers=allowed,
         require_signature=allowed is not None,
         when=None,
+        require_sandbox=require_sandbox,
     )
 
 

@@ -26,12 +26,13 @@ import pytest
 from git_agentops.errors import CODES, EXIT_NEGATIVE, AgentOpsError
 from git_agentops.model.run import Role, Worker
 from git_agentops.model.sandbox import LEVELS, weaker, weakest, weakest_of_all
-from git_agentops.receipts import Verdict, make_receipt, verify_receipt
+from git_agentops.receipts import Verdict, make_receipt
 from git_agentops.receipts.build import integration_receipt
 from git_agentops.schema import documents
 
 from .helpers import allowed_signer, ssh_key
-from .test_receipt_policy import CREATED, D2, M1, M2, P2, SHA_A, T2, TREE2, _integration, _payload, _tasks
+from .test_receipt_policy import CREATED, P2, SHA_A, T2, _integration, _payload, _tasks
+from .test_receipt_policy import _verify as _verify_policy
 from .test_receipt_ranges import _attach, _target
 from .test_receipt_ranges import _verify as _verify_cli
 from .test_receipts import _reseal, _statement
@@ -116,17 +117,7 @@ ALL_NAMESPACE = {"coordinator": "namespace", "worker-1": "namespace", "worker-2"
 
 
 def _verify(data: bytes, require: str | None, *, allowed: Path | None = None) -> Verdict:
-    return verify_receipt(
-        data,
-        commit=M2,
-        tree=TREE2,
-        parents=[M1, D2],
-        first_parent_chain=lambda commit, base: [M2, M1],
-        allowed_signers=allowed,
-        require_signature=allowed is not None,
-        when=None,
-        require_sandbox=require,
-    )
+    return _verify_policy(data, allowed=allowed, require_sandbox=require)
 
 
 def _weaker(verdict: Verdict, *shown: str) -> None:
