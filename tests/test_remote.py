@@ -214,9 +214,11 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert mine == server_state or git(a, "merge-base", "--is-ancestor", mine, server_state, check=False) == ""
 
 
-def test_a_lease_that_cannot_be_renewed_for_its_life_stops_the_supervisor(tmp_path: Path) -> None:
-    """Cut off from the server for longer than its lease, a supervisor stops its agents and itself
-    (RUN_LEASE_LOST): another machine may serve the run by now."""
+@pytest.mark.parametrize("cut", ["moved away", "refusing pushes"])
+def test_a_lease_that_cannot_be_renewed_for_its_life_stops_the_supervisor(tmp_path: Path, cut: str) -> None:
+    """Cut off from the server for longer than its lease -- the server gone, or refusing every push (a renewal
+    refused half-way once crashed the supervisor and left its agents running) -- a supervisor stops its agents and
+    itself (RUN_LEASE_LOST): another machine may serve the run by now."""
     from .helpers import HANDOFF, child, write_step
     from .runkit import wait_supervisor_gone
 
@@ -225,7 +227,12 @@ def test_a_lease_that_cannot_be_renewed_for_its_life_stops_the_supervisor(tmp_pa
     slow = child("a", "Part A", [[{"sleep": 60}, write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]])
     run_id = start(a, recipe(tmp_path, slow, finalize=True), env={"AGENTOPS_LEASE_TTL": "3"})
     wait_for(a, run_id, lambda d: any(w["role"] == "child" and w["status"] == "running" for w in d["workers"]))
-    server.rename(server.with_name("away.git"))
+    if cut == "moved away":
+        server.rename(server.with_name("away.git"))
+    else:
+        hook = server / "hooks" / "pre-receive"
+        hook.write_text("#!/bin/sh\necho 'this server takes nothing today' >&2\nexit 1\n")
+        hook.chmod(0o755)
     wait_supervisor_gone(a, run_id, timeout=60)
     log = supervisor_log(a, run_id)
     assert "RUN_LEASE_LOST" in log and "unrenewed" in log, log

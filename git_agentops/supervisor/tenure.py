@@ -103,8 +103,9 @@ def claim(sup: Supervisor) -> None:
 def renew(sup: Supervisor, now: float) -> None:
     """With the heartbeat: renew the lease every third of its life (and push the run's refs with it).
 
-    A remote that does not answer is tried again at the next beat; once the lease has gone unrenewed for its whole
-    life another machine may have taken the run over, so the supervisor stops as one that lost it."""
+    A remote that does not answer -- or refuses the push, fails it half-way, moved -- is tried again at the next
+    beat; once the lease has gone unrenewed for its whole life another machine may have taken the run over, so the
+    supervisor stops as one that lost it, its agents with it. Only a lease another machine holds stops it at once."""
     if sup.policy.remote is None or sup.machine is None or now - sup.lease_renewed < sup.lease_ttl / 3:
         return
     if now < sup.lease_retry_at:
@@ -112,7 +113,7 @@ def renew(sup: Supervisor, now: float) -> None:
     try:
         claim(sup)
     except AgentOpsError as exc:
-        if exc.code not in ("SYNC_REMOTE_UNREACHABLE", "SYNC_REMOTE_MOVED", "GIT_FAILED"):
+        if exc.code in LOST:  # claim has stopped this machine's agents already
             raise
         if now - sup.lease_renewed < sup.lease_ttl:
             sup.lease_retry_at = now + min(5.0, sup.lease_ttl / 6)
