@@ -90,17 +90,25 @@ def status(repo: Path, run_id: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
+POLL_FIRST, POLL_MOST = 0.1, 0.8
+"""Seconds between two status polls: the first wait, and the most it grows to (x1.5 a poll). Each poll is a whole
+``git agentops-run status`` process, half a second of CPU: polling at a fixed 0.2 s kept a core busy beside the
+supervisor under test, and on two cores that was a third of the suite's time."""
+
+
 def wait_for(
     repo: Path, run_id: str, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 90
 ) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
+    delay = POLL_FIRST
     doc = status(repo, run_id)
     while not _holds(predicate, doc):
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"timed out; last status:\n{json.dumps(doc, indent=1)}\n{supervisor_log(repo, run_id)}"
             )
-        time.sleep(0.2)
+        time.sleep(delay)
+        delay = min(delay * 1.5, POLL_MOST)
         doc = status(repo, run_id)
     return doc
 
