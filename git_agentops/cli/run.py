@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run, seconds, subcommands
 from .runinfo import list_runs, log, show_status
-from .spawn import spawn_supervisor, supervise_in_background
 
 if TYPE_CHECKING:
     from ..runs.controls import Stopped
@@ -243,6 +242,8 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
             "run as an ordinary user where you can",
         )
     if args.detach:
+        from .spawn import spawn_supervisor  # the service managers: imported by the commands that start one
+
         spawned = spawn_supervisor(ctx, run_id)
         ctx.emit(
             {"runId": run_id, "detached": True, **spawned.to_json()},
@@ -308,6 +309,8 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
         from ..runs.create import bound_policy
 
         _sandbox_warning(ctx, bound_policy(store, args.run_id))
+        from .spawn import supervise_in_background
+
         supervise_in_background(ctx, args.run_id, doc, lines)
     ctx.emit(doc, lines)
     return 0
