@@ -156,3 +156,21 @@ def test_a_stream_past_the_cap_or_nested_too_deep_fails_closed(monkeypatch: pyte
     assert "inflates past" in (find_held(bomb, HELD).unscannable or "")
     nested = gzip.compress(gzip.compress(gzip.compress(gzip.compress(b"nothing"))))
     assert "nested more than" in (find_held(nested, HELD).unscannable or "")
+
+
+def test_a_zip_member_that_cannot_be_read_is_unscannable_not_let_through() -> None:
+    """Fail closed, as the caps do: an encrypted member, or one in a compression method Python cannot read
+    (deflate64, say), could hold a held value nobody can see."""
+    plain = _zip()
+    encrypted = bytearray(plain)
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):  # set the encryption bit in the local and central headers
+        at = encrypted.find(header)
+        flags = 6 if header == b"PK\x03\x04" else 8
+        encrypted[at + flags] |= 0x1
+    assert "encrypted" in (find_held(bytes(encrypted), HELD).unscannable or "")
+    unknown = bytearray(plain)
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):  # method 9: deflate64, which zipfile does not implement
+        at = unknown.find(header)
+        method = 8 if header == b"PK\x03\x04" else 10
+        unknown[at + method : at + method + 2] = (9).to_bytes(2, "little")
+    assert "cannot be read" in (find_held(bytes(unknown), HELD).unscannable or "")

@@ -262,8 +262,11 @@ def _zip_members(data: bytes, budget: _Budget) -> Iterator[tuple[str, bytes]]:
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return
     for info in members:
-        if info.is_dir() or info.flag_bits & 0x1:  # encrypted: no key, nothing to search
+        if info.is_dir():
             continue
+        if info.flag_bits & 0x1:  # encrypted: what it holds cannot be searched, so it is not let through
+            budget.fail(f"zip member {info.filename[:100]!r} is encrypted")
+            return
         if budget.streams <= 0:
             budget.fail(f"more than {MAX_STREAMS} compressed streams")
             return
@@ -271,8 +274,11 @@ def _zip_members(data: bytes, budget: _Budget) -> Iterator[tuple[str, bytes]]:
         try:
             with archive.open(info) as member:
                 out = member.read(budget.inflated + 1)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError, zlib.error):
-            continue
+        except NotImplementedError:  # a compression method Python cannot read: unscannable, fail closed
+            budget.fail(f"zip member {info.filename[:100]!r} uses a compression method that cannot be read")
+            return
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, zlib.error):
+            continue  # corrupt: its bytes were searched as they are, in the blob itself
         if len(out) > budget.inflated:
             budget.fail(f"a zip member inflates past {MAX_INFLATED // (1024 * 1024)} MiB")
             out = out[: budget.inflated]
