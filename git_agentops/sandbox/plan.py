@@ -68,12 +68,10 @@ DROPPED_ENV: Final = (
     "DISPLAY",
     "GNUPGHOME",
     "DOCKER_HOST",
-    "SSH_AUTH_SOCK",
-    "SSH_AGENT_PID",
-    "GPG_AGENT_INFO",
     "KRB5CCNAME",
 )
-"""Variables naming the person's servers and sessions: a sandboxed agent is not told where they are."""
+"""Variables naming the person's servers and sessions: a sandboxed agent is not told where they are (the key
+agents' sockets are never passed at all: :data:`git_agentops.hosts.launch.KEY_AGENTS`)."""
 
 
 def kernel_abi() -> int:
