@@ -1,0 +1,2 @@
+"""The real agent CLIs under test: their pinned install (``install``) and the mock model server they talk to
+(``mockmodel``), for ``tests/test_realcli.py``."""
