@@ -22,7 +22,7 @@ from git_agentops.cli import hook as hook_cli
 from git_agentops.errors import AgentOpsError
 from git_agentops.hooks import agent
 from git_agentops.hooks.agent import install_agent_guard, refusals
-from git_agentops.hooks.hostconfig import CLAUDE_SETTINGS, CODEX_HOOKS, OPENCODE_PLUGIN, hook_entry
+from git_agentops.hooks.hostconfig import CLAUDE_SETTINGS, CODEX_CONFIG, OPENCODE_PLUGIN, hook_entry
 
 from .conftest import git, make_repo
 from .helpers import require_tool
@@ -331,9 +331,10 @@ def test_each_host_gets_its_own_configuration(repo: Path) -> None:
     plugin = (repo / OPENCODE_PLUGIN).read_text()
     assert f"const GUARD_COMMAND = {json.dumps(HOOK + ' agent-command --host opencode')}" in plugin
     assert plugin.count("export ") == 1  # opencode 1.x calls every export as a plugin
-    assert install_agent_guard(repo, "codex", hook_command=HOOK) == [repo / CODEX_HOOKS, repo / ".codex/config.toml"]
-    codex = json.loads((repo / CODEX_HOOKS).read_text())
-    assert codex["hooks"]["PreToolUse"][0]["matcher"] == "Bash"
+    # Codex never reads a linked worktree's .codex/: its guard is in the agent's own CODEX_HOME (test_codex_home),
+    # and the worktree only keeps hooks on in case a later Codex reads it
+    assert install_agent_guard(repo, "codex", hook_command=HOOK) == [repo / CODEX_CONFIG]
+    assert (repo / CODEX_CONFIG).read_text().endswith("[features]\nhooks = true\n")
     assert install_agent_guard(repo, "scripted", hook_command=HOOK) == []
     assert git(repo, "status", "--porcelain", "--ignored") != ""  # the caller excludes them via info/exclude
 
@@ -532,7 +533,7 @@ def test_the_supervisor_writes_the_guard_of_the_workers_host_and_git_never_sees_
     stays clean (the run's ``info/exclude`` lists every guard file), so no delivery carries it."""
     from git_agentops.clock import SystemClock
     from git_agentops.gitstore.repo import open_store
-    from git_agentops.hooks.hostconfig import GUARD_FILES
+    from git_agentops.hooks.hostconfig import guard_file
     from git_agentops.model.policy import Policy, effective
     from git_agentops.policy.starter import add_excludes, missing_excludes
     from git_agentops.supervisor.confine import Confinement
@@ -545,7 +546,8 @@ def test_the_supervisor_writes_the_guard_of_the_workers_host_and_git_never_sees_
     store = open_store(repo, clock=SystemClock())
     policy = Policy.from_effective(effective({"version": 1}))
     Confinement(store, policy, {}, repo / ".git" / "agentops", logged.append).guard(worktree, kind)
-    assert f"agent-command --host {kind}" in (worktree / GUARD_FILES[kind]).read_text()
+    written = (worktree / str(guard_file(kind))).read_text()
+    assert f"agent-command --host {kind}" in written if kind != "codex" else "hooks = true" in written
     assert git(worktree, "status", "--porcelain", "--untracked-files=all") == ""
     assert logged == []
 
@@ -556,16 +558,16 @@ def test_a_guard_file_the_project_tracks_is_left_alone_and_the_skip_logged(repo:
     from git_agentops.model.policy import Policy, effective
     from git_agentops.supervisor.confine import Confinement
 
-    (repo / ".codex").mkdir()
-    (repo / ".codex" / "hooks.json").write_text('{"hooks": {}}\n')
-    git(repo, "add", ".codex/hooks.json")
-    git(repo, "commit", "-q", "-m", "the project's own codex hooks")
+    (repo / ".claude").mkdir()
+    (repo / CLAUDE_SETTINGS).write_text('{"hooks": {}}\n')
+    git(repo, "add", CLAUDE_SETTINGS)
+    git(repo, "commit", "-q", "-m", "the project's own claude settings")
     worktree = repo.parent / "w"
     git(repo, "worktree", "add", "-q", "--detach", str(worktree))
     logged: list[str] = []
     store = open_store(repo, clock=SystemClock())
     Confinement(store, Policy.from_effective(effective({"version": 1})), {}, repo, logged.append).guard(
-        worktree, "codex"
+        worktree, "claude"
     )
-    assert (worktree / ".codex" / "hooks.json").read_text() == '{"hooks": {}}\n'
-    assert len(logged) == 1 and "tracks .codex/hooks.json" in logged[0]
+    assert (worktree / CLAUDE_SETTINGS).read_text() == '{"hooks": {}}\n'
+    assert len(logged) == 1 and "tracks .claude/settings.local.json" in logged[0]

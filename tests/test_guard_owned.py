@@ -29,9 +29,8 @@ from git_agentops.gitstore.repo import open_store
 from git_agentops.hooks.hostconfig import (
     CLAUDE_SETTINGS,
     CODEX_CONFIG,
-    CODEX_HOOKS,
     OPENCODE_PLUGIN,
-    OWNED,
+    contents,
     hook_entry,
     write_guard,
 )
@@ -97,7 +96,7 @@ def _planted(worktree: Path) -> None:
     )
     _plant(worktree / ".claude/settings.json", json.dumps({"disableAllHooks": True}))
     _plant(worktree / CODEX_CONFIG, "[features]\nhooks = false\n")
-    _plant(worktree / CODEX_HOOKS, '{"hooks": {}}\n')
+    _plant(worktree / ".codex/hooks.json", '{"hooks": {}}\n')
     _plant(worktree / ".codex/rules/allow.rules", 'prefix_rule(pattern = ["git"], decision = "allow")\n')
     _plant(worktree / ".opencode/plugins/rewrite.js", "export const Rewrite = async () => ({})\n")
     _plant(worktree / ".opencode/plugin/more.ts", "export const More = async () => ({})\n")
@@ -129,13 +128,11 @@ def test_what_a_worker_planted_where_its_host_reads_settings_is_gone_at_its_next
         },
     }
     assert (wt / CODEX_CONFIG).read_text().endswith("[features]\nhooks = true\n")
-    assert "agent-command --host codex" in (wt / CODEX_HOOKS).read_text()
     assert "agent-command --host opencode" in (wt / OPENCODE_PLUGIN).read_text()
     left = sorted(str(p.relative_to(wt)) for d in (".claude", ".codex", ".opencode") for p in (wt / d).rglob("*"))
     assert left == [
         ".claude/settings.local.json",
         ".codex/config.toml",
-        ".codex/hooks.json",
         ".opencode/plugins",
         ".opencode/plugins/agentops-guard.js",
     ]
@@ -143,7 +140,7 @@ def test_what_a_worker_planted_where_its_host_reads_settings_is_gone_at_its_next
     assert (wt / "src/new.py").read_text() == "work in progress\n"  # the worker's work is its own
     assert worker.status() == "?? src/new.py"
     for kind in KINDS:
-        for rel in OWNED[kind]:
+        for rel in contents(kind, HOOK):
             assert _mode(wt / rel) == 0o444, rel
     assert _mode(wt / ".codex") == _mode(wt / ".opencode/plugins") == 0o555
     removed = "\n".join(worker.logged)
@@ -203,7 +200,6 @@ def test_what_the_project_tracks_is_kept_and_a_directory_holding_it_not_sealed(t
     for rel, text in files.items():
         assert (worker.worktree / rel).read_text() == text, rel
     assert not (worker.worktree / ".opencode/plugins/rewrite.js").exists()
-    assert "agent-command --host codex" in (worker.worktree / CODEX_HOOKS).read_text()
     assert _mode(worker.worktree / ".opencode/plugins") != 0o555 and _mode(worker.worktree / ".codex") != 0o555
     assert worker.status() == ""
 
@@ -239,7 +235,8 @@ def test_whatever_stands_where_our_files_go_is_replaced(tmp_path: Path) -> None:
 
 
 def test_every_file_we_write_is_excluded_from_commits() -> None:
-    assert {f"/{rel}" for rels in OWNED.values() for rel in rels} <= set(EXCLUDES)
+    owned = {f"/{rel}" for kind in ("claude", "codex", "opencode", "command") for rel in contents(kind, HOOK)}
+    assert owned and owned <= set(EXCLUDES)
 
 
 @pytest.fixture

@@ -49,11 +49,14 @@ def _launch(tmp_path: Path, prompt: str, **kwargs: object) -> Launch:
 
 
 def test_default_argv_grant_the_least_that_lets_an_agent_work() -> None:
-    """Invariant: no default argv skips permissions; each pre-approves git on its branch, the toolkit and the tests."""
+    """Invariant: no default argv skips permissions or a sandbox; each pre-approves git on its branch, the toolkit and
+    the tests. The one "dangerously" flag is Codex's hook-trust bypass, which runs the guard (headless Codex has no
+    TUI to review hooks in, and skips unreviewed ones silently)."""
     for kind in ("claude", "codex", "opencode"):
         argv = default_argv(kind, [["make", "test"]])
         assert "{prompt}" in argv
-        assert not any("dangerously" in a or "bypass" in a for a in argv)
+        risky = [a for a in argv if "dangerously" in a or "bypass" in a or a == "danger-full-access"]
+        assert risky == (["--dangerously-bypass-hook-trust"] if kind == "codex" else [])
     claude = default_argv("claude", [["make", "test"]])
     assert claude[:3] == ("claude", "-p", "{prompt}")  # the prompt right after -p: no variadic flag can swallow it
     tools = next(a for a in claude if a.startswith("--allowedTools="))
@@ -69,6 +72,7 @@ def test_default_argv_grant_the_least_that_lets_an_agent_work() -> None:
     assert codex[:2] == ("codex", "exec") and "--full-auto" not in codex
     assert codex[codex.index("--sandbox") + 1] == "workspace-write"
     assert codex[codex.index("--add-dir") + 1] == "{git_common_dir}"
+    assert codex[codex.index("-c") + 1] == "allow_login_shell=false"  # a login profile would reset PATH
     assert "git push" not in allowed_commands([])
     assert claude_allowed_tools(["make check"]).endswith("Bash(make check *)")  # a shell string stays as typed
 

@@ -86,7 +86,7 @@ def head_of(store: Store, path: Path) -> str | None:
 
 def remove_worktree(store: Store, path: Path, name: str) -> None:
     """Delete the worktree's files and prune its admin directory (the branch is kept). Directories made read-only
-    -- the host guard's are sealed 0555 (:mod:`git_agentops.hooks.owned`), and whatever an agent sealed in its
+    -- the host guard's are sealed 0555 (:mod:`git_agentops.gitstore.owned`), and whatever an agent sealed in its
     private HOME or object quarantine in the admin dir -- are made writable to be emptied."""
     admin = store.common_dir / "worktrees" / name  # by its name: the worktree's .git file is the agent's to edit
     if path.exists() or path.is_symlink():

@@ -38,8 +38,11 @@ on a detail):
   trusted (``[projects."<path>"] trust_level = "trusted"`` in ``$CODEX_HOME/config.toml``, or ``codex exec
   --trust``, 0.169+), and each non-managed hook must be reviewed and trusted by its hash in the TUI's ``/hooks``
   -- or the run passes ``--dangerously-bypass-hook-trust`` (openai/codex#21768), which a headless ``codex exec``
-  needs. Untrusted hooks are skipped silently. So we write ``.codex/hooks.json`` (PreToolUse, matcher ``Bash``),
-  and it guards only a Codex launched with that flag in a trusted project. The older ``notify`` setting only
+  needs. Untrusted hooks are skipped silently -- and Codex resolves a linked worktree to its main repository,
+  so a worktree's ``.codex/`` is never read. So Codex's guard is not here: each agent gets its own ``CODEX_HOME``
+  whose ``hooks.json`` is the user layer, read for any project (:mod:`git_agentops.model.hosts.codex`). The
+  worktree only gets ``.codex/config.toml`` with hooks on, in case a later Codex reads it. The older ``notify``
+  setting only
   reports a finished turn and cannot deny anything.
 
 The guard's files are **owned whole** by the supervisor (:mod:`.owned`): before every generation each host's
@@ -59,49 +62,45 @@ are in the worktree's ``info/exclude`` (:data:`git_agentops.policy.starter.EXCLU
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from ..errors import AgentOpsError
-from .owned import OwnedTree
+from ..gitstore.owned import OwnedTree
+from ..model.hosts import registry
+from ..model.hosts.base import TIMEOUT_SECONDS, guard_command, hook_settings
+from ..model.hosts.claude import SETTINGS as CLAUDE_SETTINGS
+from ..model.hosts.codex import PROJECT_CONFIG as CODEX_CONFIG
+from ..model.hosts.opencode import PLUGIN as OPENCODE_PLUGIN
+from ..model.hosts.opencode import plugin_source
 
-CLAUDE_SETTINGS: Final = ".claude/settings.local.json"
-OPENCODE_PLUGIN: Final = ".opencode/plugins/agentops-guard.js"
-CODEX_HOOKS: Final = ".codex/hooks.json"
-CODEX_CONFIG: Final = ".codex/config.toml"
-GUARD_FILES: Final = {"claude": CLAUDE_SETTINGS, "codex": CODEX_HOOKS, "opencode": OPENCODE_PLUGIN}
-"""The file each host's guard lives in, relative to the worktree: a project that tracks it keeps it, and that host
-gets no guard."""
-OWNED: Final = {"claude": (CLAUDE_SETTINGS,), "codex": (CODEX_HOOKS, CODEX_CONFIG), "opencode": (OPENCODE_PLUGIN,)}
-"""Every file written whole for each host (``info/exclude`` lists them); one the project tracks is not written."""
-CLEARED: Final = {
-    "claude": (".claude/settings.json",),
-    "codex": (".codex",),
-    "opencode": (
-        ".opencode/plugins",
-        ".opencode/plugin",
-        "opencode.json",
-        "opencode.jsonc",
-        ".opencode/opencode.json",
-        ".opencode/opencode.jsonc",
-    ),
-}
-"""The other places in a worktree each host reads settings, hooks or plugins from: whatever there the project does
-not track is removed (a directory: everything in it but our files)."""
-SEALED: Final = {"codex": ".codex", "opencode": ".opencode/plugins"}
-"""The directory holding only our files once cleared: made 0555, unless the project tracks something in it."""
-TIMEOUT_SECONDS: Final = 30
+__all__ = [
+    "CLAUDE_SETTINGS",
+    "CODEX_CONFIG",
+    "OPENCODE_PLUGIN",
+    "TIMEOUT_SECONDS",
+    "Installed",
+    "contents",
+    "guard_command",
+    "guard_file",
+    "hook_entry",
+    "plugin_source",
+    "settings",
+    "write_guard",
+]
+
 MARKER: Final = "agent-command --host"
 """Every guard command contains this."""
-CODEX_CONFIG_TEXT: Final = """\
-# git-agentops: Codex's project configuration in this worker worktree, rewritten at each worker start.
-[features]
-hooks = true
-"""
+
+
+def guard_file(kind: str) -> str | None:
+    """The file host ``kind``'s guard lives in, relative to the worktree: a project that tracks it keeps it, and
+    that host gets no guard (None: the kind has no worktree guard)."""
+    host = registry().get(kind)
+    return None if host is None else host.guard_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,34 +111,6 @@ class Installed:
     removed: tuple[str, ...] = ()
 
 
-_PLUGIN: Final = """\
-// git-agentops guard for opencode: every bash command goes through `git agentops-hook agent-command` first.
-// Written by git-agentops into this worker worktree (excluded from commits) and rewritten at each worker start.
-import { spawnSync } from "node:child_process"
-
-const GUARD_COMMAND = @COMMAND@
-
-export const AgentopsGuard = async ({ directory, worktree }) => ({
-  "tool.execute.before": async (input, output) => {
-    if (input.tool !== "bash") return
-    const args = (output && output.args) || {}
-    if (typeof args.command !== "string") return
-    const cwd = typeof args.workdir === "string" ? args.workdir : directory || worktree
-    const done = spawnSync(GUARD_COMMAND, {
-      shell: true,
-      cwd: directory || worktree,
-      encoding: "utf8",
-      timeout: @TIMEOUT_MS@,
-      input: JSON.stringify({
-        tool: input.tool, command: args.command, cwd, sessionID: input.sessionID, callID: input.callID,
-      }),
-    })
-    if (done.status === 2) throw new Error((done.stderr || "").trim() || "refused by the git-agentops guard")
-  },
-})
-"""
-
-
 def hook_entry(python: str) -> str:
     """``hook_command`` for an installed toolkit: ``PYTHON -I -m git_agentops.cli.hook``. ``-I`` keeps the worktree
     (the agent's own files) off ``sys.path``: a worktree of a repository holding a ``git_agentops`` package -- this
@@ -147,39 +118,15 @@ def hook_entry(python: str) -> str:
     return shlex.join([python, "-I", "-m", "git_agentops.cli.hook"])
 
 
-def guard_command(hook_command: str, kind: str) -> str:
-    """The shell command a host runs: ``HOOK_COMMAND agent-command --host KIND``."""
-    return f"{hook_command} agent-command --host {kind}"
-
-
-def plugin_source(hook_command: str) -> str:
-    """The opencode plugin calling ``hook_command`` (the command is embedded as a JSON string literal)."""
-    command = json.dumps(guard_command(hook_command, "opencode"))  # ASCII-only, so also a valid JS literal
-    return _PLUGIN.replace("@COMMAND@", command).replace("@TIMEOUT_MS@", str(TIMEOUT_SECONDS * 1000))
-
-
-def settings(command: str) -> dict[str, Any]:
+def settings(command: str) -> dict[str, object]:
     """Our one ``PreToolUse`` group calling ``command``, as Claude Code and Codex (``hooks.json``) both take it."""
-    group = {"matcher": "Bash", "hooks": [{"type": "command", "command": command, "timeout": TIMEOUT_SECONDS}]}
-    return {"hooks": {"PreToolUse": [group]}}
+    return hook_settings(command)
 
 
 def contents(kind: str, hook_command: str) -> dict[str, bytes]:
-    """Every file of host ``kind``'s guard and its whole content. Claude Code's settings also say
-    ``"disableAllHooks": false``: the local scope outranks the project and user ones key by key, so a ``true``
-    left below it (in the agent's own HOME, say) does not switch the guard off. Codex's ``hooks.json`` holds only
-    ``hooks`` (its root takes ``description`` and ``hooks`` and Codex refuses anything else); its ``config.toml``
-    keeps hooks on."""
-    command = guard_command(hook_command, kind)
-    if kind == "claude":
-        doc = {"disableAllHooks": False, **settings(command)}
-        return {CLAUDE_SETTINGS: (json.dumps(doc, indent=2) + "\n").encode()}
-    if kind == "codex":
-        hooks = json.dumps(settings(command), indent=2) + "\n"
-        return {CODEX_HOOKS: hooks.encode(), CODEX_CONFIG: CODEX_CONFIG_TEXT.encode()}
-    if kind == "opencode":
-        return {OPENCODE_PLUGIN: plugin_source(hook_command).encode()}
-    return {}
+    """Every worktree file of host ``kind``'s guard and its whole content (its kind module says which)."""
+    host = registry().get(kind)
+    return {} if host is None else host.guard_files(hook_command)
 
 
 def _nothing_tracked(rel: str) -> bool:
@@ -201,9 +148,10 @@ def write_guard(
     tree = OwnedTree(worktree, tracked)
     try:
         written = tuple(tree.write(rel, data) for rel, data in ours.items())
-        for rel in CLEARED.get(kind, ()):
+        host = registry().get(kind)
+        for rel in host.cleared if host else ():
             tree.prune(rel, keep=frozenset(ours))
-        sealed = SEALED.get(kind)
+        sealed = host.sealed if host else None
         if sealed is not None and not tracked(sealed):
             tree.seal(sealed)
     except OSError as exc:

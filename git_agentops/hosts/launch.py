@@ -260,28 +260,12 @@ def header(spec: HostSpec, launch: Launch, argv: list[str]) -> str:
     return f"{HEADER.lstrip(chr(10))}{launch.generation} of {launch.worker_id} ({spec.name}, {how}): {shown!r}\n"
 
 
-NESTED_SANDBOXES: Final = frozenset({"read-only", "workspace-write"})
-"""Codex's ``--sandbox`` modes that run each command under its bubblewrap, which cannot start inside our sandbox
-(Landlock forbids writing the nested user namespace's uid map: ``bwrap: setting up uid map: Permission denied``)."""
-
-
 def unnest(spec: HostSpec, argv: list[str]) -> tuple[list[str], str]:
-    """Inside our sandbox, a Codex host's own command sandbox is turned off (``--sandbox danger-full-access``): it
-    cannot nest in ours, and ours is the wall. Returns the argv and the log line that says so ("" if unchanged)."""
-    if spec.kind != "codex":
-        return argv, ""
-    out = list(argv)
-    for at, arg in enumerate(out):
-        if arg in ("--sandbox", "-s") and at + 1 < len(out) and out[at + 1] in NESTED_SANDBOXES:
-            was, out[at + 1] = out[at + 1], "danger-full-access"
-            return out, (
-                f"codex's own sandbox ({was}, bubblewrap) cannot start inside the agentops sandbox: it is off "
-                "(--sandbox danger-full-access), and the agentops sandbox is the wall\n"
-            )
-        if arg.startswith("--sandbox=") and arg.split("=", 1)[1] in NESTED_SANDBOXES:
-            out[at] = "--sandbox=danger-full-access"
-            return out, "codex's own sandbox cannot start inside the agentops sandbox: it is off\n"
-    return argv, ""
+    """Inside our sandbox, the argv of a host whose own sandbox cannot nest in ours, with it turned off (ours is the
+    wall: :meth:`git_agentops.model.hosts.base.HostKind.unnest`); and the log line that says so ("" if unchanged)."""
+    from ..model.hosts import kind_of
+
+    return kind_of(spec.kind).unnest(argv)
 
 
 def start(

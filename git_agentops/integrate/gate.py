@@ -9,6 +9,7 @@ forger nothing but a re-run. The reviewers then read the same checkout.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -16,6 +17,7 @@ from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
+from ..hooks.hostconfig import hook_entry
 from ..hosts.launch import HostSpec
 from ..model.integration import IntegrationStatus
 from ..model.run import Run
@@ -102,6 +104,8 @@ def _confiner(ctx: JobContext, store: Store) -> Confine:
             recipe=runstate.recipe_path(store, ctx.run_id),
             home_files=spec.home_files,
             network=spec.network,
+            kind=spec.kind,
+            hook_command=hook_entry(sys.executable),
         )
         where = ctx.run_dir / "sandbox"
         where.mkdir(mode=0o700, parents=True, exist_ok=True)

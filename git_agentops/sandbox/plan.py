@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -33,10 +32,11 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import AgentOpsError
-from ..gitstore.clean import remove_tree
 from ..gitstore.quarantine import agent_environment as quarantine_environment
 from ..gitstore.quarantine import prepare as prepare_quarantine
+from ..model.hosts import kind_of
 from ..model.sandbox import LEVELS
+from .home import prepare_home
 from .rules import Places, agent_rules, expand
 from .spec import LAUNCHER, Mode, Namespace, Rule, SandboxSpec, launcher_command, write_spec
 
@@ -118,6 +118,7 @@ class Sandbox:
     home: Path | None = None
     objects: tuple[Path, Path] | None = None
     person: tuple[tuple[str, str], ...] = ()  # the person's configuration, by the variables that name it
+    config_env: tuple[tuple[str, str], ...] = ()  # where its host reads its settings: in the agent's own HOME
 
     def spec(self, argv: Sequence[str], cwd: Path) -> SandboxSpec:
         """The launcher's spec of running ``argv`` in ``cwd`` under this sandbox; a file ``argv`` names by its
@@ -140,6 +141,7 @@ class Sandbox:
         env = dict(environ)
         if self.objects is not None:
             env.update(quarantine_environment(self.objects[0].parent, self.objects[1].parent))
+        env.update(self.config_env)
         if self.mode == "none":
             return env
         for name in DROPPED_ENV:
@@ -240,6 +242,8 @@ def for_worker(
     recipe: Path | None,
     home_files: Sequence[str] = (),
     network: bool = True,
+    kind: str = "command",
+    hook_command: str = "",
 ) -> Sandbox:
     """The sandbox of one worker generation: it writes its worktree, its admin dir (with its object quarantine,
     private HOME and TMPDIR) and its host's paths; it reads the shared object store; its rules are computed from
@@ -258,6 +262,8 @@ def for_worker(
         recipe=recipe,
         home_files=home_files,
         network=network,
+        kind=kind,
+        hook=hook_command,
     )
 
 
@@ -276,6 +282,8 @@ def for_reviewer(
     recipe: Path | None,
     home_files: Sequence[str] = (),
     network: bool = True,
+    kind: str = "command",
+    hook_command: str = "",
 ) -> Sandbox:
     """The sandbox of one reviewer: it reads the candidate ``checkout`` but writes only its ``scratch`` dir (its
     input, prompt, report, HOME and TMPDIR) -- a reviewer cannot change what it reviews, nor write any object."""
@@ -293,6 +301,8 @@ def for_reviewer(
         recipe=recipe,
         home_files=home_files,
         network=network,
+        kind=kind,
+        hook=hook_command,
     )
 
 
@@ -312,57 +322,6 @@ def _private(
         expand(signing_key, environ) if signing_key else None,
         (private / "envs", private / "cache"),
     )
-
-
-HOME_SETTINGS: Final = (
-    ".claude/settings.json",
-    ".claude/settings.local.json",
-    ".codex/config.toml",
-    ".codex/hooks.json",
-    ".config/opencode",
-    ".opencode",
-)
-"""Where the hosts read user-scope settings, hooks and plugins in HOME. An agent's private HOME outlives its
-generation, so what one generation planted there (``"disableAllHooks": true``, a plugin) is removed before the
-next starts; the host's ``home_files`` are copied in afterwards."""
-
-
-def reset_home(home: Path) -> list[Path]:
-    """Remove :data:`HOME_SETTINGS` from an agent's private ``home`` (links unlinked, never followed)."""
-    removed = []
-    for rel in HOME_SETTINGS:
-        path = home / rel
-        if os.path.lexists(path):
-            remove_tree(path)  # a directory the agent made read-only too
-            removed.append(path)
-    return removed
-
-
-def seed_home(home: Path, files: Sequence[str], environ: Mapping[str, str]) -> list[Path]:
-    """Copy each of the person's ``files`` (``~/...``, as the policy names them) to the same place in the agent's
-    private ``home`` (0600: the agent may rewrite its copy, never the original). Missing files are skipped, and so
-    is a path outside the person's HOME (nothing to copy: it is read where it is). Returns the copies made."""
-    real_home = Path(environ.get("HOME") or os.path.expanduser("~"))
-    made = []
-    for text in files:
-        source = expand(text, environ)
-        try:
-            rel = source.relative_to(real_home)
-        except ValueError:
-            continue
-        if not source.is_file() or rel == Path():
-            continue
-        target = home / rel
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if target.is_symlink() or target.is_dir():  # something the agent put there: never written through
-            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
-        tmp = target.with_name(f".{target.name}.agentops-{os.getpid()}")
-        tmp.unlink(missing_ok=True)
-        shutil.copyfile(source, tmp, follow_symlinks=True)
-        tmp.chmod(0o600)
-        os.replace(tmp, target)
-        made.append(target)
-    return made
 
 
 def _keep(places: Places, home: Path, extra: Sequence[Path], environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -435,13 +394,18 @@ def _sandbox(
     recipe: Path | None,
     home_files: Sequence[str],
     network: bool,
+    kind: str,
+    hook: str,
 ) -> Sandbox:
     places.tmpdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config_env = tuple(kind_of(kind).config_env(str(home)).items())
     if mode == "none":  # no wall: the agent may write refs too, which must never name an object only it holds
-        return Sandbox("none", reason, (), places.tmpdir)
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    reset_home(home)
-    seed_home(home, home_files, environ)
+        if config_env:  # a host reading its settings from a directory of its own gets one: never the person's
+            prepare_home(
+                home, kind=kind, home_files=home_files, environ=environ, worktree=places.worktree, hook_command=hook
+            )
+        return Sandbox("none", reason, (), places.tmpdir, config_env=config_env)
+    prepare_home(home, kind=kind, home_files=home_files, environ=environ, worktree=places.worktree, hook_command=hook)
     if recipe is not None:
         places = replace(places, readable_files=(recipe,))
     person = person_config(environ)
@@ -470,6 +434,7 @@ def _sandbox(
         home=home,
         objects=objects,
         person=tuple(sorted(person.items())),
+        config_env=config_env,
     )
 
 

@@ -18,6 +18,7 @@ import pygit2
 from ..errors import AgentOpsError
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir, head_of
+from ..hooks.hostconfig import hook_entry
 from ..hosts.launch import HostSpec
 from ..model.policy import Policy
 from ..model.run import Worker
@@ -71,6 +72,8 @@ class Confinement:
             recipe=recipe,
             home_files=spec.home_files,
             network=spec.network,
+            kind=spec.kind,
+            hook_command=hook_entry(sys.executable),
         )
 
     def guard(self, worktree: Path, kind: str, *, base: str | None = None) -> None:
@@ -81,9 +84,9 @@ class Confinement:
         What the project tracks is read from ``base``, the commit the supervisor made the worktree from, when
         given; else from the worktree's HEAD -- which the agent moves, so a guard file it committed would count as
         the project's: pass ``base``."""
-        from ..hooks.hostconfig import GUARD_FILES, hook_entry, write_guard
+        from ..hooks.hostconfig import guard_file, write_guard
 
-        rel = GUARD_FILES.get(kind)
+        rel = guard_file(kind)
         if rel is None:
             return
         commit = base or head_of(self.store, worktree)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from ..gitstore.private import PathError
+from .private import PathError
 
 FILE_MODE: Final = 0o444
 SEALED_DIR_MODE: Final = 0o555
@@ -146,9 +146,9 @@ class OwnedTree:
         finally:
             os.close(fd)
 
-    def write(self, rel: str, data: bytes) -> Path:
-        """Write ``rel`` whole and read-only (0444), atomically: a temporary file renamed over whatever was there.
-        An untracked symlink, directory or other non-file at ``rel`` is removed first."""
+    def write(self, rel: str, data: bytes, *, mode: int = FILE_MODE) -> Path:
+        """Write ``rel`` whole and read-only (0444, or ``mode``), atomically: a temporary file renamed over whatever
+        was there. An untracked symlink, directory or other non-file at ``rel`` is removed first."""
         head, _, name = rel.rpartition("/")
         fd = self.enter(head, create=True)
         assert fd is not None
@@ -157,11 +157,11 @@ class OwnedTree:
             if info is not None and not stat.S_ISREG(info.st_mode):
                 self._clear(fd, name, rel, info)
             tmp = f".{name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE, dir_fd=fd)
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
             try:
                 with os.fdopen(out, "wb", closefd=True) as handle:
                     handle.write(data)
-                    os.fchmod(handle.fileno(), FILE_MODE)
+                    os.fchmod(handle.fileno(), mode)
                 os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
                 with contextlib.suppress(OSError):
