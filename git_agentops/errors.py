@@ -112,6 +112,19 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "VERIFY_ENV_OUTSIDE": _c(
         EXIT_REFUSED, "the project's code resolves outside the checkout being verified (an editable install elsewhere)"
     ),
+    "VERIFY_WORKER_REFUSED": _c(
+        EXIT_REFUSED,
+        "in a run's worker, what only a person's verification does: another task's runners, another checkout, "
+        "another worker's instructions",
+    ),
+    "VERIFY_BOUND_POLICY_UNREADABLE": _c(
+        EXIT_REFUSED,
+        "in a run's worker, the run's bound policy (refs/agentops/runs/<run>/policy) is missing or damaged",
+    ),
+    "VERIFY_PATH_HIDDEN": _c(
+        EXIT_REFUSED,
+        "a path verify needs is unreadable here (an agent's sandbox hides the trust store, the private dir)",
+    ),
     # receipts
     "RECEIPT_MISSING": _c(EXIT_NEGATIVE, "the commit has no receipt, or a commit of the range is covered by none"),
     "RECEIPT_NOT_COVERED": _c(

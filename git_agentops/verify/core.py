@@ -9,6 +9,9 @@ Two places, one procedure:
   (:mod:`git_agentops.gitstore.clean`): nothing but the commit's files, re-hashed before and after, and git config
   the agents cannot touch. Its records say ``producer: supervisor, checkout: clean``.
 
+Both share :func:`check_in_place`'s sibling steps; a run's worker checking its own commit uses
+:func:`check_in_place` alone -- the run's bound policy, no trust check, nothing recorded (:mod:`.worker`).
+
 Order of operations, and why:
 
 1. **Trust first.** Nothing from a policy runs unless the user trusted that exact policy (``POLICY_UNTRUSTED``).
@@ -26,6 +29,7 @@ The outcome passes when every *required* command passed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +160,45 @@ def verify_checkout(
     with ``passed: false``.
     """
     require_trusted(trust)
+    outcome = check_in_place(
+        evidence,
+        worktree=worktree,
+        policy=policy,
+        environ=environ,
+        clock=clock,
+        task=task,
+        fresh=fresh,
+        progress=progress,
+        grace=grace,
+        known_head=known_head,
+        provenance=provenance,
+    )
+    outcome.notes_commit = evidence.record(outcome.commit, outcome.tree, outcome.records)
+    return outcome
+
+
+def check_in_place(
+    evidence: EvidenceStore | None,
+    *,
+    worktree: Path,
+    policy: Policy,
+    environ: Mapping[str, str],
+    clock: Clock,
+    task: Task | None = None,
+    fresh: bool = False,
+    progress: Progress | None = None,
+    grace: float = 3.0,
+    known_head: Head | None = None,
+    provenance: Provenance = PERSON,
+) -> Outcome:
+    """:func:`verify_checkout` without its trust check and without recording: the commands run (or, with an
+    ``evidence`` store and not ``fresh``, are reused) on the clean HEAD of ``worktree``; nothing is written but the
+    made-files record in the worktree's git dir. With ``evidence=None`` nothing is read from or written to the
+    evidence notes (a run's worker: :mod:`.worker`). The caller decides whether ``policy`` may run.
+
+    Raises ``VERIFY_DIRTY``, ``VERIFY_NO_COMMIT``, ``VERIFY_NO_COMMANDS``, ``TASK_RUNNER_UNKNOWN``,
+    ``VERIFY_ENV_OUTSIDE``.
+    """
     planned = _planned(policy, task)
     start = known_head or head(worktree)
     made = MadeFiles.load(worktree)
@@ -178,7 +221,7 @@ def verify_checkout(
         environ=environ,
         clock=clock,
         task=task,
-        fresh=fresh,
+        fresh=fresh or evidence is None,
         progress=progress,
         grace=grace,
         provenance=provenance,
@@ -194,8 +237,8 @@ def verify_checkout(
             "not modify tracked files",
         )
     if ran:
-        made.remember([p for p in untracked_files(worktree) if p not in before])
-    outcome.notes_commit = evidence.record(start.commit, start.tree, outcome.records)
+        with contextlib.suppress(OSError):  # a convenience (:mod:`.made`): never what decides the outcome
+            made.remember([p for p in untracked_files(worktree) if p not in before])
     return outcome
 
 
@@ -269,7 +312,7 @@ def _planned(policy: Policy, task: Task | None) -> list[Planned]:
 
 
 def _run_all(
-    evidence: EvidenceStore,
+    evidence: EvidenceStore | None,
     planned: list[Planned],
     *,
     cwd: Path,
@@ -296,7 +339,7 @@ def _run_all(
         env = scrub_environment(environ, command.env)
         env_digest = environment_digest(env, environment.to_json())
         hit = None
-        if not fresh:
+        if not fresh and evidence is not None:
             hit = evidence.cached(
                 tree,
                 argv_digest=command.argv_digest,
