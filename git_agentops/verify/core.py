@@ -9,8 +9,9 @@ Two places, one procedure:
   (:mod:`git_agentops.gitstore.clean`): nothing but the commit's files, re-hashed before and after, and git config
   the agents cannot touch. Its records say ``producer: supervisor, checkout: clean``.
 
-Both share :func:`check_in_place`'s sibling steps; a run's worker checking its own commit uses
-:func:`check_in_place` alone -- the run's bound policy, no trust check, nothing recorded (:mod:`.worker`).
+:func:`verify_checkout` is :func:`check_in_place` with the trust check before it and the record after it; a
+run's worker checking its own commit uses :func:`check_in_place` alone -- the run's bound policy, no trust check,
+nothing read from or written to the evidence notes (:mod:`.worker`).
 
 Order of operations, and why:
 
