@@ -306,6 +306,8 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_WORKER_PLANNED": _c(EXIT_OK, "a child task was planned"),
     "RUN_AWAITING_INPUT": _c(EXIT_OK, "the question was recorded; writers stop until it is answered"),
     "RUN_WORKER_DELIVERED": _c(EXIT_OK, "the delivery passed verification and is frozen"),
+    "RUN_HANDOFF_ACCEPTED": _c(EXIT_OK, "the supervisor took the handoff and verifies it itself: end your turn"),
+    "RUN_FINALIZE_ACCEPTED": _c(EXIT_OK, "the supervisor took the finalize and integrates: end your turn"),
     "RUN_POLICY_PENDING": _c(EXIT_OK, "the policy transition is recorded; it is applied once approved"),
     "RUN_COMPLETE": _c(EXIT_OK, "integrated, published and receipted"),
 }

@@ -136,6 +136,7 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
     usage = gen.usage or {}
     tokens = (usage.get("inputTokens", 0) + usage.get("outputTokens", 0)) if usage else None
     spent = f"{tokens} tok" + (f", ${usage['costUsd']:.4f}" if usage.get("costUsd") is not None else "")
+    spent += " (partial)" if usage.get("partial") else ""
     return [
         f"`{gen.id}`",
         gen.role,

@@ -241,7 +241,10 @@ def _generation(facts: Report, gen: Generation) -> str:
     if gen.usage:
         u = gen.usage
         cost = f", ${u['costUsd']:.4f}" if u.get("costUsd") is not None else ""
-        lines.append(f" · {e(u.get('inputTokens', 0))} in / {e(u.get('outputTokens', 0))} out tokens{e(cost)}")
+        floor = " (partial: stopped before its host printed all it used)" if u.get("partial") else ""
+        lines.append(
+            f" · {e(u.get('inputTokens', 0))} in / {e(u.get('outputTokens', 0))} out tokens{e(cost)}{e(floor)}"
+        )
     lines.append("</div>")
     if gen.reason:
         lines.append(f"<details><summary>why this generation started</summary><pre>{e(gen.reason)}</pre></details>")
@@ -385,7 +388,8 @@ def _cost(facts: Report) -> str:
     ]
     limit = f" of {usage['tokenLimit']}" if usage["tokenLimit"] else ""
     out = [
-        f"<p>{e(usage['tokens'])} tokens{e(limit)} · {_dollars(usage['costUsd'])} · active time "
+        f"<p>{e(usage['tokens'])} tokens{e(limit)}{' (partial)' if usage.get('partial') else ''} · "
+        f"{_dollars(usage['costUsd'])} · active time "
         f"{usage['usedSeconds']:.1f}s of {e(usage['limitSeconds'])}s</p>",
     ]
     if rows:

@@ -32,7 +32,8 @@ def _spend(budget: dict[str, Any]) -> str:
     parts = []
     if budget["usedTokens"] or budget["tokenLimit"]:
         limit = f" of {budget['tokenLimit']}" if budget["tokenLimit"] else ""
-        parts.append(f"{budget['usedTokens']} tokens{limit}")
+        floor = " (partial: a stopped generation's last figures were never printed)" if budget["usagePartial"] else ""
+        parts.append(f"{budget['usedTokens']} tokens{limit}{floor}")
     if budget["usedCostUsd"] is not None or budget["costLimitUsd"]:
         used = budget["usedCostUsd"] or 0.0
         limit = f" of ${budget['costLimitUsd']:.2f}" if budget["costLimitUsd"] else ""
@@ -70,9 +71,10 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         tokens = sum(u["inputTokens"] + u["outputTokens"] for u in w["usage"])
         costs = [u["costUsd"] for u in w["usage"] if u["costUsd"] is not None]
         cost = f"${sum(costs):.2f}" if costs else "-"
+        shown = f"{tokens}+" if any(u.get("partial") for u in w["usage"]) else str(tokens or "-")  # + : a floor
         lines.append(
             f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
-            f"{tokens or '-':>9} {cost:>8}  {w.get('sandbox') or '-':<10}{w['taskId'] or '-'}"
+            f"{shown:>9} {cost:>8}  {w.get('sandbox') or '-':<10}{w['taskId'] or '-'}"
         )
     lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
     for task in doc["tasks"]:

@@ -12,8 +12,9 @@ from typing import Any, Final
 
 from ..clock import iso8601
 from .integration import Integration
-from .run import Run, Worker, total_usage
+from .run import Run, Worker
 from .task import Task
+from .usage import total_usage, usage_partial
 
 TAIL_KEPT: Final = 2000
 """How much of a failed command's (already redacted) output tail the report carries."""
@@ -244,6 +245,7 @@ class Report:
         tokens, cost = total_usage(self.workers)
         return {
             "tokens": tokens,
+            "partial": usage_partial(self.workers),
             "costUsd": round(cost, 6) if cost is not None else None,
             "tokenLimit": self.run.token_limit,
             "costLimitUsd": self.run.cost_limit_usd,

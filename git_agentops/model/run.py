@@ -30,6 +30,7 @@ from ..canonical import digest
 from .integration import Integration
 from .sandbox import weakest
 from .task import Task, task_contract_hash
+from .usage import Usage, total_usage
 
 STORM_STARTS: Final = 3
 STORM_WINDOW: Final = 300.0
@@ -232,35 +233,6 @@ class Failure:
             "head": self.head,
             "at": self.at,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """What one generation of a worker cost, as its host reported it (tokens, and dollars where it says)."""
-
-    generation: int
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = None
-
-    @property
-    def tokens(self) -> int:
-        """Input and output tokens together (what a token budget counts)."""
-        return self.input_tokens + self.output_tokens
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``usage[]`` entry of a worker record."""
-        return {
-            "generation": self.generation,
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "costUsd": self.cost_usd,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Usage:
-        """Read a ``usage[]`` entry back."""
-        return cls(int(doc["generation"]), int(doc["inputTokens"]), int(doc["outputTokens"]), doc.get("costUsd"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,24 +439,6 @@ def worker_contract(run: Run, worker: Worker, tasks: Mapping[str, Task]) -> str:
     if worker.role is Role.COORDINATOR or own is None:
         return run.contract_hash
     return task_contract_hash(own)
-
-
-def with_usage(worker: Worker, usage: Usage) -> tuple[Usage, ...]:
-    """The worker's usage with this generation's entry set (a generation is accounted once; the newest wins)."""
-    kept = tuple(u for u in worker.usage if u.generation != usage.generation)
-    return (*kept, usage)[-64:]
-
-
-def total_usage(workers: Iterable[Worker]) -> tuple[int, float | None]:
-    """(tokens, dollars) over every generation of every worker; dollars is None when no host reported any."""
-    tokens = 0
-    cost: float | None = None
-    for worker in workers:
-        for usage in worker.usage:
-            tokens += usage.tokens
-            if usage.cost_usd is not None:
-                cost = (cost or 0.0) + usage.cost_usd
-    return tokens, cost
 
 
 def budget_spent(run: Run, workers: Iterable[Worker], now: float) -> str | None:

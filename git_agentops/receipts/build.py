@@ -131,8 +131,11 @@ def integration_receipt(
 
 def usage_record(workers: Sequence[Worker]) -> dict[str, Any]:
     """The receipt's ``usage`` section: what every generation of every worker reported, and the totals."""
-    from ..model.run import total_usage
+    from ..model.usage import total_usage, usage_partial
 
     tokens, cost = total_usage(workers)
     generations = [{"workerId": worker.worker_id, **usage.to_json()} for worker in workers for usage in worker.usage]
-    return {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}
+    record = {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}
+    if usage_partial(workers):  # some generation's figures are a floor: say so, sealed with the rest
+        record["partial"] = True
+    return record

@@ -24,9 +24,10 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, total_usage, used_seconds
+from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, used_seconds
 from ..model.task import TaskStatus
 from ..model.transition import Stage, Transition
+from ..model.usage import total_usage, usage_partial
 from ..process.groups import (
     KILL_SETTLE,
     TICK,
@@ -214,6 +215,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
             "usedSeconds": round(used_seconds(run.intervals, clock.now()), 1),
             "limitSeconds": run.budget_seconds,
             "usedTokens": tokens,
+            "usagePartial": usage_partial(view.workers()),
             "tokenLimit": run.token_limit,
             "usedCostUsd": round(cost, 6) if cost is not None else None,
             "costLimitUsd": run.cost_limit_usd,

@@ -210,16 +210,38 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
         event="WORKER_HANDING_OFF",
         summary=f"{worker.worker_id} hands off {head[:12]}",
     )
-    accounted = loop.kill(worker)
-    loop.set_worker(
-        worker.worker_id,
-        process=None,
-        event="WORKER_STOPPED_FOR_HANDOFF",
-        summary=f"{worker.worker_id} generation {worker.generation} stopped for its handoff",
-        **accounted,
+    _accepted(
+        worker,
+        request,
+        "RUN_HANDOFF_ACCEPTED",
+        f"the supervisor took commit {head[:12]}: it verifies it itself in a clean checkout and freezes it. End your "
+        "turn now; if verification fails you are started again with the failure.",
+        {"head": head},
     )
     ctx = loop.ctx
-    loop.submit(worker.worker_id, lambda store: deliver(ctx, store, job))
+
+    def stopped(accounted: Mapping[str, Any], by_itself: bool) -> None:
+        how = "ended its turn" if by_itself else "stopped"
+        loop.set_worker(
+            worker.worker_id,
+            process=None,
+            event="WORKER_STOPPED_FOR_HANDOFF",
+            summary=f"{worker.worker_id} generation {worker.generation} {how} after its handoff",
+            **accounted,
+        )
+        loop.submit(worker.worker_id, lambda store: deliver(ctx, store, job))
+
+    loop.end_turn(worker, stopped)
+
+
+def _accepted(worker: Worker, request: Request, code: str, message: str, data: Mapping[str, Any]) -> None:
+    """Tell the agent its handoff or finalize was taken, so it ends its turn (and its host prints its usage) while
+    the supervisor works; the job's own answer replaces this one in the mailbox when it is done."""
+    response = mailbox.response(request.request_id, request.raw_digest, code, message, data)
+    try:
+        mailbox.write_response(Path(worker.worktree), response)
+    except AgentOpsError:
+        pass  # the agent is stopped at the end of its grace all the same
 
 
 def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
@@ -264,11 +286,23 @@ def finalize(loop: Loop, worker: Worker, request: Request) -> None:
         "generation": worker.generation,
     }
     begin_integration(loop, worker, pending, summary=f"{worker.worker_id} asks to finalize")
-    accounted = loop.kill(worker)
-    if accounted:
-        loop.set_worker(worker.worker_id, event="WORKER_STOPPED", summary="stopped for integration", **accounted)
+    _accepted(
+        worker,
+        request,
+        "RUN_FINALIZE_ACCEPTED",
+        "the supervisor integrates every delivery, has it reviewed and publishes it. End your turn now; you are "
+        "woken if anything needs you.",
+        {},
+    )
     ctx = loop.ctx
-    loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
+
+    def stopped(accounted: Mapping[str, Any], by_itself: bool) -> None:
+        if accounted:
+            how = "ended its turn" if by_itself else "stopped"
+            loop.set_worker(worker.worker_id, event="WORKER_STOPPED", summary=f"{how} for integration", **accounted)
+        loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
+
+    loop.end_turn(worker, stopped)
 
 
 def auto_finalize(loop: Loop, coordinator: Worker, wake_key: str) -> None:

@@ -68,6 +68,7 @@ from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement
+from .turns import TurnEnds, turn_grace
 from .workers import Workers
 
 HEARTBEAT_EVERY: Final = 2.0
@@ -134,6 +135,7 @@ class Supervisor:
             jobs=self.jobs,
             pending=lambda: self.transition,
         )
+        self.turns = TurnEnds(self.workers.kill, self.workers.process_ended, self.log)
         self._last_heartbeat = 0.0
 
     # -- what handlers see (supervisor.ports.Loop) ------------------------------------------------------------------
@@ -150,7 +152,11 @@ class Supervisor:
     def kill(self, worker: Worker) -> dict[str, Any]:
         return self.workers.kill(worker)
 
+    def end_turn(self, worker: Worker, then: Callable[[Mapping[str, Any], bool], None]) -> None:
+        self.turns.end(worker, turn_grace(self.policy), then)
+
     def stop_all(self, status: WorkerStatus, reason: str) -> None:
+        self.turns.finish(now=True)  # a handoff in its grace goes on to its delivery job first
         self.workers.stop_all(status, reason)
 
     def busy(self, worker_id: str) -> bool:
@@ -339,6 +345,7 @@ class Supervisor:
                 self.set_status(RunStatus.BUDGET_LIMITED, spent, disable=True)
                 continue
             self._heartbeat(now)
+            self.turns.finish()
             self.workers.reap()
             self._collect_jobs()
             if transition.drive(self):  # nothing else happens while the policy changes

@@ -8,7 +8,7 @@ a fake loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..gitstore.journal import Journal
@@ -41,6 +41,11 @@ class Loop(Protocol):
     def kill(self, worker: Worker) -> dict[str, Any]:
         """Stop the worker's process group and reap it (nothing of it runs on return); returns the worker changes
         that account for the stopped generation (session, usage), for the caller's next update."""
+        ...
+
+    def end_turn(self, worker: Worker, then: Callable[[Mapping[str, Any], bool], None]) -> None:
+        """Give ``worker`` the run's turn grace to end its turn by itself (:mod:`.turns`), then stop and account it
+        and call ``then(accounted, ended_by_itself)`` -- in a later tick; at once when the grace is 0."""
         ...
 
     def stop_all(self, status: WorkerStatus, reason: str) -> None:

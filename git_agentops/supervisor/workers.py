@@ -33,7 +33,6 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
 from ..hosts.launch import Launch, generation_output, generation_tail, host_spec, start
-from ..hosts.output import parse as parse_output
 from ..model.lifecycle import (
     INTERRUPTED,
     Wake,
@@ -49,13 +48,12 @@ from ..model.run import (
     ProcessRef,
     Role,
     RunStatus,
-    Usage,
     Worker,
     WorkerStatus,
+    budget_spent,
     dependents,
     fingerprint,
     no_progress,
-    with_usage,
 )
 from ..model.task import TaskStatus
 from ..process.groups import ProcessIdentity, is_alive
@@ -67,6 +65,7 @@ from ..runs.workspaces import mirror_branch
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement
+from .usage import account
 
 ALIVE = (WorkerStatus.STARTING, WorkerStatus.RUNNING)
 """A generation's process runs (an ``idle`` coordinator has none: it ended its turn and waits to be woken)."""
@@ -135,29 +134,19 @@ class Workers:
                 self.log(f"{worker.worker_id}: pid {proc.pid} survived SIGKILL; it will be reaped later")
         return self.account(worker) if had_process else {}
 
+    def process_ended(self, worker: Worker) -> bool:
+        """Whether the generation's process (the one this supervisor started, else the recorded one) has exited."""
+        proc = self.procs.get(worker.worker_id)
+        if proc is not None:
+            return proc.poll() is not None
+        ref = worker.process
+        return ref is None or not is_alive(ProcessIdentity(ref.pid, ref.start_time))
+
     def account(self, worker: Worker) -> dict[str, Any]:
-        """The session id and usage the host reported for the worker's current generation, as worker changes (a
-        model host that printed no JSON where JSON was asked is logged as an event and costs nothing known)."""
+        """The session id and usage the host reported for the worker's current generation, as worker changes
+        (:func:`.usage.account`)."""
         kind = host_spec(self.policy, worker.host).kind
-        output = generation_output(self.log_file(worker), worker.generation)
-        report = parse_output(kind, output)
-        if report is None:
-            return {}
-        if not report.parsed:
-            if output.strip():
-                self.note(
-                    worker.worker_id,
-                    "HOST_OUTPUT_UNPARSED",
-                    f"{worker.worker_id}: host {worker.host} ({kind}) printed no JSON events; usage unknown",
-                )
-            return {}
-        changes: dict[str, Any] = {}
-        if report.session and report.session != worker.session:
-            changes["session"] = report.session
-        if report.reported_usage:
-            usage = Usage(worker.generation, report.input_tokens, report.output_tokens, report.cost_usd)
-            changes["usage"] = with_usage(worker, usage)
-        return changes
+        return account(kind, worker, generation_output(self.log_file(worker), worker.generation), self.note)
 
     def note(self, worker_id: str, code: str, summary: str) -> None:
         """An event on the run's log that changes no state (a diagnostic)."""
@@ -236,6 +225,8 @@ class Workers:
             run = view.run()
             if run.status is not RunStatus.ACTIVE or run.disable_restart:
                 raise AgentOpsError("RUN_NOT_ACTIVE", f"run is {run.status}; no new generation starts")
+            if (spent := budget_spent(run, view.workers(), self.clock.now())) is not None:  # the loop ends the run
+                raise AgentOpsError("RUN_NOT_ACTIVE", f"{spent}; no new generation starts")
             current = view.worker(worker_id)
             extra = {k: v for k, v in current.extra.items() if k not in ("wake", "resumed", INTERRUPTED)}
             told = [f"- {event.reason}" for event in wake or ()] + [line for line in [restart_wake(current)] if line]

@@ -1,0 +1,74 @@
+"""What each generation of a worker used, as its host reported it, and the run's totals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .run import Worker
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What one generation of a worker cost, as its host reported it (tokens, and dollars where it says)."""
+
+    generation: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    partial: bool = False
+    """The generation was stopped before its host printed all it used: the figures are a floor."""
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens together (what a token budget counts)."""
+        return self.input_tokens + self.output_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``usage[]`` entry of a worker record (``partial`` only when true, so older records read the same)."""
+        doc: dict[str, Any] = {
+            "generation": self.generation,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "costUsd": self.cost_usd,
+        }
+        if self.partial:
+            doc["partial"] = True
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Usage:
+        """Read a ``usage[]`` entry back."""
+        return cls(
+            int(doc["generation"]),
+            int(doc["inputTokens"]),
+            int(doc["outputTokens"]),
+            doc.get("costUsd"),
+            bool(doc.get("partial", False)),
+        )
+
+
+def with_usage(worker: Worker, usage: Usage) -> tuple[Usage, ...]:
+    """The worker's usage with this generation's entry set (a generation is accounted once; the newest wins)."""
+    kept = tuple(u for u in worker.usage if u.generation != usage.generation)
+    return (*kept, usage)[-64:]
+
+
+def total_usage(workers: Iterable[Worker]) -> tuple[int, float | None]:
+    """(tokens, dollars) over every generation of every worker, stopped ones included; dollars is None when no host
+    reported any. A partial generation counts what its host printed before it was stopped."""
+    tokens = 0
+    cost: float | None = None
+    for worker in workers:
+        for usage in worker.usage:
+            tokens += usage.tokens
+            if usage.cost_usd is not None:
+                cost = (cost or 0.0) + usage.cost_usd
+    return tokens, cost
+
+
+def usage_partial(workers: Iterable[Worker]) -> bool:
+    """Whether some generation was stopped before its host printed all it used (the totals are then a floor)."""
+    return any(usage.partial for worker in workers for usage in worker.usage)
