@@ -4,7 +4,9 @@ Why: whole-run tests trust these stand-ins to fail where the real ``claude -p``,
 run`` fail -- a prompt swallowed by a variadic flag, Bash nobody allowed, a sandbox that cannot write a linked
 worktree's git dir, an ``ask`` rejected in run mode -- and to do only what their prompt tells them. The
 ``git agentops-request`` and ``git agentops-verify`` the fake model calls here are stubs on PATH that record their
-arguments, so no supervisor is involved.
+arguments, so no supervisor is involved. What the real CLIs do wrong around a supervisor -- Codex's bubblewrap that
+cannot nest in our sandbox, its login shell that loses ``PATH``, its hooks read only where it reads them, usage
+that a stopped generation never reports -- is asserted here too, so a stand-in that forgets it fails.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,8 @@ import pytest
 from git_agentops.hosts.launch import fill, fill_env_value
 from git_agentops.hosts.output import parse
 from git_agentops.model.hosts import claude_allowed_tools, default_argv, default_env, default_resume_argv
+from git_agentops.sandbox import landlock
+from git_agentops.sandbox.spec import Mode, Rule, SandboxSpec, launcher_command, write_spec
 from git_agentops.schema import documents
 
 from .conftest import git, make_repo
@@ -40,6 +47,7 @@ CLAUDE_TOOLS = f"--allowedTools={claude_allowed_tools([])}"
 
 REQUEST_STUB = """#!/bin/sh
 { printf 'request'; for a in "$@"; do printf ' <%s>' "$a"; done; printf '\\n'; } >> "$STUB_LOG"
+if [ "$1" = handoff ] && [ -n "$STUB_HANDOFF_WAITS" ]; then exec sleep 120; fi  # waits for a supervisor
 n=$(grep -c . "$STUB_LOG")
 case "$1" in
   plan) echo "RUN_PLANNED: ok"; echo "  taskId: task-root" ;;
@@ -67,7 +75,25 @@ def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", os.pathsep.join([str(BIN), str(stub_dir), os.environ["PATH"]]))
     monkeypatch.delenv("OPENCODE_CONFIG_CONTENT", raising=False)
     monkeypatch.delenv("IS_SANDBOX", raising=False)
+    for name in ("CODEX_HOME", "OPENAI_API_KEY", "STUB_HANDOFF_WAITS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CODEX_API_KEY", "standin-key")  # codex's default OpenAI provider has credentials
     return log
+
+
+def bwrap_failure() -> str | None:
+    """What the codex stand-in's bubblewrap probe says in this test environment (asked in a child process)."""
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import fakemodel; print(fakemodel.bwrap_failure() or '')"
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(BIN.parent)], capture_output=True, text=True, timeout=30, check=True
+    )
+    return done.stdout.strip() or None
+
+
+BWRAP = bwrap_failure()
+needs_bwrap = pytest.mark.skipif(
+    BWRAP is not None, reason=f"Codex's bubblewrap cannot start on this machine either: {BWRAP}"
+)
 
 
 def calls(log: Path) -> list[list[str]]:
@@ -90,6 +116,33 @@ def run(
         timeout=60,
         check=False,
     )
+
+
+def start(argv: Sequence[str], cwd: Path, *, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start a stand-in in its own process group (stdin closed), to be stopped mid-turn by :func:`stop`."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def stop_in_handoff(proc: subprocess.Popen[str], log: Path) -> str:
+    """Wait until the agent sits in ``git agentops-request handoff``, kill its whole group as a supervisor stops a
+    generation, and return what it printed on stdout until then."""
+    deadline = time.monotonic() + 60
+    while not any(c[:2] == ["request", "handoff"] for c in calls(log)):
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "the agent never reached its handoff"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=30)
+    return out
 
 
 def events_of(stdout: str) -> list[dict[str, Any]]:
@@ -127,7 +180,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("cli", "expected"), [("claude", "2.1.300 (Claude Code)"), ("codex", "codex-cli 0.150.0"), ("opencode", "1.19.0")]
+    ("cli", "expected"), [("claude", "2.1.300 (Claude Code)"), ("codex", "codex-cli 0.171.0"), ("opencode", "1.19.0")]
 )
 def test_version(cli: str, expected: str, tmp_path: Path) -> None:
     done = run([cli, "--version"], tmp_path)
@@ -297,8 +350,41 @@ def test_claude_stream_json_events(repo: Path) -> None:
     )
     report = parse("claude", done.stdout)
     assert report is not None and report.session == first["session_id"] and report.output_tokens == 200
+    assert all("total_cost_usd" not in json.dumps(e) for e in events[:-1])  # the cost is in the result alone
+    assistant = [e["message"] for e in events if e["type"] == "assistant"]
+    assert len(assistant) == 9  # four messages of a sentence and a tool call, then the final text
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for message in assistant:
+        by_id.setdefault(message["id"], []).append(message["usage"])
+    assert [len(u) for u in by_id.values()] == [2, 2, 2, 2, 1] and all(u[0] == u[-1] for u in by_id.values())
+    assert sum(u[0]["input_tokens"] for u in by_id.values()) == usage["input_tokens"]
+    assert all(u[0]["output_tokens"] == fakemodel.CLAUDE_STREAM_OUTPUT_TOKENS for u in by_id.values())
     killed = parse("claude", "\n".join(done.stdout.splitlines()[:-2]))  # stopped before its result: summed messages
-    assert killed is not None and (killed.input_tokens, killed.output_tokens) == (usage["input_tokens"], 200)
+    assert killed is not None and killed.cost_usd is None
+    assert (killed.input_tokens, killed.output_tokens) == (usage["input_tokens"], 4)  # each message counted once
+
+
+def test_claude_has_no_glob_grep_or_ls(repo: Path, stubs: Path) -> None:
+    assert not {"Glob", "Grep", "LS"} & set(fakemodel.CLAUDE_TOOLS)
+    argv = ["claude", "-p", child_prompt(), "--output-format", "stream-json", "--verbose", "--permission-mode"]
+    done = run([*argv, "acceptEdits", "--allowedTools=Glob,Grep(*),LS,Bash(git add *)"], repo)
+    assert done.returncode == 0, done.stderr
+    init = events_of(done.stdout)[0]
+    assert init["subtype"] == "init" and "Bash" in init["tools"] and not {"Glob", "Grep", "LS"} & set(init["tools"])
+    assert "names 'Grep', which is no Claude Code tool" in done.stderr  # accepted in silence, matching nothing
+    assert BASH_DENIED in done.stderr and commits(repo) == ["initial"]
+
+
+def test_claude_stopped_in_its_handoff_reports_usage_but_no_cost(repo: Path, stubs: Path) -> None:
+    prompt = child_prompt()
+    argv = ["claude", "-p", prompt, "--output-format", "stream-json", "--verbose", "--permission-mode", "acceptEdits"]
+    out = stop_in_handoff(start([*argv, CLAUDE_TOOLS], repo, env={"STUB_HANDOFF_WAITS": "1"}), stubs)
+    events = events_of(out)
+    assert events[-1]["type"] == "assistant" and events[-1]["message"]["content"][0]["name"] == "Bash"
+    assert not any(e["type"] == "result" or "total_cost_usd" in json.dumps(e) for e in events)
+    report = parse("claude", out)
+    assert report is not None and report.cost_usd is None and report.partial
+    assert (report.input_tokens, report.output_tokens) == (len(prompt) // 4 + 400, 4)
 
 
 def test_claude_json_and_text_output(repo: Path) -> None:
@@ -312,6 +398,7 @@ def test_claude_json_and_text_output(repo: Path) -> None:
 # -- codex ---------------------------------------------------------------------------------------------------------
 
 
+@needs_bwrap
 def test_codex_read_only_by_default_rejects_writes(repo: Path, stubs: Path) -> None:
     done = run(["codex", "exec", child_prompt()], repo)
     assert done.returncode == 0, done.stderr
@@ -321,13 +408,15 @@ def test_codex_read_only_by_default_rejects_writes(repo: Path, stubs: Path) -> N
     assert calls(stubs) == []  # verify and the request could not write either: they failed, not ran
 
 
+@needs_bwrap
 def test_codex_linked_worktree_needs_add_dir_for_the_common_git_dir(repo: Path, stubs: Path) -> None:
     codex_home = Path(os.environ["HOME"]) / ".codex"  # this test's repos live under /tmp, which codex may write
     codex_home.mkdir()
     (codex_home / "config.toml").write_text("[sandbox_workspace_write]\nexclude_slash_tmp = true\n")
     common = Path(os.path.realpath(repo / ".git"))
     without = linked_worktree(repo, "without")
-    done = run(["codex", "exec", "--sandbox", "workspace-write", "--json", child_prompt()], without)
+    no_login = ["-c", "allow_login_shell=false"]  # a login shell would not find the request stub
+    done = run(["codex", "exec", "--sandbox", "workspace-write", *no_login, "--json", child_prompt()], without)
     assert done.returncode == 0, done.stderr
     items = [e["item"] for e in events_of(done.stdout) if e["type"] == "item.completed"]
     commit = next(i for i in items if i["type"] == "command_execution" and "git commit" in i["command"])
@@ -341,12 +430,14 @@ def test_codex_linked_worktree_needs_add_dir_for_the_common_git_dir(repo: Path, 
     assert done.returncode == 0 and commits(added) == ["Write hello.txt", "initial"]
 
 
+@needs_bwrap
 def test_codex_writes_under_tmp_unless_excluded(repo: Path) -> None:
     worktree = linked_worktree(repo, "tmp")
     done = run(["codex", "exec", "-s", "workspace-write", child_prompt()], worktree)
     assert done.returncode == 0 and commits(worktree)[0] == "Write hello.txt"  # /tmp is a writable root
 
 
+@needs_bwrap
 def test_codex_full_auto_is_deprecated_workspace_write(repo: Path) -> None:
     done = run(["codex", "exec", "--full-auto", child_prompt(steps="")], repo)
     assert done.returncode == 0
@@ -354,6 +445,7 @@ def test_codex_full_auto_is_deprecated_workspace_write(repo: Path) -> None:
     assert (repo / "hello.txt").read_text() == "hi\n"
 
 
+@needs_bwrap
 def test_codex_protects_a_top_level_git_dir(repo: Path) -> None:
     done = run(
         [
@@ -377,10 +469,12 @@ def test_codex_json_events(repo: Path) -> None:
     assert done.returncode == 0, done.stderr
     events = events_of(done.stdout)
     assert [e["type"] for e in events[:2]] == ["thread.started", "turn.started"]
+    usage = {"input_tokens": len(prompt) // 4 + 400, "output_tokens": 200, "reasoning_output_tokens": 0}
     assert events[-1] == {
         "type": "turn.completed",
-        "usage": {"input_tokens": len(prompt) // 4 + 400, "cached_input_tokens": 0, "output_tokens": 200},
+        "usage": {**usage, "cached_input_tokens": 0, "cache_write_input_tokens": 0},
     }
+    assert not any('"usage":' in json.dumps(e) for e in events[:-1])  # in turn.completed alone
     items = [e["item"] for e in events if e["type"] == "item.completed"]
     assert [i["type"] for i in items] == ["file_change", *["command_execution"] * 3, "agent_message"]
     assert items[0]["changes"] == [{"path": str(repo / "hello.txt"), "kind": "add"}]
@@ -405,6 +499,7 @@ def test_codex_refusals(tmp_path: Path, repo: Path) -> None:
     assert run(["codex", "exec", "one", "two"], repo).returncode == 2
 
 
+@needs_bwrap
 def test_codex_resumed_session_keeps_its_sandbox(repo: Path) -> None:
     first = run(["codex", "exec", "--json", "-s", "workspace-write", "hello"], repo)
     session = parse("codex", first.stdout).session
@@ -417,6 +512,218 @@ def test_codex_resumed_session_keeps_its_sandbox(repo: Path) -> None:
     ephemeral = run(["codex", "exec", "--json", "--ephemeral", "hello"], repo)
     gone = parse("codex", ephemeral.stdout).session
     assert run(["codex", "exec", "resume", str(gone), "again"], repo).returncode == 1
+
+
+def sandboxed(tmp_path: Path, argv: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a stand-in the way the supervisor runs an agent: under the launcher, confined by Landlock (its repository,
+    HOME and /tmp writable; the system, the interpreter and the stand-ins readable; /proc read-only)."""
+    rw: tuple[Any, ...] = ("read", "write", "execute")
+    system = [p for p in ("/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/sys") if os.path.isdir(p)]
+    rules = (
+        *(Rule(p, ("read", "execute")) for p in system),
+        Rule(os.path.realpath(sys.base_prefix), ("read", "execute")),
+        Rule(str(BIN.parent), ("read", "execute")),
+        Rule("/dev", ("read", "write")),
+        Rule("/tmp", rw),
+        Rule(os.path.realpath(os.environ["HOME"]), rw),
+    )
+    python = os.path.realpath(sys.executable)  # the base interpreter: a venv's pyvenv.cfg may be out of reach
+    spec = SandboxSpec((python, str(BIN / argv[0]), *argv[1:]), str(cwd), rules, mode=Mode.LANDLOCK)
+    write_spec(tmp_path / "spec.json", spec)
+    return subprocess.run(
+        launcher_command(tmp_path / "spec.json"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(landlock.abi() < 1, reason="this kernel has no Landlock: the agentops sandbox cannot be built")
+def test_codex_sandbox_cannot_nest_in_ours(tmp_path: Path, repo: Path, stubs: Path) -> None:
+    """Inside Landlock, bwrap may create a user namespace but not write its uid map: every command and patch of
+    --sandbox workspace-write fails with bwrap's message, and no event says so; danger-full-access works."""
+    nested = sandboxed(tmp_path, ["codex", "exec", "-s", "workspace-write", "--json", child_prompt()], repo)
+    assert nested.returncode == 0, nested.stderr
+    assert "bwrap: setting up uid map: Permission denied" in nested.stderr
+    items = [e["item"] for e in events_of(nested.stdout) if e["type"].startswith("item.")]
+    assert [i["type"] for i in items] == ["agent_message"]  # the write and the three commands are not reported
+    assert not (repo / "hello.txt").exists() and commits(repo) == ["initial"]
+    direct = sandboxed(tmp_path, ["codex", "exec", "-s", "danger-full-access", "--json", child_prompt()], repo)
+    assert direct.returncode == 0 and "bwrap" not in direct.stderr
+    assert commits(repo) == ["Write hello.txt", "initial"]
+
+
+def login_shell_keeps(path_dir: Path) -> bool:
+    """Whether this machine's login profile keeps a directory on PATH (Debian's /etc/profile resets it)."""
+    shell = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(BIN.parent)!r}); import fakemodel; "
+         "print(fakemodel.user_shell())"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    done = subprocess.run([shell, "-lc", 'echo "$PATH"'], capture_output=True, text=True, check=False)
+    return str(path_dir) in done.stdout.split(os.pathsep)
+
+
+def test_codex_runs_commands_in_a_login_shell_that_loses_path(tmp_path: Path, repo: Path, stubs: Path) -> None:
+    if login_shell_keeps(tmp_path / "stubs"):
+        pytest.skip("this machine's login profile keeps PATH: a login shell finds the stubs")
+    argv = ["codex", "exec", "-s", "danger-full-access", "--json"]
+    login = run([*argv, child_prompt()], repo)
+    assert login.returncode == 0, login.stderr
+    commands = [e["item"] for e in events_of(login.stdout) if e["type"] == "item.completed" and "command" in e["item"]]
+    assert all(re.fullmatch(r"/\S+ -lc '.*'", i["command"], re.S) for i in commands)
+    assert "git: 'agentops-request' is not a git command" in commands[-1]["aggregated_output"]
+    assert commits(repo)[0] == "Write hello.txt" and calls(stubs) == []  # git is found; the toolkit is not
+    plain = run([*argv, "-c", "allow_login_shell=false", child_prompt(content="again")], repo)
+    assert plain.returncode == 0 and calls(stubs) == [["verify"], ["request", "handoff"]]
+    assert all(" -c '" in e["item"]["command"] for e in events_of(plain.stdout) if e["type"] == "item.started")
+
+
+GUARD_HOOK = """#!/bin/sh
+input=$(cat)
+printf '%s\\n' "$input" >> "$HOOK_LOG"
+case "$input" in *'"command": "git agentops-request'*) echo "handoffs are off" >&2; exit 2 ;; esac
+"""
+
+
+def hook_file(where: Path, tmp_path: Path, name: str) -> Path:
+    """``where/hooks.json`` with one PreToolUse (Bash) hook logging its input to ``tmp_path/NAME.log`` and
+    blocking ``git agentops-request``; returns the log."""
+    script = tmp_path / f"{name}.sh"
+    script.write_text(GUARD_HOOK)
+    script.chmod(0o755)
+    log = tmp_path / f"{name}.log"
+    command = f"HOOK_LOG={log} {script}"
+    where.mkdir(parents=True, exist_ok=True)
+    group = {"matcher": "Bash", "hooks": [{"type": "command", "command": command, "timeout": 30}]}
+    (where / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [group]}}))
+    return log
+
+
+def hook_inputs(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+
+
+def test_codex_user_hooks_run_only_with_the_bypass_flag(tmp_path: Path, repo: Path, stubs: Path) -> None:
+    codex_home = tmp_path / "codex-home"
+    log = hook_file(codex_home, tmp_path, "user")
+    env = {"CODEX_HOME": str(codex_home)}
+    argv = ["codex", "exec", "-s", "danger-full-access", "-c", "allow_login_shell=false", "--json"]
+    skipped = run([*argv, child_prompt()], repo, env=env)
+    assert skipped.returncode == 0 and hook_inputs(log) == []  # not trusted: skipped without a word
+    assert calls(stubs)[-1] == ["request", "handoff"]
+    guarded = run([*argv, "--dangerously-bypass-hook-trust", child_prompt(content="two")], repo, env=env)
+    assert guarded.returncode == 0, guarded.stderr
+    seen = hook_inputs(log)
+    assert [i["tool_input"]["command"] for i in seen] == [
+        "git add -A && git commit -m 'Write hello.txt'",
+        "git agentops-verify",
+        "git agentops-request handoff",
+    ]
+    assert {(i["hook_event_name"], i["tool_name"], i["cwd"], i["permission_mode"]) for i in seen} == {
+        ("PreToolUse", "Bash", str(repo), "bypassPermissions")
+    }
+    assert len(calls(stubs)) == 3 and calls(stubs)[-1] == ["verify"]  # the handoff was blocked, not run
+    events = events_of(guarded.stdout)
+    warnings = [e["item"]["message"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "error"]
+    assert warnings and all("--dangerously-bypass-hook-trust` is enabled" in w for w in warnings)
+    shown = [e["item"]["command"] for e in events if e["type"] == "item.started"]
+    assert len(shown) == 2 and not any("agentops-request" in c for c in shown)  # a blocked command: no event
+    assert "Command blocked by PreToolUse hook: handoffs are off. Command: git agentops-request handoff" in (
+        guarded.stderr
+    )
+    assert events[-1]["type"] == "turn.completed"  # the model went on and ended its turn
+    log.unlink()
+    for off in (["-c", "features.hooks=false"], ["--disable", "hooks"]):
+        run([*argv, "--dangerously-bypass-hook-trust", *off, child_prompt(content="three")], repo, env=env)
+        assert hook_inputs(log) == [] and calls(stubs)[-1] == ["request", "handoff"]
+
+
+def test_codex_reads_project_hooks_of_the_main_repository_once_trusted(tmp_path: Path, repo: Path, stubs: Path) -> None:
+    worktree = linked_worktree(repo, "wt")
+    main_log = hook_file(repo / ".codex", tmp_path, "main")
+    worktree_log = hook_file(worktree / ".codex", tmp_path, "worktree")
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    env = {"CODEX_HOME": str(codex_home)}
+    argv = ["codex", "exec", "-s", "danger-full-access", "-c", "allow_login_shell=false"]
+    argv += ["--dangerously-bypass-hook-trust", "--json", child_prompt(steps="Check it: `git agentops-verify`.\n")]
+    assert run(argv, worktree, env=env).returncode == 0
+    assert hook_inputs(main_log) == hook_inputs(worktree_log) == []  # the project is not trusted
+    trusting = run([*argv[:2], "--trust", *argv[2:]], worktree, env=env)
+    assert trusting.returncode == 0, trusting.stderr
+    assert len(hook_inputs(main_log)) == 1 and hook_inputs(worktree_log) == []  # the worktree's .codex/ is not read
+    config = (codex_home / "config.toml").read_text()
+    assert f'[projects."{os.path.realpath(repo)}"]\ntrust_level = "trusted"' in config  # --trust is saved
+    assert run(argv, worktree, env=env).returncode == 0 and len(hook_inputs(main_log)) == 2
+    (codex_home / "config.toml").write_text(f'[projects."{worktree}"]\ntrust_level = "untrusted"\n')
+    assert run([*argv[:2], "--trust", *argv[2:]], worktree, env=env).returncode == 0
+    assert len(hook_inputs(main_log)) == 2  # --trust does not override an explicitly untrusted project
+    (codex_home / "config.toml").write_text(f'[projects."{worktree}"]\ntrust_level = "trusted"\n')
+    assert run(argv, worktree, env=env).returncode == 0
+    assert len(hook_inputs(main_log)) == 3 and hook_inputs(worktree_log) == []
+
+
+def test_codex_reads_its_config_from_codex_home(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CODEX_API_KEY")
+    argv = ["codex", "exec", "--json", "-s", "danger-full-access", child_prompt(steps="")]
+    missing = run(argv, repo, env={"CODEX_HOME": str(tmp_path / "nowhere")})
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert f'CODEX_HOME points to "{tmp_path / "nowhere"}", but that path does not exist' in missing.stderr
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    env = {"CODEX_HOME": str(codex_home)}
+    unconfigured = run(argv, repo, env=env)  # the default OpenAI provider, without credentials
+    assert unconfigured.returncode == 1 and not (repo / "hello.txt").exists()
+    events = events_of(unconfigured.stdout)
+    assert [e["type"] for e in events] == ["thread.started", "turn.started", "error", "turn.failed"]
+    assert "401 Unauthorized" in events[-1]["error"]["message"]
+    report = parse("codex", unconfigured.stdout)
+    assert report is not None and (report.input_tokens, report.output_tokens) == (0, 0)
+    provider = '[model_providers.mock]\nname = "mock"\nbase_url = "http://127.0.0.1:9/v1"\nenv_key = "MOCK_KEY"\n'
+    (codex_home / "config.toml").write_text(f'model_provider = "mock"\nmodel = "m1"\n{provider}')
+    no_key = run(argv, repo, env=env)
+    assert no_key.returncode == 1 and events_of(no_key.stdout)[-1] == {
+        "type": "turn.failed",
+        "error": {"message": "Missing environment variable: `MOCK_KEY`."},
+    }
+    keyed = run(argv, repo, env={**env, "MOCK_KEY": "k"})
+    assert keyed.returncode == 0 and (repo / "hello.txt").exists() and "model provider mock" in keyed.stderr
+    session = parse("codex", keyed.stdout).session
+    assert (codex_home / "standin-sessions" / f"{session}.json").is_file()  # sessions live in CODEX_HOME
+    (codex_home / "config.toml").write_text('model_provider = "nope"\n')
+    unknown = run(argv, repo, env=env)
+    assert unknown.returncode == 1 and "Error: Model provider `nope` not found" in unknown.stderr
+
+
+def test_codex_reads_a_piped_stdin(repo: Path) -> None:
+    argv = ["codex", "exec", "--json", "--skip-git-repo-check"]
+    closed = run([*argv, "hello"], repo)  # /dev/null: read, and nothing appended
+    assert "Reading additional input from stdin..." in closed.stderr
+    stored = fakemodel.SessionStore("codex").load(str(parse("codex", closed.stdout).session))
+    assert stored is not None and stored.prompt == "hello"
+    piped = run([*argv, "hello"], repo, input="more\n")
+    assert "Reading additional input from stdin..." in piped.stderr
+    stored = fakemodel.SessionStore("codex").load(str(parse("codex", piped.stdout).session))
+    assert stored is not None and stored.prompt == "hello\n\n<stdin>\nmore\n</stdin>"
+    only = run(argv, repo, input="from stdin")
+    assert "Reading prompt from stdin..." in only.stderr and only.returncode == 0
+    stored = fakemodel.SessionStore("codex").load(str(parse("codex", only.stdout).session))
+    assert stored is not None and stored.prompt == "from stdin"
+    empty = run(argv, repo)
+    assert empty.returncode == 1 and "No prompt provided via stdin." in empty.stderr
+
+
+def test_codex_stopped_in_its_handoff_reports_no_usage(repo: Path, stubs: Path) -> None:
+    argv = ["codex", "exec", "-s", "danger-full-access", "-c", "allow_login_shell=false", "--json", child_prompt()]
+    out = stop_in_handoff(start(argv, repo, env={"STUB_HANDOFF_WAITS": "1"}), stubs)
+    events = events_of(out)
+    assert events[-1]["type"] == "item.started" and "agentops-request handoff" in events[-1]["item"]["command"]
+    assert not any('"usage":' in json.dumps(e) for e in events)  # usage comes in turn.completed alone
+    report = parse("codex", out)
+    assert report is not None and report.partial and (report.input_tokens, report.output_tokens) == (0, 0)
 
 
 # -- opencode ------------------------------------------------------------------------------------------------------
@@ -487,6 +794,21 @@ def test_opencode_json_events(repo: Path) -> None:
     assert report is not None and report.session == session and report.result and report.result.startswith("Done:")
     assert (report.input_tokens, report.output_tokens) == (len(prompt) // 4 + 400, 200)
     assert report.cost_usd == pytest.approx(((len(prompt) // 4 + 400) * 3 + 200 * 15) / 1e6)
+
+
+def test_opencode_stopped_in_its_handoff_loses_that_steps_usage(repo: Path, stubs: Path) -> None:
+    prompt = child_prompt()
+    out = stop_in_handoff(
+        start(["opencode", "run", "--format", "json", prompt], repo, env={"STUB_HANDOFF_WAITS": "1"}), stubs
+    )
+    events = events_of(out)
+    assert [e["type"] for e in events][-4:] == ["step_start", "tool_use", "step_finish", "step_start"]
+    finished = [e["part"] for e in events if e["type"] == "step_finish"]
+    assert len(finished) == 3  # write, commit, verify: each step's usage came once its tool had run
+    report = parse("opencode", out)
+    assert report is not None and report.partial
+    assert (report.input_tokens, report.output_tokens) == (len(prompt) // 4 + 300, 150)  # the handoff's step: lost
+    assert report.cost_usd == pytest.approx(((len(prompt) // 4 + 300) * 3 + 150 * 15) / 1e6)
 
 
 def test_opencode_refusals(repo: Path) -> None:
@@ -674,7 +996,7 @@ def test_coordinator_without_a_template_cannot_act(repo: Path, stubs: Path) -> N
 # -- the hosts' default argv ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["claude", "codex", "opencode"])
+@pytest.mark.parametrize("kind", ["claude", pytest.param("codex", marks=needs_bwrap), "opencode"])
 def test_default_host_argv_lets_a_child_deliver_from_a_linked_worktree(kind: str, repo: Path, stubs: Path) -> None:
     worktree = linked_worktree(repo, "child")
     values = {"prompt": child_prompt(), "git_common_dir": os.path.realpath(repo / ".git"), "worktree": str(worktree)}

@@ -840,7 +840,16 @@ def implement(turn: Turn, gate: ToolGate) -> str:
 
 # -- Claude Code -------------------------------------------------------------------------------------------------------
 
-CLAUDE_TOOLS: Final = ("Task", "Bash", "Glob", "Grep", "LS", "Read", "Edit", "Write", "TodoWrite", "WebFetch")
+CLAUDE_TOOLS: Final = (
+    "Task", "Bash", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree", "ExitWorktree", "NotebookEdit",
+    "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskCreate", "TaskGet", "TaskList",
+    "TaskOutput", "TaskStop", "TaskUpdate", "WebFetch", "WebSearch", "Workflow", "Write",
+)  # fmt: skip
+"""The tools Claude Code 2.1.197 lists in its ``init`` event. There is no Glob, Grep or LS in 2.x (it searches with
+Bash): a rule naming them is accepted without a word and grants nothing."""
+CLAUDE_STREAM_OUTPUT_TOKENS: Final = 1
+"""The ``output_tokens`` on every ``assistant`` event: Claude Code copies the usage of the API's ``message_start``
+(output not counted yet) onto each content block it emits; the real count reaches only the final ``result``."""
 _RULE: Final = re.compile(r"([A-Za-z_][\w-]*)(?:\((.*)\))?", re.S)
 
 
@@ -902,6 +911,9 @@ class ClaudePermissions(Policy):
         self.disallowed = [self._rule(r) for r in disallowed]
         self.dirs = list(dirs)
         self.pre_tool = pre_tool
+        for tool in dict.fromkeys(tool for tool, _ in (*self.allowed, *self.disallowed)):
+            if tool not in CLAUDE_TOOLS:  # Claude Code says nothing; the stand-in's log says why a rule did nothing
+                log("claude", f"a permission rule names {tool!r}, which is no Claude Code tool: it matches nothing")
 
     @staticmethod
     def _rule(text: str) -> tuple[str, str | None]:
@@ -956,7 +968,12 @@ class ClaudePermissions(Policy):
 
 
 class ClaudeEvents(Events):
-    """``--output-format``: ``text`` (the final message), ``json`` (one result object), ``stream-json`` (events)."""
+    """``--output-format``: ``text`` (the final message), ``json`` (one result object), ``stream-json`` (events).
+
+    As in Claude Code 2.1.197: ``usage`` is on every ``assistant`` event (repeated on each content block of one API
+    message, with the output not yet counted), ``total_cost_usd`` and the real totals only in the final ``result``;
+    a run stopped before its result leaves its messages' usage and no cost.
+    """
 
     def __init__(self, output_format: str, *, cwd: Path, mode: str, model: str) -> None:
         self.format = output_format
@@ -977,28 +994,32 @@ class ClaudeEvents(Events):
         return {"file_path": call.target}
 
     def _assistant(self, content: list[dict[str, Any]], usage: Usage, stop_reason: str) -> None:
-        tokens_in, tokens_out = usage.delta()
-        emit(
-            {
-                "type": "assistant",
-                "session_id": self.session_id,
-                "parent_tool_use_id": None,
-                "message": {
-                    "id": f"msg_{uuid.uuid4().hex[:24]}",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": self.model,
-                    "content": content,
-                    "stop_reason": stop_reason,
-                    "usage": {
-                        "input_tokens": tokens_in,
-                        "output_tokens": tokens_out,
-                        "cache_creation_input_tokens": 0,
-                        "cache_read_input_tokens": 0,
+        """One API message, as Claude Code streams it: an ``assistant`` event per content block, each repeating the
+        message's id and its ``message_start`` usage (this message's input, :data:`CLAUDE_STREAM_OUTPUT_TOKENS`)."""
+        tokens_in, _ = usage.delta()
+        message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        for block in content:
+            emit(
+                {
+                    "type": "assistant",
+                    "session_id": self.session_id,
+                    "parent_tool_use_id": None,
+                    "message": {
+                        "id": message_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.model,
+                        "content": [block],
+                        "stop_reason": stop_reason,
+                        "usage": {
+                            "input_tokens": tokens_in,
+                            "output_tokens": CLAUDE_STREAM_OUTPUT_TOKENS,
+                            "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": 0,
+                        },
                     },
-                },
-            }
-        )
+                }
+            )
 
     def started(self, session: Session) -> None:
         """stream-json: the ``system``/``init`` event, which carries the session id first."""
@@ -1019,11 +1040,14 @@ class ClaudeEvents(Events):
             )
 
     def tool_started(self, call: Call, usage: Usage) -> None:
-        """stream-json: the assistant message asking for the tool, with this message's usage."""
+        """stream-json: the assistant message asking for the tool -- a sentence, then the ``tool_use`` -- with this
+        message's usage on both of its events."""
         if self.format == "stream-json":
             name = {"bash": "Bash", "write": "Write", "read": "Read"}[call.tool]
+            says = {"bash": "Running", "write": "Writing", "read": "Reading"}[call.tool]
+            text = {"type": "text", "text": f"{says} {call.target.splitlines()[0] if call.target else ''}".rstrip()}
             block = {"type": "tool_use", "id": self._tool_id(call), "name": name, "input": self._input(call)}
-            self._assistant([block], usage, "tool_use")
+            self._assistant([text, block], usage, "tool_use")
 
     def tool_finished(self, call: Call, usage: Usage) -> None:
         """stream-json: the user message carrying the tool result."""
@@ -1083,6 +1107,73 @@ class ClaudeEvents(Events):
 # -- Codex -------------------------------------------------------------------------------------------------------------
 
 SANDBOX_MODES: Final = ("read-only", "workspace-write", "danger-full-access")
+LOGIN_SHELLS: Final = ("bash", "zsh", "sh")
+_CLONE_NEWUSER: Final = 0x10000000
+_BWRAP: list[str | None] = []
+
+
+def bwrap_failure() -> str | None:
+    """What bubblewrap prints when it cannot build Codex's sandbox here (``bwrap: setting up uid map: Permission
+    denied``); None when it can.
+
+    Why a probe and not a setting: whether ``--sandbox read-only``/``workspace-write`` work depends on where Codex
+    runs -- inside the agentops sandbox Landlock refuses the write of a nested user namespace's ``uid_map`` -- so
+    the stand-in asks the kernel what bwrap asks it: a child process unshares a user namespace and maps its uid
+    (bwrap writes ``uid_map`` first, dying with ``setting up uid map: ERROR``). Asked once per process.
+    """
+    if _BWRAP:
+        return _BWRAP[0]
+    failure: str | None = None
+    if sys.platform == "linux":
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        uid = os.getuid()
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: unshare, map, report; never returns into Python's cleanup
+            message = ""
+            try:
+                if libc.unshare(_CLONE_NEWUSER) != 0:
+                    code = ctypes.get_errno()
+                    if code == 1:  # EPERM
+                        message = (
+                            "No permissions to creating new namespace, likely because the kernel does not allow "
+                            "non-privileged user namespaces. On e.g. debian this can be enabled with 'sysctl "
+                            "kernel.unprivileged_userns_clone=1'."
+                        )
+                    else:
+                        message = f"Creating new namespace failed: {os.strerror(code)}"
+                else:
+                    try:
+                        with open("/proc/self/uid_map", "w", encoding="ascii") as handle:
+                            handle.write(f"{uid} {uid} 1\n")
+                    except OSError as exc:
+                        message = f"setting up uid map: {exc.strerror}"
+                os.write(writer, message.encode())
+            finally:
+                os._exit(0)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as handle:
+            said = handle.read().decode()
+        os.waitpid(pid, 0)
+        failure = f"bwrap: {said}" if said else None
+    _BWRAP.append(failure)
+    return failure
+
+
+def user_shell() -> str:
+    """The shell Codex runs commands with: the account's login shell (``$SHELL`` if that names none it knows)."""
+    import pwd
+
+    try:
+        account = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        account = ""
+    for shell in (account, os.environ.get("SHELL") or ""):
+        if os.path.basename(shell) in LOGIN_SHELLS and os.access(shell, os.X_OK):
+            return shell
+    return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 
 
 class CodexSandbox(Policy):
@@ -1092,11 +1183,67 @@ class CodexSandbox(Policy):
     ``writable_roots`` and ``/tmp`` and ``$TMPDIR`` (unless excluded in the config); a root's top-level ``.git``
     directory stays read-only, as in Codex. Refused file writes are rejected patches; refused commands still run
     their other parts, and the refused part fails the way the command fails on a read-only file system.
+
+    What Codex 0.171 does around that: ``read-only`` and ``workspace-write`` run every command (and patch) under
+    bubblewrap, which cannot start nested in a sandbox that refuses it a user namespace (:func:`bwrap_failure`):
+    then everything fails with bwrap's message and exit 1, and no event reports it; ``danger-full-access`` runs
+    commands directly. Every command runs in the user's shell as a *login* shell (``bash -lc``), whose profile
+    (Debian's ``/etc/profile``) resets ``PATH`` -- ``git agentops-request`` is then not found --, unless
+    ``allow_login_shell = false``. The ``PreToolUse`` hooks run first (``pre_tool``, ``hosthooks.codex_pre_tool``):
+    a blocked command is not run and not reported either; the model gets ``Command blocked by PreToolUse hook:
+    REASON. Command: COMMAND`` and goes on. Reads are shell commands here too (``cat PATH``).
     """
 
-    def __init__(self, mode: str, roots: Sequence[Path]) -> None:
+    def __init__(
+        self,
+        mode: str,
+        roots: Sequence[Path],
+        *,
+        shell: str = "/bin/sh",
+        login: bool = False,
+        pre_tool: PreTool | None = None,
+    ) -> None:
         self.mode = mode
         self.roots = [Path(os.path.realpath(r)) for r in roots]
+        self.shell = shell
+        self.login = login
+        self.pre_tool = pre_tool
+        self._screened: tuple[str, str, Denied | None] | None = None
+
+    def shown(self, command: str) -> str:
+        """The command as Codex reports it: ``/bin/bash -lc 'COMMAND'``."""
+        return f"{self.shell} {'-lc' if self.login else '-c'} {shlex.quote(command)}"
+
+    def shell_command(self, tool: str, target: str) -> str:
+        """The shell command a call is to Codex (a read is ``cat PATH``)."""
+        return f"cat {shlex.quote(target)}" if tool == "read" else target
+
+    def _verdict(self, tool: str, target: str) -> Denied | None:
+        if tool != "write" and self.pre_tool is not None:
+            command = self.shell_command(tool, target)
+            try:
+                self.pre_tool("Bash", {"command": command})
+            except Denied as blocked:
+                return Denied(f"Command blocked by PreToolUse hook: {blocked.message}. Command: {command}", stop=False)
+        if self.mode != "danger-full-access" and (failure := bwrap_failure()) is not None:
+            return Denied(failure + "\n", stop=False, exit_code=1)
+        return None
+
+    def screen(self, call: Call) -> bool:
+        """Whether ``call`` runs (and is reported): decided before Codex reports it -- hooks, then bubblewrap --
+        and kept for the check that follows (the gate reports a call before it checks it)."""
+        verdict = self._verdict(call.tool, call.target)
+        self._screened = (call.tool, call.target, verdict)
+        return verdict is None
+
+    def _refuse_unscreened(self, tool: str, target: str) -> None:
+        screened, self._screened = self._screened, None
+        if screened is not None and screened[:2] == (tool, target):
+            verdict = screened[2]
+        else:
+            verdict = self._verdict(tool, target)
+        if verdict is not None:
+            raise verdict
 
     def writable(self, path: Path) -> bool:
         """Whether the sandbox lets a process write ``path``."""
@@ -1109,8 +1256,13 @@ class CodexSandbox(Policy):
                 return True
         return False
 
+    def check_read(self, path: Path) -> None:
+        """A read is a command (``cat PATH``): hooks and bubblewrap may stop it."""
+        self._refuse_unscreened("read", str(path))
+
     def check_write(self, path: Path) -> None:
         """A file write (an ``apply_patch``) outside the writable roots is rejected."""
+        self._refuse_unscreened("write", str(path))
         if self.writable(path):
             return
         if self.mode == "read-only":
@@ -1123,6 +1275,17 @@ class CodexSandbox(Policy):
     def check_bash(self, command: str) -> None:
         """Never raises: the sandbox does not refuse commands, it makes their writes fail (see :meth:`run_bash`)."""
         return None
+
+    def _shell(self, command: str, cwd: Path) -> tuple[int, str]:
+        done = subprocess.run(
+            [self.shell, "-lc" if self.login else "-c", command],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+        )
+        return done.returncode, done.stdout + done.stderr
 
     def _failure(self, text: str, cwd: Path) -> tuple[int, str] | None:
         """How the simple command ``text`` fails in this sandbox; None when it may run."""
@@ -1141,10 +1304,11 @@ class CodexSandbox(Policy):
 
     def run_bash(self, command: str, cwd: Path) -> tuple[int, str]:
         """Run ``command``; parts that would write outside the roots fail, the rest run (shell operators honoured)."""
+        self._refuse_unscreened("bash", command)
         parts = split_commands(command)
         failures = [self._failure(text, cwd) for text, _ in parts]
         if not any(failures):
-            return run_shell(command, cwd)
+            return self._shell(command, cwd)
         code, output, previous = 0, [], ""
         i = 0
         while i < len(parts):
@@ -1156,7 +1320,7 @@ class CodexSandbox(Policy):
                 if failed is not None:
                     code, out = failed
                 else:
-                    code, out = run_shell(" | ".join(parts[j][0] for j in group), cwd)
+                    code, out = self._shell(" | ".join(parts[j][0] for j in group), cwd)
                 output.append(out)
             previous = parts[group[-1]][1]
             i = group[-1] + 1
@@ -1164,38 +1328,80 @@ class CodexSandbox(Policy):
 
 
 class CodexEvents(Events):
-    """``codex exec`` output: JSON events with ``--json``, else progress on stderr and the final message on stdout."""
+    """``codex exec`` output: JSON events with ``--json``, else progress on stderr and the final message on stdout.
 
-    def __init__(self, json_mode: bool, *, cwd: Path, sandbox: str, model: str, last_message: Path | None) -> None:
+    As in Codex 0.171: commands are reported as the shell runs them (``/bin/bash -lc '...'``); a call the sandbox
+    screened out (a hook blocked it, bubblewrap could not start) is not reported at all; usage comes only in
+    ``turn.completed``, so a turn stopped before it ends reports none.
+    """
+
+    def __init__(
+        self,
+        json_mode: bool,
+        *,
+        cwd: Path,
+        sandbox: str,
+        model: str,
+        last_message: Path | None,
+        policy: CodexSandbox | None = None,
+        warnings: Sequence[str] = (),
+    ) -> None:
         self.json = json_mode
         self.cwd = cwd
         self.sandbox = sandbox
         self.model = model
         self.last_message = last_message
+        self.policy = policy
+        self.warnings = list(warnings)
         self.items = 0
+        self.ids: dict[int, str] = {}
+        self.hidden: set[int] = set()
+
+    def _next_id(self) -> str:
+        self.items += 1
+        return f"item_{self.items - 1}"
 
     def _item_id(self, call: Call) -> str:
-        return f"item_{call.number - 1}"
+        if call.number not in self.ids:
+            self.ids[call.number] = self._next_id()
+        return self.ids[call.number]
 
-    @staticmethod
-    def _command(call: Call) -> str:
-        return f"cat {shlex.quote(call.target)}" if call.tool == "read" else call.target
+    def _command(self, call: Call) -> str:
+        if self.policy is None:
+            return f"cat {shlex.quote(call.target)}" if call.tool == "read" else call.target
+        return self.policy.shown(self.policy.shell_command(call.tool, call.target))
 
     def started(self, session: Session) -> None:
-        """``thread.started`` (the thread id) and ``turn.started``; without --json, the banner on stderr."""
+        """``thread.started`` (the thread id), warnings as ``error`` items, ``turn.started``; without --json, the
+        banner on stderr."""
         super().started(session)
         if self.json:
             emit({"type": "thread.started", "thread_id": self.session_id})
+            for warning in self.warnings:
+                emit({"type": "item.completed", "item": {"id": self._next_id(), "type": "error", "message": warning}})
             emit({"type": "turn.started"})
         else:
             say(
-                "OpenAI Codex v0.150.0 (stand-in)\n--------\n"
+                "OpenAI Codex v0.171.0 (stand-in)\n--------\n"
                 f"workdir: {self.cwd}\nmodel: {self.model}\nsandbox: {self.sandbox}\n"
                 f"session id: {self.session_id}\n--------"
             )
+            for warning in self.warnings:
+                say(f"WARNING: {warning}")
+
+    def failed(self, message: str) -> None:
+        """The turn fails before the model acted (no model provider, no credentials): ``error``, ``turn.failed``."""
+        if self.json:
+            emit({"type": "error", "message": message})
+            emit({"type": "turn.failed", "error": {"message": message}})
+        else:
+            say(f"ERROR: {message}")
 
     def tool_started(self, call: Call, usage: Usage) -> None:
-        """``item.started`` for a command (file changes are reported once, completed)."""
+        """``item.started`` for a command (file changes are reported once, completed); a screened-out call, none."""
+        if self.policy is not None and not self.policy.screen(call):
+            self.hidden.add(call.number)
+            return
         if call.tool == "write":
             return
         if self.json:
@@ -1217,6 +1423,8 @@ class CodexEvents(Events):
 
     def tool_finished(self, call: Call, usage: Usage) -> None:
         """``item.completed``: a ``command_execution`` with its output and exit code, or a ``file_change``."""
+        if call.number in self.hidden:
+            return
         status = "failed" if call.is_error else "completed"
         if call.tool == "write":
             item: dict[str, Any] = {
@@ -1242,16 +1450,16 @@ class CodexEvents(Events):
     def finished(self, text: str, usage: Usage, denials: Sequence[Call]) -> None:
         """The ``agent_message`` and ``turn.completed`` with the usage; ``-o FILE`` gets the final message."""
         if self.json:
-            emit(
-                {"type": "item.completed", "item": {"id": f"item_{usage.calls}", "type": "agent_message", "text": text}}
-            )
+            emit({"type": "item.completed", "item": {"id": self._next_id(), "type": "agent_message", "text": text}})
             emit(
                 {
                     "type": "turn.completed",
                     "usage": {
                         "input_tokens": usage.input_tokens,
                         "cached_input_tokens": 0,
+                        "cache_write_input_tokens": 0,
                         "output_tokens": usage.output_tokens,
+                        "reasoning_output_tokens": 0,
                     },
                 }
             )
@@ -1363,7 +1571,13 @@ class OpencodePermissions(Policy):
 
 
 class OpencodeEvents(Events):
-    """``opencode run --format json``: one event per line, each with ``type``, ``timestamp`` and ``sessionID``."""
+    """``opencode run --format json``: one event per line, each with ``type``, ``timestamp`` and ``sessionID``.
+
+    Each tool call is one model step: ``step_start`` when the model asks for it, then -- only once the tool has
+    run -- its ``tool_use`` and the step's ``step_finish`` with the step's tokens and cost. A run stopped inside a
+    tool call (``git agentops-request handoff`` waiting for the supervisor) therefore never reports that step's
+    usage, as in opencode 1.18.
+    """
 
     def __init__(self, json_mode: bool) -> None:
         self.json = json_mode
