@@ -34,7 +34,14 @@ def _env(tmp_path: Path, *clis: str) -> dict[str, str]:
     bin_dir.mkdir(exist_ok=True)
     for cli in clis:
         (bin_dir / cli).symlink_to(STANDINS / cli)
-    return {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])}
+    codex_home = Path(os.environ["HOME"]) / ".codex"  # the person's provider, as people configure Codex
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        'model_provider = "mock"\n[model_providers.mock]\nname = "mock"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'env_key = "CODEX_API_KEY"\nwire_api = "responses"\n'
+    )
+    environ = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])}
+    return {**environ, "CODEX_API_KEY": "test-key-for-the-stand-in"}
 
 
 def _git(repo: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -249,7 +256,7 @@ def test_init_writes_host_sections_doctor_lists_them_and_trust_shows_their_capab
     env = _env(tmp_path, "codex", "opencode")
     repo = _project(tmp_path, env)
     policy = (repo / ".agentops" / "policy.toml").read_text()
-    assert "[hosts.codex]" in policy and "[hosts.opencode]" in policy and 'version = "codex-cli 0.150.0"' in policy
+    assert "[hosts.codex]" in policy and "[hosts.opencode]" in policy and 'version = "codex-cli 0.171.0"' in policy
     assert 'default_host = "codex"' in policy and "OPENCODE_CONFIG_CONTENT" in policy
     doctor = json.loads(_git(repo, "agentops-doctor", "--json", env=env).stdout)
     agents = next(c for c in doctor["checks"] if c["id"] == "agents")
@@ -259,8 +266,8 @@ def test_init_writes_host_sections_doctor_lists_them_and_trust_shows_their_capab
     trusted = _git(repo, "agentops-policy", "trust", "--yes", env=env)
     assert trusted.returncode == 0, trusted.stderr
     assert (
-        "host codex (codex): codex exec --sandbox workspace-write --add-dir '{git_common_dir}' --json '{prompt}'"
-        in trusted.stdout
+        "host codex (codex): codex exec --sandbox workspace-write --add-dir '{git_common_dir}' "
+        "-c allow_login_shell=false --dangerously-bypass-hook-trust --json '{prompt}'" in trusted.stdout
     )
     assert "resumes a session with:" in trusted.stdout and "env OPENCODE_CONFIG_CONTENT=" in trusted.stdout
     assert "runs with your environment minus its other credentials" in trusted.stdout
