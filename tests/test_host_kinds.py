@@ -106,17 +106,12 @@ def test_a_symlink_the_agent_planted_in_its_home_never_reaches_the_persons_files
     assert "disableAllHooks" in (Path(environ["HOME"]) / ".claude" / "settings.json").read_text()
 
 
-def test_without_our_sandbox_codex_still_reads_a_codex_home_of_its_own(tmp_path: Path) -> None:
-    """Invariant: at sandbox level ``none`` the agent keeps the person's HOME, but Codex's settings (and our guard)
-    come from a CODEX_HOME in the worker's admin dir -- never the person's ``~/.codex``."""
-    environ = _person(tmp_path)
-    admin, worktree = tmp_path / "admin", tmp_path / "wt"
-    admin.mkdir()
-    worktree.mkdir()
+def _unsandboxed(tmp_path: Path, admin: Path, kind: str, environ: dict[str, str]) -> dict[str, str]:
+    """The environment a ``kind`` agent gets at sandbox level ``none``."""
     sandbox = for_worker(
         mode="none",
         reason="off for this test",
-        worktree=worktree,
+        worktree=tmp_path / "wt",
         admin_dir=admin,
         common_dir=tmp_path / "repo.git",
         environ=environ,
@@ -126,28 +121,21 @@ def test_without_our_sandbox_codex_still_reads_a_codex_home_of_its_own(tmp_path:
         deny_read=(),
         recipe=None,
         home_files=("~/.codex/auth.json",),
-        kind="codex",
+        kind=kind,
         hook_command=HOOK,
     )
-    env = sandbox.environment(environ)
-    assert env["HOME"] == environ["HOME"] and env["CODEX_HOME"] == str(admin / "agentops-home" / ".codex")
+    return sandbox.environment(environ)
+
+
+def test_without_our_sandbox_codex_still_reads_a_codex_home_of_its_own(tmp_path: Path) -> None:
+    """Invariant: at sandbox level ``none`` the agent keeps the person's HOME, but Codex's settings (and our guard)
+    come from a CODEX_HOME in the worker's admin dir -- never the person's ``~/.codex``."""
+    environ = _person(tmp_path)
+    (tmp_path / "wt").mkdir()
+    env = _unsandboxed(tmp_path, tmp_path / "admin", "codex", environ)
+    assert env["HOME"] == environ["HOME"] and env["CODEX_HOME"] == str(tmp_path / "admin" / "agentops-home" / ".codex")
     assert "agent-command --host codex" in (Path(env["CODEX_HOME"]) / "hooks.json").read_text()
-    claude = for_worker(
-        mode="none",
-        reason="off",
-        worktree=worktree,
-        admin_dir=tmp_path / "admin2",
-        common_dir=tmp_path / "repo.git",
-        environ=environ,
-        signing_key=None,
-        host_writable=(),
-        policy_writable=(),
-        deny_read=(),
-        recipe=None,
-        kind="claude",
-        hook_command=HOOK,
-    )
-    assert "CODEX_HOME" not in claude.environment(environ)
+    assert "CODEX_HOME" not in _unsandboxed(tmp_path, tmp_path / "admin2", "claude", environ)
 
 
 def test_a_generation_stopped_before_its_host_printed_usage_is_partial() -> None:
