@@ -163,6 +163,7 @@ def _install(final: Path, *, latest: bool) -> None:
         if missing:
             raise InstallError(f"{' '.join(argv)} in {work} installed no {', '.join(missing)}")
         (work / ".complete").write_text(json.dumps(versions(work / "node_modules" / ".bin")) + "\n", "utf-8")
+        work.chmod(0o755)  # mkdtemp made it private; the install is shared by whoever runs the tests here
         old = final.with_name(f"{final.name}.old-{os.getpid()}")
         if final.exists():
             final.rename(old)
