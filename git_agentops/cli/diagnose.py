@@ -243,7 +243,10 @@ def _agents(path: str | None) -> Check:
     value = [{"kind": a.kind, "path": a.path, "version": a.version} for a in found]
     if not found:
         return Check(
-            "agents", "ok", "no agent CLI (claude, codex, opencode) on PATH; the scripted host is built in", []
+            "agents",
+            "ok",
+            "no agent CLI (claude, codex, opencode, gemini, aider) on PATH; the scripted host is built in",
+            [],
         )
     return Check("agents", "ok", "; ".join(f"{a.kind} {a.version} ({a.path})" for a in found), value)
 

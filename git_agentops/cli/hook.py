@@ -4,9 +4,10 @@ TYPE is ``pre-commit``, ``pre-merge-commit``, ``post-merge``, ``pre-push``, ``re
 ``pre-receive``; ARGS and stdin are git's. Exit 0 lets git go on; 1 refuses, with one ``error[CODE]: ...`` line
 per broken rule saying what to do instead.
 
-``git agentops-hook agent-command [--host claude|codex|opencode]`` is the agent guard that each worker
-worktree's host configuration calls before every shell command the agent runs: it reads the host's tool-call
-JSON on stdin (Claude Code's and Codex's ``PreToolUse`` input, or ``{"command": ..., "cwd": ...}``), and exits
+``git agentops-hook agent-command [--host claude|codex|opencode|gemini|aider]`` is the agent guard that each
+worker worktree's host configuration calls before every shell command the agent runs: it reads the host's
+tool-call JSON on stdin (Claude Code's and Codex's ``PreToolUse`` input, Gemini CLI's ``BeforeTool`` one, or
+``{"command": ..., "cwd": ...}``), and exits
 0 to allow it or 2 -- the hosts' "block" -- with one line on stderr saying why it is refused (a recursive
 delete of the worktree, home or root; ``git reset --hard``, ``git clean -f``, force pushes, ``--no-verify``,
 ``git config`` writes, writes to agentops refs and notes, ``git agentops-policy trust``, a literal secret, a

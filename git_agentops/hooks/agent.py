@@ -5,8 +5,9 @@ their sources are in :mod:`.hostconfig`), which pipes the tool call's JSON into 
 agent-command``. This module decides: every simple command of the line (:mod:`.shell` finds them, through
 ``&&``/``;``/``|`` chains, ``$(...)``, subshells, ``sudo``/``env``/``command``/``xargs``/``sh -c``/``eval``
 wrappers) is checked against the rules below, and the whole line against the secret rules of
-:mod:`git_agentops.verify.redact`. A refusal is one line on stderr and exit status 2 -- what Claude Code, Codex
-and our opencode plugin all read as "blocked, and here is why" -- so the agent learns what to do instead.
+:mod:`git_agentops.verify.redact`. A refusal is one line on stderr and exit status 2 -- what Claude Code, Codex,
+Gemini CLI and our opencode plugin all read as "blocked, and here is why" -- so the agent learns what to do
+instead. (aider has no hook: :mod:`git_agentops.model.hosts.aider`.)
 
 Refused, and why:
 
@@ -44,8 +45,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-HOSTS = ("claude", "codex", "opencode")
-SHELL_TOOLS = frozenset({"Bash", "bash", "shell", "exec_command", "local_shell", "container.exec"})
+HOSTS = ("claude", "codex", "opencode", "gemini", "aider")
+SHELL_TOOLS = frozenset(
+    {"Bash", "bash", "shell", "exec_command", "local_shell", "container.exec", "run_shell_command", "ShellTool"}
+)
 AGENTOPS_REFS = ("refs/agentops/", "refs/notes/agentops")
 NO_VERIFY_SUBCOMMANDS = frozenset({"commit", "merge", "am", "rebase", "push"})
 MAX_INPUT = 1024 * 1024
@@ -411,15 +414,20 @@ def _might_hold_secret(text: str, patterns: Sequence[str]) -> bool:
 
 def command_of(doc: object) -> tuple[str | None, str | None]:
     """(command line, cwd) from a host's tool-call JSON: Claude Code's and Codex's ``PreToolUse`` shape
-    (``tool_name``, ``tool_input.command``, ``cwd``) or the generic ``{"command": ..., "cwd": ...}`` our opencode
-    plugin sends. The command is None for a tool call that runs no shell command (nothing to check)."""
+    (``tool_name``, ``tool_input.command``, ``cwd``), Gemini CLI's ``BeforeTool`` one (``tool_name``
+    ``run_shell_command``, ``tool_input.command`` run in ``tool_input.dir_path`` below ``cwd`` when given) or the
+    generic ``{"command": ..., "cwd": ...}`` our opencode plugin sends. The command is None for a tool call that
+    runs no shell command (nothing to check)."""
     if not isinstance(doc, dict):
         return None, None
     cwd = doc.get("cwd") if isinstance(doc.get("cwd"), str) else None
     tool = doc.get("tool_name", doc.get("tool"))
     if tool is not None and tool not in SHELL_TOOLS:
         return None, cwd
-    raw = doc["tool_input"].get("command") if isinstance(doc.get("tool_input"), dict) else doc.get("command")
+    tool_input = doc.get("tool_input")
+    if isinstance(tool_input, dict) and isinstance(tool_input.get("dir_path"), str) and tool_input["dir_path"]:
+        cwd = os.path.join(cwd or "", tool_input["dir_path"])  # Gemini resolves it against the project root
+    raw = tool_input.get("command") if isinstance(tool_input, dict) else doc.get("command")
     if isinstance(raw, list) and all(isinstance(part, str) for part in raw):
         if len(raw) == 3 and raw[0].rsplit("/", 1)[-1] in ("sh", "bash", "zsh") and raw[1] in ("-c", "-lc"):
             return raw[2], cwd  # Codex's shell tool: ["bash", "-lc", SCRIPT]
@@ -442,7 +450,7 @@ def toplevel(cwd: str) -> str | None:
 
 
 def agent_command(args: Sequence[str], *, stdin: bytes, cwd: str, env: Mapping[str, str]) -> tuple[int, list[str]]:
-    """``git agentops-hook agent-command [--host claude|codex|opencode]``: (exit status, stderr lines).
+    """``git agentops-hook agent-command [--host claude|codex|opencode|gemini|aider]``: (exit status, stderr lines).
 
     0 allows the tool call; 2 refuses it with one line saying why and what to do instead (also for input that is
     not JSON: a host whose contract changed must not slip through unchecked)."""
@@ -455,7 +463,7 @@ def agent_command(args: Sequence[str], *, stdin: bytes, cwd: str, env: Mapping[s
         elif args[i - 1 : i] != ["--host"]:
             return 2, [f"git-agentops agent-command: unknown argument {arg!r} (usage: agent-command [--host HOST])"]
     if host is not None and host not in HOSTS:
-        return 2, [f"git-agentops agent-command: unknown host {host!r} (claude, codex or opencode)"]
+        return 2, [f"git-agentops agent-command: unknown host {host!r} ({', '.join(HOSTS)})"]
     import json
 
     try:
@@ -467,7 +475,7 @@ def agent_command(args: Sequence[str], *, stdin: bytes, cwd: str, env: Mapping[s
     command, where = command_of(doc)
     if command is None:
         return 0, []
-    where = where if where and os.path.isabs(where) else cwd
+    where = os.path.normpath(os.path.join(cwd, where)) if where else cwd  # a relative one: below the hook's cwd
     root = toplevel(where)
     secrets: Sequence[str] | None = ()
     if root is not None:

@@ -44,6 +44,18 @@ on a detail):
   worktree only gets ``.codex/config.toml`` with hooks on, in case a later Codex reads it. The older ``notify``
   setting only
   reports a finished turn and cannot deny anything.
+* **Gemini CLI 0.61** (checked against its source and runs; :mod:`git_agentops.model.hosts.gemini`): hooks in
+  ``settings.json`` of each scope (user ``~/.gemini/``, workspace ``.gemini/``), shape ``{"hooks": {"BeforeTool":
+  [{"matcher": "<regex on the tool name>", "hooks": [{"type": "command", "command": "...", "timeout":
+  MILLISECONDS}]}]}}`` -- a hook that times out fails open, so the timeout is 30000, not 30. Stdin:
+  ``session_id``, ``transcript_path``, ``cwd``, ``hook_event_name`` (``"BeforeTool"``), ``timestamp``,
+  ``tool_name`` (``"run_shell_command"``), ``tool_input`` (``{"command", "description", "dir_path"?}``); exit 2
+  blocks the call with stderr as the reason, in every approval mode. Hooks run only in a trusted folder, and
+  ``--skip-trust`` trusts it after the settings were loaded, so the worktree's ``.gemini/settings.json`` is not
+  read: the guard is in the user settings of the agent's private HOME (``GEMINI_CLI_HOME``); the worktree's copy
+  (identical hooks run once) holds in case a later Gemini reads it, and ``.gemini/`` is cleared like ``.codex/``.
+* **aider** has no hooks and runs a proposed shell command with ``/bin/sh`` (``$SHELL`` only with a TTY): it gets
+  no guard; the sandbox is its only wall (:mod:`git_agentops.model.hosts.aider`).
 
 The guard's files are **owned whole** by the supervisor (:mod:`.owned`): before every generation each host's
 files are written from scratch -- never merged with what is there, so an agent's ``"disableAllHooks": true``,

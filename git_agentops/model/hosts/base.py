@@ -75,9 +75,12 @@ def guard_command(hook_command: str, kind: str) -> str:
     return f"{hook_command} agent-command --host {kind}"
 
 
-def hook_settings(command: str, *, event: str = "PreToolUse", matcher: str = "Bash") -> dict[str, Any]:
-    """One pre-tool hook group calling ``command``, in the shape Claude Code, Codex and Gemini CLI all take."""
-    group = {"matcher": matcher, "hooks": [{"type": "command", "command": command, "timeout": TIMEOUT_SECONDS}]}
+def hook_settings(
+    command: str, *, event: str = "PreToolUse", matcher: str = "Bash", timeout: int = TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """One pre-tool hook group calling ``command``, in the shape Claude Code, Codex and Gemini CLI all take (Claude
+    Code and Codex count its ``timeout`` in seconds, Gemini CLI in milliseconds)."""
+    group = {"matcher": matcher, "hooks": [{"type": "command", "command": command, "timeout": timeout}]}
     return {"hooks": {event: [group]}}
 
 
@@ -197,6 +200,9 @@ class HostKind:
     home_settings: ClassVar[tuple[str, ...]] = ()
     """Where in HOME it reads user-scope settings, hooks and plugins: removed from an agent's private HOME before
     each generation (and rewritten by :meth:`home_config`)."""
+    leaves: ClassVar[tuple[str, ...]] = ()
+    """What it writes into the worktree of its own accord (caches, histories; a trailing ``/`` for a directory):
+    excluded from commits like the guard files (``info/exclude``), so it never makes a checkout dirty."""
 
     def default_argv(self, verify_argvs: VerifyArgvs) -> tuple[str, ...]:
         """The argv ``init`` writes, allowing the verification commands ``verify_argvs`` (``()``: none)."""
