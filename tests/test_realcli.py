@@ -233,6 +233,14 @@ def _ended(doc: dict[str, Any]) -> bool:
     return doc["status"] in ("complete", "blocked", "budget-limited", "paused")
 
 
+def _until_ended(person: Person, repo: Path, run_id: str) -> dict[str, Any]:
+    """The run's status once it ended; on a timeout, the failure shows the host logs and the model's answers too."""
+    try:
+        return wait_for(repo, run_id, _ended, timeout=RUN_TIMEOUT)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{person.diagnosis(repo, run_id)}") from None
+
+
 def _host_logs(repo: Path, worker: str) -> str:
     return "".join(
         p.read_text(errors="replace") for p in (repo / ".git" / "worktrees").glob(f"*/agentops/host-{worker}.log")
@@ -342,7 +350,7 @@ def test_a_real_cli_completes_a_run_with_the_policy_init_writes(
         asked = _until_held(refused, person, repo, run_id)
         host_log = _wait_for_host_log(repo, asked.who.worker, REFUSAL)  # read it now: it goes with the worktree
         refused.released.set()
-        doc = wait_for(repo, run_id, _ended, timeout=RUN_TIMEOUT)
+        doc = _until_ended(person, repo, run_id)
     finally:
         refused.released.set()
         stop(repo, run_id)
@@ -390,7 +398,7 @@ def test_a_real_cli_run_completes_after_its_supervisor_is_killed_and_resumed(
         _kill_9(repo, run_id)
         resumed = _git(repo, "agentops-run", "resume", run_id)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        doc = wait_for(repo, run_id, _ended, timeout=RUN_TIMEOUT)
+        doc = _until_ended(person, repo, run_id)
     finally:
         held.released.set()
         stop(repo, run_id)
@@ -434,7 +442,7 @@ def test_max_tokens_stops_a_real_cli_run_after_the_generation_that_crossed_it(
         repo = person.project(policy_edit=lambda text: text.replace("[run]\n", f"[run]\nmax_tokens = {limit}\n", 1))
         run_id = _start(repo, ONE_CHILD)
         try:
-            doc = wait_for(repo, run_id, _ended, timeout=RUN_TIMEOUT)
+            doc = _until_ended(person, repo, run_id)
         finally:
             stop(repo, run_id)
         why = person.diagnosis(repo, run_id)
