@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .run import Worker
+
+class Accounted(Protocol):
+    """Anything holding generations' usage: a worker record (:class:`git_agentops.model.run.Worker`)."""
+
+    @property
+    def usage(self) -> tuple[Usage, ...]:
+        """Its generations' usage, oldest first."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +56,13 @@ class Usage:
         )
 
 
-def with_usage(worker: Worker, usage: Usage) -> tuple[Usage, ...]:
+def with_usage(worker: Accounted, usage: Usage) -> tuple[Usage, ...]:
     """The worker's usage with this generation's entry set (a generation is accounted once; the newest wins)."""
     kept = tuple(u for u in worker.usage if u.generation != usage.generation)
     return (*kept, usage)[-64:]
 
 
-def total_usage(workers: Iterable[Worker]) -> tuple[int, float | None]:
+def total_usage(workers: Iterable[Accounted]) -> tuple[int, float | None]:
     """(tokens, dollars) over every generation of every worker, stopped ones included; dollars is None when no host
     reported any. A partial generation counts what its host printed before it was stopped."""
     tokens = 0
@@ -69,6 +75,6 @@ def total_usage(workers: Iterable[Worker]) -> tuple[int, float | None]:
     return tokens, cost
 
 
-def usage_partial(workers: Iterable[Worker]) -> bool:
+def usage_partial(workers: Iterable[Accounted]) -> bool:
     """Whether some generation was stopped before its host printed all it used (the totals are then a floor)."""
     return any(usage.partial for worker in workers for usage in worker.usage)

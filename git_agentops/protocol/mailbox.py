@@ -52,11 +52,15 @@ _DIGEST_LIMIT: Final = 64 * 1024 * 1024  # an oversized request is still answere
 def write_instructions(worktree: Path, doc: Mapping[str, Any]) -> None:
     """Validate ``doc`` against the ``instructions`` schema (``SCHEMA_INVALID``) and replace the worker's copy.
 
-    Atomic but not fsynced: the instructions are regenerated from Git state.
+    Indented, one key per line: agents read it with their file tools, and some cut long lines (Gemini CLI's
+    ``read_file`` at 2000 characters, which left a coordinator's instructions unparseable as one line). Atomic but not
+    fsynced: the instructions are regenerated from Git state.
     """
-    write_private(
-        worktree, INSTRUCTIONS, documents.dump(dict(doc), schema="instructions", what="instructions"), durable=False
-    )
+    import json
+
+    documents.validate(dict(doc), "instructions", what="instructions")
+    data = json.dumps(dict(doc), indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
+    write_private(worktree, INSTRUCTIONS, data, durable=False)
 
 
 def write_prompt(worktree: Path, text: str) -> Path:
