@@ -349,13 +349,13 @@ def test_a_real_cli_completes_a_run_with_the_policy_init_writes(
     try:
         asked = _until_held(refused, person, repo, run_id)
         host_log = _wait_for_host_log(repo, asked.who.worker, REFUSAL)  # read it now: it goes with the worktree
+        assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}"
         refused.released.set()
         doc = _until_ended(person, repo, run_id)
     finally:
         refused.released.set()
         stop(repo, run_id)
     why = person.diagnosis(repo, run_id)
-    assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}\n{why}"
     assert doc["status"] == "complete", why
     assert git(repo, "show", "main:alpha.txt") == "alpha" and git(repo, "show", "main:beta.txt") == "beta"
     verified = _git(repo, "agentops-receipt", "verify", "main", "--json")
