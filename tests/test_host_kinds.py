@@ -164,3 +164,32 @@ def test_a_generation_stopped_before_its_host_printed_usage_is_partial() -> None
     assert cut is not None and cut.partial and (cut.input_tokens, cut.cost_usd) == (4, 0.5)
     whole = opencode.parse([*two_steps, step])
     assert whole is not None and not whole.partial and whole.input_tokens == 8
+
+
+def test_a_resumed_codex_session_is_charged_only_what_its_generation_added() -> None:
+    """Invariant: ``codex exec resume`` prints the thread's running total in ``turn.completed``; the generation is
+    charged that total less what the session's earlier generations were charged (measured: 97642 printed after
+    58366 = 39276 served)."""
+    from types import SimpleNamespace
+
+    from git_agentops.model.usage import Usage
+    from git_agentops.supervisor.usage import account
+
+    def turn(tokens_in: int, tokens_out: int) -> str:
+        events = [
+            {"type": "thread.started", "thread_id": "t-1"},
+            {"type": "turn.started"},
+            {"type": "turn.completed", "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}},
+        ]
+        return "\n".join(json.dumps(e) for e in events)
+
+    first = Usage(1, 58366, 401, None, session="t-1")
+    worker = SimpleNamespace(worker_id="w1", host="codex", generation=2, session="t-1", usage=(first,))
+    changes = account("codex", worker, turn(97642, 556), lambda *_: None)  # type: ignore[arg-type]
+    assert changes["usage"][-1] == Usage(2, 39276, 155, None, session="t-1")
+    other = SimpleNamespace(worker_id="w1", host="codex", generation=2, session=None, usage=(first,))
+    fresh = account("codex", other, turn(97642, 556).replace("t-1", "t-2"), lambda *_: None)  # type: ignore[arg-type]
+    assert fresh["usage"][-1] == Usage(2, 97642, 556, None, session="t-2")  # a new session owes nothing earlier
+    claude = [{"type": "result", "session_id": "t-1", "usage": {"input_tokens": 10, "output_tokens": 2}}]
+    once = account("claude", worker, json.dumps(claude[0]), lambda *_: None)  # type: ignore[arg-type]
+    assert once["usage"][-1] == Usage(2, 10, 2, None, session="t-1")  # claude reports the turn itself

@@ -131,6 +131,15 @@ def test_json_env_values_stay_valid_json_whatever_the_path(tmp_path: Path) -> No
     assert "AGENTOPS_FAULT" not in env and env["AGENTOPS_GENERATION"] == "3"
 
 
+def test_an_agent_s_pwd_is_its_worktree_never_the_persons_checkout(tmp_path: Path) -> None:
+    """Invariant: ``PWD`` names the worktree (opencode works in ``$PWD``, not its cwd: with the person's ``PWD`` it
+    read and wrote the person's main checkout)."""
+    spec = HostSpec("o", "opencode", ("opencode",), False, {})
+    person = {"PATH": "/bin", "PWD": "/home/person/repo", "OLDPWD": "/home/person"}
+    env = agent_environment(person, spec, _launch(tmp_path, "p"))
+    assert env["PWD"] == str(tmp_path) and "OLDPWD" not in env
+
+
 def test_resuming_uses_the_resume_argv_with_the_session(tmp_path: Path) -> None:
     spec = HostSpec(
         "c",

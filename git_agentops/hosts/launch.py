@@ -227,6 +227,8 @@ def agent_environment(
     passed = frozenset(default_pass_env(spec.kind) if pass_env is None else pass_env)
     kept = scrub(environ, passed)
     env = {k: v for k, v in kept.items() if not k.startswith("AGENTOPS_") and (k not in KEY_AGENTS or k in passed)}
+    env.pop("OLDPWD", None)
+    env["PWD"] = str(launch.worktree)  # opencode works in $PWD, not its cwd: the person's PWD is their checkout
     scripts = os.path.dirname(sys.executable)  # where git-agentops-request lives next to this interpreter
     env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")]) if env.get("PATH") else scripts
     values = placeholders(launch)

@@ -23,13 +23,14 @@ reviewer wrote no valid report.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from ..canonical import canonical_bytes, sha256_hex
+from ..canonical import sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, remove_private, write_private
@@ -211,7 +212,9 @@ def _review(
     # following a symlink a reviewer (this one, an earlier attempt, another reviewer) may have put in its place
     relative = {part: f"{REVIEW_DIR}/{part}-{name}.{ext}" for part, ext in (("input", "json"), ("report", "json"))}
     prompt_rel = f"{REVIEW_DIR}/prompt-{name}.md"
-    input_path = _put(checkout, relative["input"], canonical_bytes(dict(input_doc)) + b"\n")
+    # indented: reviewers read it with their file tools, and some cut long lines (opencode, Gemini CLI at 2000)
+    text = json.dumps(dict(input_doc), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    input_path = _put(checkout, relative["input"], text.encode())
     report_path, prompt_path = checkout / relative["report"], checkout / prompt_rel
     retry: str | None = None
     result: Review | None = None

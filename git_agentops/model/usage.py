@@ -26,6 +26,8 @@ class Usage:
     cost_usd: float | None = None
     partial: bool = False
     """The generation was stopped before its host printed all it used: the figures are a floor."""
+    session: str | None = None
+    """The host session it ran in (a host that reports a resumed session's running total is charged the rest)."""
 
     @property
     def tokens(self) -> int:
@@ -42,6 +44,8 @@ class Usage:
         }
         if self.partial:
             doc["partial"] = True
+        if self.session is not None:
+            doc["session"] = self.session
         return doc
 
     @classmethod
@@ -53,6 +57,7 @@ class Usage:
             int(doc["outputTokens"]),
             doc.get("costUsd"),
             bool(doc.get("partial", False)),
+            doc.get("session"),
         )
 
 
@@ -60,6 +65,12 @@ def with_usage(worker: Accounted, usage: Usage) -> tuple[Usage, ...]:
     """The worker's usage with this generation's entry set (a generation is accounted once; the newest wins)."""
     kept = tuple(u for u in worker.usage if u.generation != usage.generation)
     return (*kept, usage)[-64:]
+
+
+def session_spent(worker: Accounted, session: str, generation: int) -> tuple[int, int]:
+    """(input, output) tokens recorded for the generations before ``generation`` that ran in host ``session``."""
+    earlier = [u for u in worker.usage if u.session == session and u.generation < generation]
+    return sum(u.input_tokens for u in earlier), sum(u.output_tokens for u in earlier)
 
 
 def total_usage(workers: Iterable[Accounted]) -> tuple[int, float | None]:

@@ -134,7 +134,11 @@ def usage_record(workers: Sequence[Worker]) -> dict[str, Any]:
     from ..model.usage import total_usage, usage_partial
 
     tokens, cost = total_usage(workers)
-    generations = [{"workerId": worker.worker_id, **usage.to_json()} for worker in workers for usage in worker.usage]
+    generations = [
+        {"workerId": worker.worker_id, **{k: v for k, v in usage.to_json().items() if k != "session"}}
+        for worker in workers
+        for usage in worker.usage
+    ]
     record = {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}
     if usage_partial(workers):  # some generation's figures are a floor: say so, sealed with the rest
         record["partial"] = True

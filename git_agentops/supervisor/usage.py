@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..hosts.output import parse
+from ..model.hosts import kind_of
 from ..model.run import Worker
-from ..model.usage import Usage, with_usage
+from ..model.usage import Usage, session_spent, with_usage
 
 
 def account(kind: str, worker: Worker, output: str, note: Callable[[str, str, str], None]) -> dict[str, Any]:
@@ -34,6 +35,10 @@ def account(kind: str, worker: Worker, output: str, note: Callable[[str, str, st
     if report.session and report.session != worker.session:
         changes["session"] = report.session
     if report.reported_usage:
-        usage = Usage(worker.generation, report.input_tokens, report.output_tokens, report.cost_usd, report.partial)
+        tokens_in, tokens_out = report.input_tokens, report.output_tokens
+        if report.session and kind_of(kind).cumulative:  # charge this generation only what it added
+            before_in, before_out = session_spent(worker, report.session, worker.generation)
+            tokens_in, tokens_out = max(0, tokens_in - before_in), max(0, tokens_out - before_out)
+        usage = Usage(worker.generation, tokens_in, tokens_out, report.cost_usd, report.partial, report.session)
         changes["usage"] = with_usage(worker, usage)
     return changes

@@ -197,6 +197,8 @@ class HostKind:
     track before each generation."""
     sealed: ClassVar[str | None] = None
     """A directory holding only our files once cleared: made 0555."""
+    cumulative: ClassVar[bool] = False
+    """A resumed session reports the session's running token total, not the generation's (Codex)."""
     home_settings: ClassVar[tuple[str, ...]] = ()
     """Where in HOME it reads user-scope settings, hooks and plugins: removed from an agent's private HOME before
     each generation (and rewritten by :meth:`home_config`)."""
