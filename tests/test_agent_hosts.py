@@ -106,6 +106,12 @@ def test_a_run_completes_with_the_policy_init_writes(tmp_path: Path, cli: str) -
     if cli != "codex":  # codex reports tokens, not dollars
         assert doc["budget"]["usedCostUsd"] > 0
     assert all(w["session"] for w in doc["workers"])  # every host reported a session id
+    # reviewers spend the budget too: the total is every worker generation plus every reviewer attempt
+    reviewed = doc["budget"]["reviewUsage"]
+    assert [r["reviewer"] for r in reviewed] == [cli] and reviewed[0]["inputTokens"] > 0
+    spent = [u for w in doc["workers"] for u in w["usage"]] + reviewed
+    assert doc["budget"]["usedTokens"] == sum(u["inputTokens"] + u["outputTokens"] for u in spent)
+    assert not doc["budget"]["usagePartial"]  # each agent ended its turn after its handoff: nothing was lost
 
 
 WRAPPER = """#!/bin/sh

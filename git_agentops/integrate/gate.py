@@ -10,6 +10,8 @@ forger nothing but a re-run. The reviewers then read the same checkout.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,6 +24,7 @@ from ..hosts.launch import HostSpec
 from ..model.integration import IntegrationStatus
 from ..model.run import Run
 from ..model.task import Task
+from ..model.usage import ReviewerUsage
 from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refusal
@@ -29,7 +32,7 @@ from ..runs.proof import prove, slot_checkout
 from ..sandbox.plan import Sandbox, choose_mode, for_reviewer
 from .guards import candidate_breach
 from .record import advance, fail
-from .reviews import Confine, diff_text, review_input, run_reviews
+from .reviews import Confine, Review, diff_text, review_input, run_reviews
 
 CANDIDATE_SLOT: Final = "candidate"
 
@@ -144,6 +147,7 @@ def _review(
         log_dir=ctx.run_dir / "reviews",
         confine=_confiner(ctx, store),
     )
+    _account(store, ctx.run_id, results)
     blocking = {r.reviewer: r.blocking for r in results if r.blocking}
     reviews = [r.to_json() for r in results]
     if blocking:
@@ -168,3 +172,22 @@ def _review(
         keep, Event("REVIEWS_RECORDED", f"{len(results)} review(s)", {"reviews": reviews})
     )
     return None, reviews
+
+
+def _account(store: Store, run_id: str, results: Sequence[Review]) -> None:
+    """Add what each reviewer attempt used to the run's spend (``budget.reviewUsage``), whatever the verdict: a
+    review costs what it costs, and the budget counts it."""
+    spent = tuple(ReviewerUsage(r.reviewer, usage) for r in results for usage in r.usage)
+    if not spent:
+        return
+
+    def add(change: Change, view: runstate.RunView) -> None:
+        run = view.run()
+        runstate.put_run(change, replace(run, review_usage=(*run.review_usage, *spent)[-4096:]))
+
+    tokens = sum(entry.usage.tokens for entry in spent)
+    runstate.mutate(
+        runstate.journal(store, run_id),
+        add,
+        Event("REVIEW_USAGE", f"{len(spent)} review attempt(s) used {tokens} tokens", {"tokens": tokens}),
+    )

@@ -379,7 +379,7 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
         policy_config_hash=ctx.policy.config_hash,
         created_at=ctx.clock.now(),
         keys=signing_keys(store),
-        usage=usage_record(workers),
+        usage=usage_record(workers, run.review_usage),
         base_config_hash=binding.get("baseConfigHash"),
         policy_transitions=[_receipt_transition(t) for t in binding.get("transitions", ())],
         delivery_evidence={task_id: _evidence_of(store, tasks[task_id]) for task_id in run.integration.order or ()},

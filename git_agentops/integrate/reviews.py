@@ -36,7 +36,9 @@ from ..errors import AgentOpsError
 from ..gitstore.private import read_private, remove_private, write_private
 from ..gitstore.safegit import run_git
 from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec, passed_variables, unnest
+from ..hosts.output import parse as parse_output
 from ..model.policy import Policy
+from ..model.usage import Usage
 from ..process.command import CommandResult, run_command
 from ..resources import data_dir
 from ..sandbox.plan import Sandbox
@@ -63,6 +65,7 @@ class Review:
     problem: str | None = None
     attempts: int = 1
     sandbox: str | None = None
+    usage: tuple[Usage, ...] = ()  # what each attempt's host reported it used (not part of the sealed record)
 
     @property
     def blocking(self) -> list[str]:
@@ -218,6 +221,7 @@ def _review(
     report_path, prompt_path = checkout / relative["report"], checkout / prompt_rel
     retry: str | None = None
     result: Review | None = None
+    spent: list[Usage] = []
     for attempt in range(1, ATTEMPTS + 1):
         with contextlib.suppress(OSError):  # a directory in its place reads as no report below
             remove_private(checkout, relative["report"])
@@ -240,7 +244,12 @@ def _review(
         box = confine(spec, checkout, scratch, f"reviewer-{name}-{attempt}") if confine is not None else None
         ran = _run_reviewer(name, spec, launch, environ=environ, pass_env=pass_env, clock=clock, recipe=recipe, box=box)
         level = box[0].mode if box is not None else "none"  # unconfined: no wall at all
-        result = replace(_read_report(name, checkout, relative["report"], ran, attempt, held), sandbox=level)
+        report = parse_output(spec.kind, ran.output.decode("utf-8", errors="replace"))
+        if report is not None and report.reported_usage:
+            spent.append(Usage(attempt, report.input_tokens, report.output_tokens, report.cost_usd, report.partial))
+        result = replace(
+            _read_report(name, checkout, relative["report"], ran, attempt, held), sandbox=level, usage=tuple(spent)
+        )
         if result.report is not None:
             return result
         retry = result.problem

@@ -242,10 +242,11 @@ class Report:
 
     def usage(self) -> dict[str, Any]:
         """Tokens and dollars the hosts reported, and active time, with their limits."""
-        tokens, cost = total_usage(self.workers)
+        accounts = self.run.accounts(self.workers)
+        tokens, cost = total_usage(accounts)
         return {
             "tokens": tokens,
-            "partial": usage_partial(self.workers),
+            "partial": usage_partial(accounts),
             "costUsd": round(cost, 6) if cost is not None else None,
             "tokenLimit": self.run.token_limit,
             "costLimitUsd": self.run.cost_limit_usd,

@@ -30,7 +30,7 @@ from ..canonical import digest
 from .integration import Integration
 from .sandbox import weakest
 from .task import Task, task_contract_hash
-from .usage import Usage, total_usage
+from .usage import Accounted, ReviewerUsage, Reviews, Usage, total_usage
 
 STORM_STARTS: Final = 3
 STORM_WINDOW: Final = 300.0
@@ -125,6 +125,11 @@ class Run:
     last_user_resume: float | None = None
     plan_order: tuple[str, ...] = ()
     integration: Integration | None = None
+    review_usage: tuple[ReviewerUsage, ...] = ()  # what reviewers used: part of the spend the budget counts
+
+    def accounts(self, workers: Iterable[Worker]) -> list[Accounted]:
+        """Everything that spent this run's budget: its workers' generations and its reviewers' attempts."""
+        return [*workers, Reviews(self.review_usage)]
 
     @property
     def goal_hash(self) -> str:
@@ -158,6 +163,7 @@ class Run:
                 "intervals": [i.to_json() for i in self.intervals],
                 "costLimitUsd": self.cost_limit_usd,
                 "tokenLimit": self.token_limit,
+                "reviewUsage": [entry.to_json() for entry in self.review_usage],
             },
             "createdAt": self.created_at,
             "supervisorStarts": list(self.supervisor_starts),
@@ -194,6 +200,7 @@ class Run:
             last_user_resume=doc.get("lastUserResume"),
             plan_order=tuple(doc.get("planOrder", ())),
             integration=Integration.from_json(doc["integration"]) if doc.get("integration") else None,
+            review_usage=tuple(ReviewerUsage.from_json(u) for u in doc["budget"].get("reviewUsage", ())),
         )
 
 
@@ -445,7 +452,7 @@ def budget_spent(run: Run, workers: Iterable[Worker], now: float) -> str | None:
     """Why the run's budget is spent -- active time, dollars or tokens as the hosts reported them -- or None."""
     if used_seconds(run.intervals, now) >= run.budget_seconds:
         return f"active-time budget of {run.budget_seconds}s spent"
-    tokens, cost = total_usage(workers)
+    tokens, cost = total_usage(run.accounts(workers))
     if run.cost_limit_usd is not None and cost is not None and cost >= run.cost_limit_usd:
         return f"cost budget of ${run.cost_limit_usd:.2f} spent (${cost:.2f} reported by the hosts)"
     if run.token_limit is not None and tokens >= run.token_limit:

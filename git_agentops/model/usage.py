@@ -67,6 +67,36 @@ def with_usage(worker: Accounted, usage: Usage) -> tuple[Usage, ...]:
     return (*kept, usage)[-64:]
 
 
+@dataclass(frozen=True, slots=True)
+class ReviewerUsage:
+    """What one attempt of a reviewer used (its ``generation`` is the attempt): reviewers spend the run's budget
+    like workers do."""
+
+    reviewer: str
+    usage: Usage
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``budget.reviewUsage[]`` entry of ``run.json``."""
+        return {"reviewer": self.reviewer, **{k: v for k, v in self.usage.to_json().items() if k != "session"}}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ReviewerUsage:
+        """Read a ``budget.reviewUsage[]`` entry back."""
+        return cls(str(doc["reviewer"]), Usage.from_json(doc))
+
+
+@dataclass(frozen=True, slots=True)
+class Reviews:
+    """The reviewers' usage as one more account beside the workers' (see :func:`total_usage`)."""
+
+    entries: tuple[ReviewerUsage, ...]
+
+    @property
+    def usage(self) -> tuple[Usage, ...]:
+        """Every reviewer attempt's usage."""
+        return tuple(entry.usage for entry in self.entries)
+
+
 def session_spent(worker: Accounted, session: str, generation: int) -> tuple[int, int]:
     """(input, output) tokens recorded for the generations before ``generation`` that ran in host ``session``."""
     earlier = [u for u in worker.usage if u.session == session and u.generation < generation]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pygit2 (through the store) stays out of the receipts packag
     from ..model.integration import Integration
     from ..model.run import Run, Worker
     from ..model.task import Task
+    from ..model.usage import ReviewerUsage
 
 
 def signing_keys(store: Store) -> list[Path]:
@@ -129,17 +130,19 @@ def integration_receipt(
     return make_receipt(statement, keys=keys)
 
 
-def usage_record(workers: Sequence[Worker]) -> dict[str, Any]:
-    """The receipt's ``usage`` section: what every generation of every worker reported, and the totals."""
-    from ..model.usage import total_usage, usage_partial
+def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = ()) -> dict[str, Any]:
+    """The receipt's ``usage`` section: what every generation of every worker and every reviewer attempt (as
+    ``reviewer-<name>``) reported, and the totals."""
+    from ..model.usage import Accounted, Reviews, total_usage, usage_partial
 
-    tokens, cost = total_usage(workers)
+    accounts: list[Accounted] = [*workers, Reviews(tuple(reviews))]
+    tokens, cost = total_usage(accounts)
+    spent = [(worker.worker_id, usage) for worker in workers for usage in worker.usage]
+    spent += [(f"reviewer-{entry.reviewer}"[:64], entry.usage) for entry in reviews]
     generations = [
-        {"workerId": worker.worker_id, **{k: v for k, v in usage.to_json().items() if k != "session"}}
-        for worker in workers
-        for usage in worker.usage
+        {"workerId": who, **{k: v for k, v in usage.to_json().items() if k != "session"}} for who, usage in spent
     ]
     record = {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}
-    if usage_partial(workers):  # some generation's figures are a floor: say so, sealed with the rest
+    if usage_partial(accounts):  # some generation's figures are a floor: say so, sealed with the rest
         record["partial"] = True
     return record

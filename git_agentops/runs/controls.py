@@ -202,7 +202,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
     run = view.run()
     tasks = view.tasks()
     order = {t: i for i, t in enumerate(run.plan_order)}
-    tokens, cost = total_usage(view.workers())
+    tokens, cost = total_usage(run.accounts(view.workers()))
     return {
         "runId": run.run_id,
         "status": str(run.status),
@@ -215,7 +215,8 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
             "usedSeconds": round(used_seconds(run.intervals, clock.now()), 1),
             "limitSeconds": run.budget_seconds,
             "usedTokens": tokens,
-            "usagePartial": usage_partial(view.workers()),
+            "usagePartial": usage_partial(run.accounts(view.workers())),
+            "reviewUsage": [entry.to_json() for entry in run.review_usage],
             "tokenLimit": run.token_limit,
             "usedCostUsd": round(cost, 6) if cost is not None else None,
             "costLimitUsd": run.cost_limit_usd,
