@@ -31,6 +31,8 @@ doc = json.load(open(sys.argv[1]))
 criteria = [{"taskId": t["id"], "id": c["id"], "result": "pass"} for t in doc["tasks"] for c in t["criteria"]]
 json.dump({"reviewer": "checker", "verdict": "approve", "criteria": criteria, "findings": []}, open(sys.argv[2], "w"))
 PY
+elif [ "$MODE" = "nothing" ]; then  # schema-valid, approving, and judging no criterion at all
+  echo '{"reviewer": "checker", "verdict": "approve", "criteria": [], "findings": []}' > "$AGENTOPS_REVIEW_REPORT"
 else
   echo '{"reviewer": "checker", "verdict": "approve"}' > "$AGENTOPS_REVIEW_REPORT"
 fi
@@ -94,6 +96,22 @@ def test_a_reviewer_that_writes_an_invalid_report_twice_blocks_the_integration(t
         e for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED" and e["data"]["code"] == "RUN_REVIEW_BLOCKED"
     ]
     assert len(refused) == 2 and "invalid report" in refused[0]["data"]["message"]
+
+
+def test_an_approval_that_judges_no_criterion_is_not_a_review(tmp_path: Path) -> None:
+    """Invariant: a report must judge every criterion it was asked about, each once; a schema-valid approval that
+    judges none (seen from a real agent CLI: "Approved: 0 criteria pass") is invalid, asked for again, and blocks."""
+    repo, _ = _reviewed_project(tmp_path, "nothing")
+    run_id = start(repo, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    try:
+        wait_for(repo, run_id, lambda d: d["status"] == "blocked", timeout=120)
+    finally:
+        stop(repo, run_id)
+    refused = [
+        e for e in events(repo, run_id) if e["code"] == "REQUEST_REFUSED" and e["data"]["code"] == "RUN_REVIEW_BLOCKED"
+    ]
+    assert refused and "not judged:" in refused[0]["data"]["message"]
+    assert "src/a.txt" not in git(repo, "ls-tree", "-r", "--name-only", "main")  # nothing was published
 
 
 # A reviewer that attacks the supervisor's own files in its directory: the prompt and input of the next attempt

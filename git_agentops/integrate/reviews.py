@@ -248,7 +248,9 @@ def _review(
         if report is not None and report.reported_usage:
             spent.append(Usage(attempt, report.input_tokens, report.output_tokens, report.cost_usd, report.partial))
         result = replace(
-            _read_report(name, checkout, relative["report"], ran, attempt, held), sandbox=level, usage=tuple(spent)
+            _read_report(name, checkout, relative["report"], ran, attempt, held, _criteria_ids(input_doc)),
+            sandbox=level,
+            usage=tuple(spent),
         )
         if result.report is not None:
             return result
@@ -314,7 +316,40 @@ def _put(checkout: Path, rel: str, data: bytes) -> Path:
     return write_private(checkout, rel, data, durable=False)
 
 
-def _read_report(name: str, checkout: Path, rel: str, result: CommandResult, attempt: int, held: HeldSecrets) -> Review:
+def _criteria_ids(input_doc: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """Every (task id, criterion id) the review input asks about."""
+    return frozenset(
+        (str(t.get("id")), str(c.get("id")))
+        for t in input_doc.get("tasks", [])
+        if isinstance(t, Mapping)
+        for c in t.get("criteria", [])
+        if isinstance(c, Mapping)
+    )
+
+
+def _coverage(report: Mapping[str, Any], asked: frozenset[tuple[str, str]]) -> str | None:
+    """Why ``report`` does not judge exactly the criteria it was asked about (each once), or None."""
+    judged = [(str(c.get("taskId")), str(c.get("id"))) for c in report.get("criteria", []) if isinstance(c, Mapping)]
+    missing = sorted(asked - set(judged))
+    unknown = sorted(set(judged) - asked)
+    twice = sorted({key for key in judged if judged.count(key) > 1})
+    parts = [
+        f"{what}: {', '.join(f'{task}/{cid}' for task, cid in keys[:10])}"
+        for what, keys in (("not judged", missing), ("not asked about", unknown), ("judged twice", twice))
+        if keys
+    ]
+    return "; ".join(parts) or None
+
+
+def _read_report(
+    name: str,
+    checkout: Path,
+    rel: str,
+    result: CommandResult,
+    attempt: int,
+    held: HeldSecrets,
+    asked: frozenset[tuple[str, str]] = frozenset(),
+) -> Review:
     try:
         data = read_private(checkout, rel, max_bytes=documents.DEFAULT_MAX_BYTES)
     except (AgentOpsError, OSError) as exc:  # a symlink, a FIFO, a directory, too large: not a report
@@ -332,4 +367,7 @@ def _read_report(name: str, checkout: Path, rel: str, result: CommandResult, att
         report = documents.load(data, schema="review-report", what=f"review report of {name}")
     except AgentOpsError as exc:
         return Review(name, None, sha256_hex(data), f"reviewer {name} wrote an invalid report: {exc.message}", attempt)
+    uncovered = _coverage(report, asked)
+    if uncovered is not None:  # an approval that judged nothing approves nothing
+        return Review(name, None, sha256_hex(data), f"reviewer {name} wrote an invalid report: {uncovered}", attempt)
     return Review(name, report, sha256_hex(data), None, attempt)
