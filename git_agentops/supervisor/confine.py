@@ -20,6 +20,7 @@ from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir, head_of
 from ..hooks.hostconfig import hook_entry
 from ..hosts.launch import HostSpec
+from ..model.hosts import kind_of
 from ..model.policy import Policy
 from ..model.run import Worker
 from ..sandbox.plan import Sandbox, choose_mode, for_worker
@@ -95,7 +96,12 @@ class Confinement:
             return commit is not None and self._tracks(commit, path)
 
         if tracked(rel):
-            self.log(f"warning: {worktree.name}: the project tracks {rel}; the {kind} guard hook is not installed")
+            if kind_of(kind).guard_in_home:
+                self.log(
+                    f"{worktree.name}: the project tracks {rel}, left as it is; the {kind} guard is in the agent's HOME"
+                )
+            else:
+                self.log(f"warning: {worktree.name}: the project tracks {rel}; the {kind} guard hook is not installed")
             return
         try:
             installed = write_guard(worktree, kind, hook_command=hook_entry(sys.executable), tracked=tracked)

@@ -197,6 +197,9 @@ class HostKind:
     track before each generation."""
     sealed: ClassVar[str | None] = None
     """A directory holding only our files once cleared: made 0555."""
+    guard_in_home: ClassVar[bool] = False
+    """Its guard is in the agent's private HOME (:meth:`home_config`): a project tracking ``guard_file`` only keeps
+    that file, the guard still runs."""
     cumulative: ClassVar[bool] = False
     """A resumed session reports the session's running token total, not the generation's (Codex)."""
     home_settings: ClassVar[tuple[str, ...]] = ()

@@ -94,6 +94,7 @@ class Codex(HostKind):
     cleared = (".codex",)
     sealed = ".codex"
     home_settings = (".codex/config.toml", ".codex/hooks.json")
+    guard_in_home = True
     cumulative = True  # `exec resume` prints the thread's usage so far in turn.completed
 
     def default_argv(self, verify_argvs: VerifyArgvs) -> tuple[str, ...]:

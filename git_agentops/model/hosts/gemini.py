@@ -104,6 +104,7 @@ class Gemini(HostKind):
     pass_env = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_ACCESS_TOKEN")
     home_files = ("~/.gemini/oauth_creds.json", "~/.gemini/google_accounts.json", "~/.gemini/gemini-credentials.json")
     guard_file = SETTINGS
+    guard_in_home = True
     cleared = (".gemini",)
     sealed = ".gemini"
     home_settings = (
