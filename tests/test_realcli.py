@@ -2,15 +2,17 @@
 
 Why: the stand-ins (``tests/standins``) are shaped like the CLIs as we understood them; these tests run the CLIs
 themselves -- the exact versions ``tests/realcli/package-lock.json`` pins, installed once into a cache by
-``tests/realcli/install.py`` -- so an argv, a sandbox, a hook, a session file or an output format that changed
-under us fails here, in CI, not in a person's run. The model is ``tests/realcli/mockmodel.py``: the stand-ins' fake
-model, replayed over each CLI's own API, which also keeps a ledger of the usage it reported.
+``tests/realcli/install.py``, and aider's pinned ``aider-chat`` by ``tests/realcli/aider_install.py`` -- so an argv,
+a sandbox, a hook, a session file or an output format that changed under us fails here, in CI, not in a person's
+run. The model is ``tests/realcli/mockmodel.py``: the stand-ins' fake model, replayed over each CLI's own API, which
+also keeps a ledger of the usage it reported.
 
 Each CLI is set up as a person sets it up -- its model endpoint in the environment or in its config file in the
 (temporary) HOME -- and the policy is exactly what ``git agentops-init`` writes with only that CLI on PATH:
 
-* a whole run completes, a child's guard refuses a destructive command (the refusal is in its host log), the run's
-  token totals are exactly what the model reported to its workers, and no process of the run is left;
+* a whole run completes, a child's guard refuses a destructive command (the refusal is in its host log; aider has
+  no hooks and gets no guard, so its children are never made to try one), the usage of every worker generation and
+  reviewer and the run's token total are exactly what the model reported, and no process of the run is left;
 * a supervisor killed while an agent waits on the model is resumed, and the run completes;
 * (codex, opencode) a ``max_tokens`` just above the first generation's use stops the run ``budget-limited`` after
   the generation that crossed it, with every generation's usage in ``git agentops-run status --json``.
@@ -18,6 +20,7 @@ Each CLI is set up as a person sets it up -- its model endpoint in the environme
 Against the newest published CLIs instead of the pinned ones::
 
     python -m tests.realcli.install --latest
+    python -m tests.realcli.aider_install --latest
     AGENTOPS_REALCLI_LATEST=1 python -m pytest tests/test_realcli.py
 """
 
@@ -35,9 +38,11 @@ from typing import Any
 
 import pytest
 
+from git_agentops.hooks.hostconfig import contents as guard_contents
+
 from .conftest import git, make_repo
-from .realcli import install
-from .realcli.mockmodel import Asked, Hold, MockModel, fixed_usage
+from .realcli import aider_install, install
+from .realcli.mockmodel import Asked, Hold, MockModel, Usage, fixed_usage, usage_by_size
 from .runkit import events, status, stop, supervisor_log, supervisor_pid, supervisor_running, wait_for
 
 GOAL = 'Write files: alpha.txt says "alpha"; beta.txt says "beta" after alpha.txt'
@@ -123,6 +128,47 @@ def _gemini(home: Path, mock: MockModel) -> dict[str, str]:
     }
 
 
+def _aider(home: Path, mock: MockModel) -> dict[str, str]:
+    """aider's own config file in HOME, and the model's context window and prices (without them aider knows no cost
+    for a model that is not on litellm's list). ``stream: false``: a streamed answer carries no usage aider reads,
+    and it would count the tokens itself with a tokenizer -- not what the model reported."""
+    metadata = home / ".aider.model.metadata.json"
+    prices = {"input_cost_per_token": 1e-06, "output_cost_per_token": 2e-06}
+    info = {"max_input_tokens": 128000, "max_output_tokens": 8192, "litellm_provider": "openai", "mode": "chat"}
+    metadata.write_text(json.dumps({f"openai/{MODEL}": {**info, **prices}}, indent=2) + "\n")
+    (home / ".aider.conf.yml").write_text(
+        f"model: openai/{MODEL}\n"
+        f"openai-api-base: {mock.url}/v1\n"
+        "openai-api-key: sk-mock\n"
+        f"model-metadata-file: {metadata}\n"
+        "stream: false\n"
+    )
+    return {}
+
+
+AIDER_PROJECT_CONFIG = """\
+# git-agentops gives an agent files git does not track -- a worker's instructions, a reviewer's input -- and aider
+# adds to its chat only what git tracks: these it shows the model read-only (a missing one is skipped)
+read:
+  - .agentops/mailbox/instructions.json
+  - .agentops/review/input-aider.json
+"""
+"""The project's ``.aider.conf.yml``: without it aider's coordinator cannot read its instructions at all (aider has
+no tool to read a file; the model can only ask for a file to be added to the chat, which aider refuses for one git
+does not track), and a reviewer cannot read its input."""
+
+
+def aider_usage(body: bytes, answer: str) -> tuple[int, int]:
+    """:func:`usage_by_size`, each count rounded to one aider prints exactly (``766``, ``2.5k``, ``25k``): aider
+    prints its usage only rounded, so this is what a model must report for its totals to be exact."""
+
+    def printable(count: int) -> int:
+        return count if count < 1000 else round(count, -2) if count < 10_000 else round(count, -3)
+
+    tokens_in, tokens_out = usage_by_size(body, answer)
+    return printable(tokens_in), printable(tokens_out)
+
+
 @dataclass(frozen=True)
 class Cli:
     """One real CLI under test: its command, how a person points it at a model, and how it counts usage."""
@@ -131,6 +177,15 @@ class Cli:
     configure: Callable[[Path, MockModel], dict[str, str]]
     counts_side_requests: bool = False
     """Whether the usage it prints includes its tool-less side requests (Gemini's stats count its model router)."""
+    guarded: bool = True
+    """Whether the supervisor gives it a guard: aider has no hooks (its sandbox is its only wall), so the mock never
+    makes its children try :data:`PROBE` -- it would run."""
+    usage: Usage = usage_by_size
+    """What the mock model reports for each response to it."""
+    project_files: tuple[tuple[str, str], ...] = ()
+    """Files the person's project commits for this CLI (path, text)."""
+    whole_turns: bool = False
+    """Whether its model answers a turn in one reply, tool calls and all (aider: it offers the model no tools)."""
 
 
 CLIS = {
@@ -138,7 +193,14 @@ CLIS = {
     "codex": Cli("codex", _codex),
     "opencode": Cli("opencode", _opencode),
     "gemini": Cli("gemini", _gemini, counts_side_requests=True),
-    # aider (PyPI, not npm) goes here: its own installer, configure() giving --openai-api-base through its config
+    "aider": Cli(
+        "aider",
+        _aider,
+        guarded=False,
+        usage=aider_usage,
+        whole_turns=True,
+        project_files=((".aider.conf.yml", AIDER_PROJECT_CONFIG),),
+    ),
 }
 
 
@@ -146,13 +208,21 @@ CLIS = {
 
 
 @pytest.fixture(scope="session")
-def cli_bin() -> Path:
-    """The installed CLIs' ``node_modules/.bin``. Session-scoped, so it is computed before ``hermetic`` replaces
-    HOME (the cache lives in the real one, or in ``$AGENTOPS_CLI_CACHE``)."""
+def programs() -> dict[str, Path | str]:
+    """Each CLI's installed program, or why it is not installed: the npm CLIs' ``node_modules/.bin/NAME``, aider's
+    virtualenv's ``bin/aider``. Session-scoped, so it is computed before ``hermetic`` replaces HOME (the cache lives
+    in the real one, or in ``$AGENTOPS_CLI_CACHE``)."""
+    found: dict[str, Path | str] = {}
     try:
-        return install.ensure_clis()
+        cli_bin = install.ensure_clis()
+        found.update({name: cli_bin / name for name in install.CLIS})
     except install.InstallError as exc:
-        pytest.fail(f"the real agent CLIs are not installed: {exc}\ninstall them with: python -m tests.realcli.install")
+        found.update(dict.fromkeys(install.CLIS, f"{exc}\ninstall them with: python -m tests.realcli.install"))
+    try:
+        found["aider"] = aider_install.ensure_aider()
+    except install.InstallError as exc:
+        found["aider"] = f"{exc}\ninstall it with: python -m tests.realcli.aider_install"
+    return found
 
 
 @dataclass
@@ -166,7 +236,8 @@ class Person:
 
     def project(self, *, policy_edit: Callable[[str], str] | None = None) -> Path:
         """A repository with ``git agentops-init``'s policy (edited by ``policy_edit``), committed and trusted."""
-        repo = make_repo(self.tmp / "repo", files={"check.py": CHECK, "Makefile": MAKEFILE, "README.md": "files\n"})
+        files = {"check.py": CHECK, "Makefile": MAKEFILE, "README.md": "files\n", **dict(self.cli.project_files)}
+        repo = make_repo(self.tmp / "repo", files=files)
         done = _git(repo, "agentops-init", "--yes")
         assert done.returncode == 0, done.stdout + done.stderr
         policy = repo / ".agentops" / "policy.toml"
@@ -191,11 +262,15 @@ class Person:
         return f"{supervisor_log(repo, run_id)[-6000:]}{logs}\n--- mock model ---\n{self.mock.log_tail(40)}"
 
 
-def _person(cli: str, cli_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel) -> Person:
+def _person(
+    cli: str, programs: dict[str, Path | str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
+) -> Person:
     """``cli`` alone on PATH (so ``init`` picks it), configured for ``mock``, in the test's HOME."""
-    found = cli_bin / cli
+    found = programs[cli]
+    if not isinstance(found, Path):
+        pytest.fail(f"{cli} is not installed: {found}")
     if not os.access(found, os.X_OK):
-        pytest.fail(f"{cli} is not installed in {cli_bin}: run python -m tests.realcli.install")
+        pytest.fail(f"{cli} is not installed at {found}: see tests/realcli/install.py")
     agent_bin = tmp_path / "agent-bin"
     agent_bin.mkdir()
     (agent_bin / cli).symlink_to(found)
@@ -207,9 +282,11 @@ def _person(cli: str, cli_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 @pytest.fixture
-def mock(tmp_path: Path) -> Iterator[MockModel]:
-    """The mock model, every child trying :data:`PROBE` first, logging to ``tmp_path/mock.jsonl``."""
-    with MockModel(probe=PROBE, log=tmp_path / "mock.jsonl") as server:
+def mock(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[MockModel]:
+    """The mock model for the test's ``cli``, every child trying :data:`PROBE` first (where the CLI has a guard),
+    logging to ``tmp_path/mock.jsonl``."""
+    cli = CLIS[request.node.callspec.params["cli"]]
+    with MockModel(usage=cli.usage, probe=PROBE, log=tmp_path / "mock.jsonl") as server:
         yield server
 
 
@@ -310,12 +387,24 @@ def _usage_by_generation(doc: dict[str, Any]) -> dict[tuple[str, int], tuple[int
     }
 
 
-def _served(person: Person) -> dict[tuple[str, int], tuple[int, int]]:
-    """(worker, generation) -> (input, output) tokens the model reported to that generation, as its CLI counts
-    them: its agent turns, and its side requests when the CLI counts those too. Reviewers are not workers."""
+def _review_usage(doc: dict[str, Any]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(``reviewer-NAME``, attempt) -> (input, output) tokens, as ``run status`` shows what each reviewer attempt
+    recorded (reviewers are no workers, but spend the run's budget)."""
+    return {
+        (f"reviewer-{u['reviewer']}", u["generation"]): (u["inputTokens"], u["outputTokens"])
+        for u in doc["budget"]["reviewUsage"]
+    }
+
+
+def _served(person: Person, reviewers: bool) -> dict[tuple[str, int], tuple[int, int]]:
+    """(worker, generation) -> (input, output) tokens the model reported to each worker generation (or, with
+    ``reviewers``, each reviewer: ``reviewer-NAME``, always generation 1 -- the mock cannot tell a retried review
+    from the first), as its CLI counts them: its agent turns, and its side requests when the CLI counts those too.
+    By worker, not role: a side request of a resumed session may carry only the resume prompt, which names the
+    worker and generation but not the role."""
     served: dict[tuple[str, int], tuple[int, int]] = {}
     for entry in person.mock.ledger.entries():
-        if entry.role not in ("coordinator", "child"):
+        if not entry.worker or (entry.role == "reviewer") != reviewers:
             continue
         if entry.kind != "agent" and not person.cli.counts_side_requests:
             continue
@@ -325,10 +414,14 @@ def _served(person: Person) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 def _assert_usage_is_what_was_served(person: Person, doc: dict[str, Any], repo: Path, run_id: str) -> None:
-    served = _served(person)
+    """Every worker generation's and reviewer attempt's recorded usage, and the run's total, are exactly what the
+    model reported to them."""
+    served = _served(person, reviewers=False)
     recorded = _usage_by_generation(doc)
     assert recorded == served, f"recorded {recorded}\nserved {served}\n{person.diagnosis(repo, run_id)}"
-    assert doc["budget"]["usedTokens"] == sum(i + o for i, o in served.values())
+    reviews, reviewed = _served(person, reviewers=True), _review_usage(doc)
+    assert reviewed == reviews, f"reviewers recorded {reviewed}\nserved {reviews}\n{person.diagnosis(repo, run_id)}"
+    assert doc["budget"]["usedTokens"] == sum(i + o for i, o in [*served.values(), *reviews.values()])
 
 
 # -- (a) a whole run ------------------------------------------------------------------------------------------------
@@ -337,20 +430,23 @@ def _assert_usage_is_what_was_served(person: Person, doc: dict[str, Any], repo: 
 @pytest.mark.slow
 @pytest.mark.parametrize("cli", list(CLIS))
 def test_a_real_cli_completes_a_run_with_the_policy_init_writes(
-    cli: str, cli_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
+    cli: str, programs: dict[str, Path | str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
 ) -> None:
     """Invariant: with nothing but ``init``'s policy and the person's own model setup, the real CLI plans, delivers,
     reviews and publishes a receipted run; its guard refuses a destructive command; the run's tokens are exactly
     what the model reported; nothing of the run outlives it."""
-    person = _person(cli, cli_bin, tmp_path, monkeypatch, mock)
+    person = _person(cli, programs, tmp_path, monkeypatch, mock)
     repo = person.project()
+    if not person.cli.guarded:  # README, "what the guard covers": nothing (no hooks), so there is no guard file
+        assert guard_contents(cli, "git agentops-hook") == {}, f"{cli} has a guard now: let the mock play the probe"
     refused = mock.hold(_told_of_the_refusal)
     run_id = _start(repo, GOAL)
     try:
-        asked = _until_held(refused, person, repo, run_id)
-        host_log = _wait_for_host_log(repo, asked.who.worker, REFUSAL)  # read it now: it goes with the worktree
-        assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}"
-        refused.released.set()
+        if person.cli.guarded:
+            asked = _until_held(refused, person, repo, run_id)
+            host_log = _wait_for_host_log(repo, asked.who.worker, REFUSAL)  # read it now: it goes with the worktree
+            assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}"
+            refused.released.set()
         doc = _until_ended(person, repo, run_id)
     finally:
         refused.released.set()
@@ -382,16 +478,23 @@ def _child_mid_turn(asked: Asked) -> bool:
     return asked.who.role == "child" and len(asked.results) >= 1
 
 
+def _child_asks(asked: Asked) -> bool:
+    """A child's first request, for a CLI whose model answers a turn in one reply (aider: no tools, so no tool call
+    comes back within a turn). aider has printed its banner -- its session -- and written the prompt into its chat
+    history, which the resumed generation restores, by then."""
+    return asked.who.role == "child"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cli", list(CLIS))
 def test_a_real_cli_run_completes_after_its_supervisor_is_killed_and_resumed(
-    cli: str, cli_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
+    cli: str, programs: dict[str, Path | str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
 ) -> None:
     """A supervisor killed with ``kill -9`` while a child waits on the model: ``run resume`` stops the agent it
     left, resumes the child's session as a new generation, and the run completes."""
-    person = _person(cli, cli_bin, tmp_path, monkeypatch, mock)
+    person = _person(cli, programs, tmp_path, monkeypatch, mock)
     repo = person.project()
-    held = mock.hold(_child_mid_turn)
+    held = mock.hold(_child_asks if person.cli.whole_turns else _child_mid_turn)
     run_id = _start(repo, ONE_CHILD)
     try:
         _until_held(held, person, repo, run_id)
@@ -432,13 +535,13 @@ child, end its turn."""
 @pytest.mark.slow
 @pytest.mark.parametrize("cli", ["codex", "opencode"])
 def test_max_tokens_stops_a_real_cli_run_after_the_generation_that_crossed_it(
-    cli: str, cli_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: str, programs: dict[str, Path | str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``max_tokens`` just above the coordinator's first generation: the child's generation crosses it, the run
     stops ``budget-limited`` after it, and every generation's usage -- as the CLI reported it -- is in the status."""
     limit = COORDINATOR_FIRST * sum(PER_RESPONSE) + 1
     with MockModel(usage=fixed_usage(*PER_RESPONSE), probe=PROBE, log=tmp_path / "mock.jsonl") as mock:
-        person = _person(cli, cli_bin, tmp_path, monkeypatch, mock)
+        person = _person(cli, programs, tmp_path, monkeypatch, mock)
         repo = person.project(policy_edit=lambda text: text.replace("[run]\n", f"[run]\nmax_tokens = {limit}\n", 1))
         run_id = _start(repo, ONE_CHILD)
         try:

@@ -8,25 +8,20 @@ aider applies (and commits), fenced ``bash`` blocks that aider runs after the re
 replayed with every call *assumed* to succeed, and all of them go into one reply, in order --
 
 * a **write** inside the repository is a SEARCH/REPLACE block (an empty SEARCH for a file not in the chat, which
-  aider creates; the whole shown content for a file in the chat); a write to an absolute path outside it (a
-  reviewer's report) is a ``printf`` line in the ``bash`` block, since aider edits only its repository's files;
+  aider creates; the whole shown content for a file in the chat); a write aider would not apply -- to an absolute
+  path outside the repository, or into a directory git-agentops keeps out of git (:data:`KEPT_OUT`: a reviewer's
+  report), which aider skips as ignored -- is a ``printf`` line in the ``bash`` block;
 * a **bash** call is a line of the ``bash`` block (its output is not seen: the model goes on as if it exited 0);
-* a **read** of a file in the chat gets its content from the chat; of an absolute path, from the disk (what aider
-  cannot show the model, the mock reads itself: it runs on the same machine); of any other file, the reply names
-  it and stops -- aider adds a file the reply names to the chat and asks again, with its content.
+* a **read** of a file in the chat -- added to it, or read-only (``--read``, ``read:`` in ``.aider.conf.yml``) --
+  gets its content from the chat; of an absolute path, from the disk (what aider cannot show the model, the mock
+  reads itself: it runs on the same machine); of any other file, the reply names it and stops -- aider adds a file
+  the reply names to the chat and asks again, with its content, if git tracks it.
 
 Requests that are not an agent's turn get a plain answer: commit messages (aider's weak model writes one per
 commit), history summaries. A ``probe`` is never played: aider has no guard, so the probe would run.
 
-Hook-up (in :mod:`tests.realcli.mockmodel`, ``_Handler._answer``, before the side-request check)::
-
-    if api.name == "chat" and not body.get("tools"):
-        from . import mock_aider  # imported here: it imports mockmodel
-
-        reply = mock_aider.answer(body)
-        if reply is not None:
-            move = Move(None, reply.text)
-            return Answer(api, reply.who, reply.kind, move, model, prompts=reply.prompts)
+:mod:`tests.realcli.mockmodel` asks :func:`answer` first about every chat completions request that offers no tools
+(``_Handler._answer``).
 """
 
 from __future__ import annotations
@@ -42,6 +37,11 @@ from .mockmodel import Conversation, Result, Who, decide, text_of, who
 RULES: Final = re.compile(r"\n+# \*SEARCH/REPLACE block\* Rules:")
 """Where aider's reminder of its edit format starts, appended to the newest user message."""
 ADDED: Final = "I have *added these files to the chat*"
+READ_ONLY: Final = "Here are some READ ONLY files"
+"""How aider's messages listing the files in the chat start: editable ones, and read-only ones."""
+KEPT_OUT: Final = (".agentops/mailbox/", ".agentops/review/", ".agentops/proposals/")
+"""Directories of a worktree git-agentops excludes from git (``info/exclude``): aider skips an edit to a file there
+("matches gitignore spec"), so the model writes one with the shell."""
 _FILE: Final = re.compile(r"(?:\A|\n)(?P<path>[^\n`]+)\n```[^\n]*\n(?P<content>.*?)\n?```(?=\n|\Z)", re.S)
 CODER: Final = "Act as an expert software developer"
 COMMIT: Final = "one-line Git commit messages"
@@ -75,9 +75,9 @@ def files_in_chat(messages: list[dict[str, Any]]) -> dict[str, str]:
     files: dict[str, str] = {}
     for message in messages:
         text = text_of(message.get("content"))
-        if message.get("role") != "user" or ADDED not in text:
+        if message.get("role") != "user" or not text.startswith((ADDED, READ_ONLY)):
             continue
-        for found in _FILE.finditer(text.split("\n\n", 3)[-1]):
+        for found in _FILE.finditer(text):
             files[found.group("path").strip()] = found.group("content")
     return files
 
@@ -112,6 +112,16 @@ def answer(body: dict[str, Any]) -> Reply | None:
     return Reply("agent", who(conv.prompts), turn_text(conv, files_in_chat(messages)), len(conv.prompts))
 
 
+def shell_write(path: str, content: str) -> str:
+    """One line of shell writing ``content`` to ``path`` (aider runs a ``bash`` block line by line): ``printf`` with
+    a line per argument, then the text after the last newline, if any."""
+    lines = content.split("\n")
+    last = lines.pop()
+    parts = [f"printf '%s\\n' {' '.join(shlex.quote(line) for line in lines)}"] if lines else []
+    parts += [f"printf %s {shlex.quote(last)}"] if last else []
+    return f"{{ {'; '.join(parts) or ':'}; }} > {shlex.quote(path)}"
+
+
 def turn_text(conv: Conversation, files: dict[str, str]) -> str:
     """The whole turn as one reply: ``think()`` replayed, every call assumed to succeed (see the module's doc)."""
     results: list[Result] = []
@@ -138,8 +148,8 @@ def turn_text(conv: Conversation, files: dict[str, str]) -> str:
                 results.append(Result(1, f"{rel}: no such file"))
         elif call.tool == "write":
             content = call.content or ""
-            if rel.startswith("/"):
-                commands.append(f"printf '%s' {shlex.quote(content)} > {shlex.quote(rel)}")
+            if rel.startswith(("/", *KEPT_OUT)):
+                commands.append(shell_write(rel, content))
             else:
                 edits.append(edit_block(rel, files.get(rel, ""), content))
             results.append(Result(0, ""))

@@ -8,7 +8,9 @@ Why: the stand-ins prove the supervisor drives CLIs shaped like the real ones; o
 * Codex: OpenAI Responses, streamed (``POST /v1/responses``), its tool ``exec_command``;
 * opencode (``@ai-sdk/openai-compatible``): chat completions, streamed with ``tool_calls`` and a usage chunk;
 * Gemini CLI: ``/v1beta/models/M:generateContent`` (its model router's JSON-schema question, titles) and
-  ``:streamGenerateContent?alt=sse``.
+  ``:streamGenerateContent?alt=sse``;
+* aider: chat completions offering no tools, answered in its edit blocks and ``bash`` blocks, a whole turn per
+  reply (:mod:`tests.realcli.mock_aider`).
 
 The "model" is :func:`tests.standins.fakemodel.think`, *replayed*: a CLI sends the whole conversation each time,
 so for each request the server finds the supervisor's prompt(s) in it (the CLI wraps them in system reminders,
@@ -702,11 +704,15 @@ class MockModel:
             return next(self._numbers)
 
     def write_log(self, record: Mapping[str, Any]) -> None:
-        """Append one record to the log file, if there is one."""
+        """Append one record to the log file, if there is one, stamped ``at`` its local time of day as the
+        supervisor's log shows it (``HH:MM:SS.ss``): where a slow run spends its time -- between a generation's
+        start and its first request, or between two requests."""
         if self.log_path is None:
             return
+        now = time.time()
+        stamped = {"at": time.strftime("%H:%M:%S", time.localtime(now)) + f"{now % 1:.2f}"[1:], **record}
         with self._lock, self.log_path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.write(json.dumps(stamped, ensure_ascii=False) + "\n")
 
     def totals(self, kind: str | None = "agent") -> Totals:
         """The ledger's totals (agent turns by default)."""
@@ -808,6 +814,12 @@ class _Handler(BaseHTTPRequestHandler):
     # -- deciding
     def _answer(self, api: Api, body: dict[str, Any]) -> Answer:
         model = str(body.get("model") or "mock-model")
+        if api.name == "chat" and not body.get("tools"):
+            from . import mock_aider  # imported here: it imports this module
+
+            reply = mock_aider.answer(body)
+            if reply is not None:
+                return Answer(api, reply.who, reply.kind, Move(None, reply.text), model, prompts=reply.prompts)
         conversation = api.conversation(body)
         if not conversation.prompts or not conversation.tools or self._is_side(api, body):
             move = Move(None, api.side_text(body))
