@@ -146,18 +146,6 @@ def _aider(home: Path, mock: MockModel) -> dict[str, str]:
     return {}
 
 
-AIDER_PROJECT_CONFIG = """\
-# git-agentops gives an agent files git does not track -- a worker's instructions, a reviewer's input -- and aider
-# adds to its chat only what git tracks: these it shows the model read-only (a missing one is skipped)
-read:
-  - .agentops/mailbox/instructions.json
-  - .agentops/review/input-aider.json
-"""
-"""The project's ``.aider.conf.yml``: without it aider's coordinator cannot read its instructions at all (aider has
-no tool to read a file; the model can only ask for a file to be added to the chat, which aider refuses for one git
-does not track), and a reviewer cannot read its input."""
-
-
 def aider_usage(body: bytes, answer: str) -> tuple[int, int]:
     """:func:`usage_by_size`, each count rounded to one aider prints exactly (``766``, ``2.5k``, ``25k``): aider
     prints its usage only rounded, so this is what a model must report for its totals to be exact."""
@@ -199,7 +187,6 @@ CLIS = {
         guarded=False,
         usage=aider_usage,
         whole_turns=True,
-        project_files=((".aider.conf.yml", AIDER_PROJECT_CONFIG),),
     ),
 }
 

@@ -170,6 +170,7 @@ def placeholders(launch: Launch) -> dict[str, str]:
         "worktree": str(launch.worktree),
         "git_common_dir": str(launch.git_common_dir or ""),
         "session": launch.session or "",
+        "input": str(launch.mailbox / "instructions.json"),  # what the agent reads: a reviewer's is its review input
     }
     values.update(launch.extra)
     return values

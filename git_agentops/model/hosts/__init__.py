@@ -19,8 +19,9 @@ token. ``git agentops-init`` writes them out, so ``policy trust`` shows which of
 given.
 
 Placeholders in an argv element or an ``env`` value: ``{prompt}``, ``{prompt_file}``, ``{mailbox}``,
-``{worktree}``, ``{git_common_dir}``, ``{session}`` (resume only), and for reviewers ``{input}`` and
-``{report}``. Only these exact names are replaced; any other brace is left as it is.
+``{worktree}``, ``{git_common_dir}``, ``{session}`` (resume only), ``{input}`` (what the agent reads: a worker's
+``instructions.json``, a reviewer's review input), and for reviewers ``{report}``. Only these exact names are
+replaced; any other brace is left as it is.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Checked against aider 0.86.2 (its ``--help`` and source, and runs against a loca
   branch), and by default with ``--no-verify`` -- skipping the repository hooks that enforce the run's rules, which
   the guard refuses to any agent: ``--git-commit-verify``. A file it is about to edit that is dirty is committed
   first (``--dirty-commits``). Commit messages come from its weak model (a call not in its usage lines).
+* **What it reads.** aider puts in its chat only files git tracks, and the model has no tool to read another:
+  ``--read {input}`` shows it, read-only, the file git-agentops gives it -- a worker's ``instructions.json``, a
+  reviewer's review input (both kept out of git) -- without which a coordinator cannot plan at all.
 * **Resume.** aider has no session id. ``--restore-chat-history`` (checked headless) reloads the chat history
   file, which stays in the worktree: a generation that printed aider's banner reports the session
   ``chat-history``, and resuming adds that flag.
@@ -143,6 +146,8 @@ class Aider(HostKind):
             "aider",
             "--message",
             "{prompt}",
+            "--read",
+            "{input}",
             "--edit-format",
             "diff",
             "--git-commit-verify",
