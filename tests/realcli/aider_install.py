@@ -17,18 +17,15 @@ PATH (its ``python3`` would shadow the system's).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from .install import InstallError, cache_root, want_latest
+from .install import InstallError, cache_root, locked, want_latest
 
 PACKAGE: Final = "aider-chat"
 VERSION: Final = "0.86.2"
@@ -50,7 +47,7 @@ def ensure_aider(*, latest: bool | None = None) -> Path:
     venv = install_dir(latest=latest)
     if _complete(venv):
         return venv / "bin" / "aider"
-    with _locked(venv.with_name(f"{venv.name}.lock")):
+    with locked(venv.with_name(f"{venv.name}.lock")):
         if not _complete(venv):  # another process may have finished it while this one waited
             _install(venv, latest=latest)
     return venv / "bin" / "aider"
@@ -66,18 +63,6 @@ def installed_version(aider: Path) -> str:
 
 def _complete(venv: Path) -> bool:
     return (venv / ".complete").is_file() and os.access(venv / "bin" / "aider", os.X_OK)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created as needed): one installer at a time, on this machine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _run(argv: list[str]) -> str:
@@ -121,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.latest:  # afresh, like install --latest
-            with _locked(install_dir(latest=True).with_name("aider-latest.lock")):
+            with locked(install_dir(latest=True).with_name("aider-latest.lock")):
                 _install(install_dir(latest=True), latest=True)
         aider = ensure_aider(latest=args.latest)
     except InstallError as exc:

@@ -94,7 +94,7 @@ def ensure_clis(*, latest: bool | None = None) -> Path:
     final = root / ("latest" if latest else lock_key())
     if _complete(final):
         return final / "node_modules" / ".bin"
-    with _locked(root / f"{final.name}.lock"):
+    with locked(root / f"{final.name}.lock"):
         if not _complete(final):  # another process may have finished it while this one waited
             _install(final, latest=latest)
     return final / "node_modules" / ".bin"
@@ -104,7 +104,7 @@ def refresh_latest() -> Path:
     """Install the newest published versions into ``latest/`` afresh; returns its ``node_modules/.bin``."""
     root = cache_root()
     final = root / "latest"
-    with _locked(root / "latest.lock"):
+    with locked(root / "latest.lock"):
         _install(final, latest=True)
     return final / "node_modules" / ".bin"
 
@@ -128,7 +128,7 @@ def _complete(install: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created as needed): one installer at a time, on this machine."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
