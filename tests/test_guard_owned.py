@@ -133,6 +133,9 @@ def test_what_a_worker_planted_where_its_host_reads_settings_is_gone_at_its_next
     assert left == [
         ".claude/settings.local.json",
         ".codex/config.toml",
+        ".opencode/node_modules",  # with a lock naming its SDK: opencode installs nothing at each start
+        ".opencode/node_modules/.agentops",
+        ".opencode/package-lock.json",
         ".opencode/plugins",
         ".opencode/plugins/agentops-guard.js",
     ]

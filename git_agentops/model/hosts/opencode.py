@@ -10,6 +10,14 @@ opencode 1.x): ``tool.execute.before`` pipes each bash command into the guard an
 the project does not track are cleared before each generation. The person's ``~/.config/opencode/opencode.json``
 reaches the agent's private HOME reduced to what reaches a model (providers, model choices, update settings).
 
+**No npm install at every start.** opencode 1.x runs ``npm install @opencode-ai/plugin`` (64 MB from the registry)
+in each config directory that has plugins -- the worktree's ``.opencode/`` and ``~/.config/opencode/`` -- unless a
+``package-lock.json`` there names it and ``node_modules/`` exists. The agent's private HOME is reset at every
+generation and each worker's worktree is new, so every start waited 10-20 s for that download (and one without
+network would wait for nothing). Our guard imports only ``node:`` modules and needs none of it: both places get a
+lock naming the SDK and an empty ``node_modules/`` (measured with 1.18.33: 9.7 s to 0.2 s from reading the project
+config to starting). A project that tracks its own ``.opencode/package-lock.json`` keeps it, and installs.
+
 ``--format json`` prints ``step_start``/``step_finish`` per model step; ``step_finish`` (tokens, cost) comes only
 after the step's tools ran, so a generation stopped inside a tool call has a step without its usage (``partial``).
 """
@@ -37,6 +45,11 @@ from .base import (
 )
 
 PLUGIN: Final = ".opencode/plugins/agentops-guard.js"
+NO_INSTALL: Final = {
+    "package-lock.json": b'{"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}\n',
+    "node_modules/.agentops": b"",
+}
+"""What keeps opencode from installing its plugin SDK in a config directory: a lock naming it, ``node_modules/``."""
 KEPT: Final = (
     "$schema",
     "provider",
@@ -140,16 +153,18 @@ class Opencode(HostKind):
         return {"OPENCODE_CONFIG_CONTENT": config(verify_argvs)}
 
     def guard_files(self, hook_command: str) -> dict[str, bytes]:
-        return {PLUGIN: plugin_source(hook_command).encode()}
+        return {PLUGIN: plugin_source(hook_command).encode(), **{f".opencode/{k}": v for k, v in NO_INSTALL.items()}}
 
     def home_config(self, ctx: HomeContext) -> dict[str, bytes]:
+        no_install = {f".config/opencode/{k}": v for k, v in NO_INSTALL.items()}
         base = ctx.person_path("XDG_CONFIG_HOME", ".config")
         for name in ("opencode.json", "opencode.jsonc", "config.json"):
             doc = json_object(ctx.read(f"{base}/opencode/{name}"))
             if doc:
                 kept = {key: value for key, value in doc.items() if key in KEPT}
-                return {".config/opencode/opencode.json": json_bytes(kept)} if kept else {}
-        return {}
+                if kept:
+                    return {".config/opencode/opencode.json": json_bytes(kept), **no_install}
+        return no_install
 
     def parse(self, events: list[dict[str, Any]]) -> HostReport:
         session = next((s for e in events if (s := session_id(e.get("sessionID")))), None)
