@@ -358,3 +358,13 @@ def test_describe_renders_code_message_and_data() -> None:
 def test_the_parser_lists_every_action() -> None:
     help_text = request_cli.build_parser().format_help()
     assert all(action in help_text for action in client.ACTIONS)
+
+
+def test_instructions_are_written_one_key_per_line_so_agents_file_tools_read_them_whole(tmp_path: Path) -> None:
+    """Invariant: ``instructions.json`` is indented: agents read it with their file tools, and opencode's and Gemini
+    CLI's cut lines at 2000 characters (a resumed coordinator's one-line instructions came back unparseable)."""
+    goal = "Write files: " + "; ".join(f"f{i}.txt says {i}" for i in range(120))[:1800]  # one long value
+    mailbox.write_instructions(tmp_path, instructions_doc(tmp_path, goal=goal))
+    text = (tmp_path / mailbox.INSTRUCTIONS).read_text()
+    assert len(text) > 2000 and max(len(line) for line in text.splitlines()) < 2000
+    assert mailbox.read_instructions(tmp_path)["goal"] == goal
