@@ -90,10 +90,10 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         for agent in agents:
             ctx.out(f"Found the agent CLI {agent.kind} at {agent.path} ({agent.version}).")
         if not agents:
-            ctx.out(
-                "No agent CLI (claude, codex, opencode, gemini, aider) was found on PATH: the policy has only the "
-                "scripted host."
-            )
+            from ..model.hosts import agent_clis
+
+            known = ", ".join(str(kind.binary) for kind in agent_clis())  # each kind module names its program
+            ctx.out(f"No agent CLI ({known}) was found on PATH: the policy has only the scripted host.")
         if excludes:
             ctx.out(f"{'Would add' if args.dry_run else 'Will add'} to {exclude_file}: {', '.join(excludes)}")
     if args.dry_run:
