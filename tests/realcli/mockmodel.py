@@ -37,6 +37,7 @@ import shlex
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -347,20 +348,20 @@ def file_text(shown: str) -> str:
     return text
 
 
-class Api:
+class Api(ABC):
     """One model API: how to read a request into a :class:`Conversation` and how to answer with a :class:`Move`."""
 
     name = ""
     tools: Mapping[str, str] = {}
     """The fake model's tool (``bash``/``read``/``write``) -> this API's CLI's tool name."""
 
+    @abstractmethod
     def conversation(self, body: dict[str, Any]) -> Conversation:
         """The request's conversation."""
-        raise NotImplementedError
 
+    @abstractmethod
     def arguments(self, call: Call, cwd: str | None) -> dict[str, Any]:
         """The tool call's arguments as the CLI's tool takes them."""
-        raise NotImplementedError
 
     def side_text(self, body: dict[str, Any]) -> str:
         """The answer to a request that is not a turn of a supervisor prompt."""

@@ -70,6 +70,15 @@ def allowed_commands(verify_argvs: Iterable[Sequence[str] | str]) -> list[str]:
     return commands
 
 
+def after_prompt(argv: Sequence[str], *extra: str) -> tuple[str, ...]:
+    """``argv`` with ``extra`` right after its ``{prompt}`` element (``()`` when it has none: it cannot resume)."""
+    args = list(argv)
+    if "{prompt}" not in args:
+        return ()
+    at = args.index("{prompt}") + 1
+    return (*args[:at], *extra, *args[at:])
+
+
 def guard_command(hook_command: str, kind: str) -> str:
     """The shell command a host runs before a tool call: ``HOOK_COMMAND agent-command --host KIND``."""
     return f"{hook_command} agent-command --host {kind}"

@@ -23,6 +23,7 @@ from .base import (
     HostKind,
     HostReport,
     VerifyArgvs,
+    after_prompt,
     allowed_commands,
     as_dict,
     count,
@@ -81,11 +82,7 @@ class Claude(HostKind):
         )
 
     def resume_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
-        args = list(argv)
-        if "{prompt}" not in args:
-            return ()
-        at = args.index("{prompt}") + 1
-        return (*args[:at], "--resume", "{session}", *args[at:])
+        return after_prompt(argv, "--resume", "{session}")
 
     def guard_files(self, hook_command: str) -> dict[str, bytes]:
         # the local scope outranks the project and user ones key by key: a "disableAllHooks": true left below it

@@ -54,6 +54,7 @@ from .base import (
     HostKind,
     HostReport,
     VerifyArgvs,
+    after_prompt,
     allowed_commands,
     as_dict,
     count,
@@ -131,11 +132,7 @@ class Gemini(HostKind):
         )
 
     def resume_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
-        args = list(argv)
-        if "{prompt}" not in args:
-            return ()
-        at = args.index("{prompt}") + 1
-        return (*args[:at], "--resume", "{session}", *args[at:])
+        return after_prompt(argv, "--resume", "{session}")
 
     def guard_files(self, hook_command: str) -> dict[str, bytes]:
         return {SETTINGS: json_bytes(guard_settings(hook_command))}
