@@ -7,6 +7,7 @@ hash alike; any change to what would run changes the hash and therefore needs fr
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -259,6 +260,17 @@ class Policy:
     def max_workers(self) -> int:
         """How many child workers may be active at once (``run.max_workers``, default 3), the coordinator aside."""
         return int(self.doc["run"]["max_workers"])
+
+    @property
+    def max_verifications(self) -> int:
+        """How many clean-checkout verifications may run at once (``run.max_verifications``, default: the cores)."""
+        value = self.doc["run"].get("max_verifications")
+        return int(value) if value else max(1, os.cpu_count() or 1)
+
+    @property
+    def squash(self) -> bool:
+        """Whether a task is delivered as one commit on its base (``run.squash``, default false)."""
+        return bool(self.doc["run"].get("squash", False))
 
     @property
     def worktree_root(self) -> str:
