@@ -3,7 +3,9 @@
 Every handoff and the final gate call :func:`prove`. It keeps one clean checkout per *slot* -- one per worker, one
 for the integration candidate -- under ``$XDG_CACHE_HOME/git-agentops/verify/<repository>/<run>/<slot>/``
 (:func:`slots_dir`, :mod:`git_agentops.gitstore.clean`), so a worker's second handoff rewrites only the files that
-changed:
+changed. Each proof first takes one of the repository's ``[run] max_verifications`` *verification slots*
+(:mod:`git_agentops.verify.slots`: lock files every process shares) and holds it through setup and the commands, so
+handoffs, final gates and a person's ``git agentops-verify`` never run more suites at once than the policy allows:
 
 1. **populate** the slot with exactly the commit (``read-tree -u``, ``clean -ffdx``), then **inspect** it by
    content: a tracked file that differs, or any file the commit does not have, is rewritten once and, if it is
@@ -47,6 +49,7 @@ from ..model.task import Task
 from ..schema import documents
 from ..verify.core import Outcome, verify_clean
 from ..verify.evidence import EvidenceStore
+from ..verify.slots import verification_slot
 from .jobs import JobContext
 from .workspaces import run_setup_steps, setup_hash
 
@@ -93,10 +96,16 @@ def slot_checkout(ctx: JobContext, store: Store, slot: str) -> CleanCheckout:
 
 
 def prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task | None) -> Outcome:
-    """Verify ``commit`` in the clean checkout of ``slot`` (see the module docstring).
+    """Verify ``commit`` in the clean checkout of ``slot``, holding a verification slot (see the module docstring).
 
     Raises ``VERIFY_CHECKOUT_CHANGED``, ``RUN_SETUP_FAILED``, ``GIT_FAILED`` and what verification raises.
     """
+    limit = ctx.policy.max_verifications
+    with verification_slot(store.private_dir(), limit, what=f"run {ctx.run_id}, {slot}", waiting=ctx.log):
+        return _prove(ctx, store, slot=slot, commit=commit, task=task)
+
+
+def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task | None) -> Outcome:
     checkout = slot_checkout(ctx, store, slot)
     tree = str(store.resolve_commit(commit).tree_id)
     record = _setup_record(checkout)

@@ -9,9 +9,11 @@ Two places, one procedure:
   (:mod:`git_agentops.gitstore.clean`): nothing but the commit's files, re-hashed before and after, and git config
   the agents cannot touch. Its records say ``producer: supervisor, checkout: clean``.
 
-:func:`verify_checkout` is :func:`check_in_place` with the trust check before it and the record after it; a
-run's worker checking its own commit uses :func:`check_in_place` alone -- the run's bound policy, no trust check,
-nothing read from or written to the evidence notes (:mod:`.worker`).
+:func:`verify_checkout` is :func:`check_in_place` with the trust check before it, a verification slot around it
+(:mod:`.slots`: a person's suite counts against ``[run] max_verifications`` like the supervisor's, taken only when a
+command must run) and the record after it; a run's worker checking its own commit uses :func:`check_in_place` alone
+-- the run's bound policy, no trust check, no slot, nothing read from or written to the evidence notes
+(:mod:`.worker`).
 
 Order of operations, and why:
 
@@ -56,6 +58,7 @@ from .evidence import (
 )
 from .made import MadeFiles, untracked_files
 from .parsers import parse_counts
+from .slots import verification_slot
 
 if TYPE_CHECKING:
     from ..model.task import Task
@@ -161,19 +164,28 @@ def verify_checkout(
     with ``passed: false``.
     """
     require_trusted(trust)
-    outcome = check_in_place(
-        evidence,
-        worktree=worktree,
-        policy=policy,
-        environ=environ,
-        clock=clock,
-        task=task,
-        fresh=fresh,
-        progress=progress,
-        grace=grace,
-        known_head=known_head,
-        provenance=provenance,
-    )
+    with contextlib.ExitStack() as held:
+
+        def take_slot() -> None:  # only when a command must run: a cache hit waits for no one
+            what = f"git agentops-verify in {worktree}"
+            held.enter_context(
+                verification_slot(evidence.private_dir, policy.max_verifications, what=what, waiting=progress)
+            )
+
+        outcome = check_in_place(
+            evidence,
+            worktree=worktree,
+            policy=policy,
+            environ=environ,
+            clock=clock,
+            task=task,
+            fresh=fresh,
+            progress=progress,
+            grace=grace,
+            known_head=known_head,
+            provenance=provenance,
+            before_run=take_slot if provenance == PERSON else None,
+        )
     outcome.notes_commit = evidence.record(outcome.commit, outcome.tree, outcome.records)
     return outcome
 
@@ -191,6 +203,7 @@ def check_in_place(
     grace: float = 3.0,
     known_head: Head | None = None,
     provenance: Provenance = PERSON,
+    before_run: Callable[[], None] | None = None,
 ) -> Outcome:
     """:func:`verify_checkout` without its trust check and without recording: the commands run (or, with an
     ``evidence`` store and not ``fresh``, are reused) on the clean HEAD of ``worktree``; nothing is written but the
@@ -227,6 +240,7 @@ def check_in_place(
         grace=grace,
         provenance=provenance,
         accept=None,
+        before_run=before_run,
     )
     ran = any(not r["cached"] for r in outcome.records)
     after, changed = head_and_changes(worktree, untracked=False) if ran else (start.commit, [])
@@ -329,8 +343,10 @@ def _run_all(
     provenance: Provenance,
     accept: frozenset[Provenance] | None,
     git_env: Mapping[str, str] | None = None,
+    before_run: Callable[[], None] | None = None,
 ) -> Outcome:
-    """The pre-flight, then each planned command run or reused, as records (not yet stored)."""
+    """The pre-flight, then each planned command run or reused, as records (not yet stored); ``before_run`` is
+    called once, before the first command that is not reused (a person's verification takes its slot there)."""
     environment = probe(cwd, [p.command.argv for p in planned], scrub_environment(environ), clock=clock)
     outcome = Outcome(commit, tree, environment=environment.to_json())
     total = len(planned)
@@ -353,6 +369,9 @@ def _run_all(
                 hit, commit=commit, command=command, task_id=task_id, criteria=item.criteria, started_at=clock.now()
             )
         else:
+            if before_run is not None:
+                before_run()
+                before_run = None
             if progress:
                 progress(f"[{index}/{total}] {command.id}: running {command.description or _shown(command)}")
             record = _run_one(

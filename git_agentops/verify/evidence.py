@@ -186,6 +186,7 @@ class EvidenceStore:
     def __init__(self, store: Store | ObjectBackend, private_dir: Path) -> None:
         self.notes = Notes(store, EVIDENCE_REF)
         self.keys = keyring(private_dir)
+        self.private_dir = private_dir
 
     def for_commit(self, commit: str) -> list[dict[str, Any]]:
         return parse_records(self.notes.read(commit), what=f"evidence of {commit}")
