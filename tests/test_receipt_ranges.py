@@ -204,8 +204,9 @@ def test_a_signer_added_by_an_integration_signed_by_that_signer_is_not_trusted(t
     _integrate(t, change=None, signer=t.world.other_key)
     code, verdicts = _verify(t.repo, f"{t.base}..main")
     assert code == 1
-    failed = [c for ok, c in _codes(verdicts) if not ok]  # both receipts, and the steps they no longer cover
-    assert failed == ["RECEIPT_UNTRUSTED_SIGNER", "RECEIPT_MISSING"] * 2
+    failed = [v for v in verdicts if not v["ok"]]  # both receipts, and the steps they no longer cover
+    assert [v["code"] for v in failed] == ["RECEIPT_UNTRUSTED_SIGNER"] * 4  # a step: why its receipt does not count
+    assert [v.get("coveredBy") for v in failed] == [None, failed[0]["commit"], None, failed[2]["commit"]]
     assert any(v["code"] == "RECEIPT_POLICY_CHANGED" for v in verdicts)
 
 
@@ -241,3 +242,52 @@ def test_a_long_range_reports_progress_and_json_output_stays_clean(tmp_path: Pat
     assert [v.code for v in verdicts].count("RECEIPT_NOT_COVERED") == 301
     code, _ = _verify(repo, f"{base}..main", "--allow-plain-commits")  # --json: no progress lines anywhere
     assert code == 1
+
+
+def test_a_range_whose_receipt_is_unsigned_names_that_receipt_for_every_step_instead_of_calling_it_missing(
+    tmp_path: Path,
+) -> None:
+    """Before: each merge step of an unsigned run said ``RECEIPT_MISSING ... no receipt covers it``, sending the
+    reader looking for a receipt that is there; it is there and does not count, and the verdict says so."""
+    t = _target(tmp_path, signer="none")
+    m1, m2 = t.world.m1, t.world.m2
+    code, verdicts = _verify(t.repo, f"{t.base}..main")
+    assert code == 1
+    assert [(v["commit"], v["ok"], v["code"]) for v in verdicts[:2]] == [
+        (m2, False, "RECEIPT_SIGNATURE_INVALID"),  # the receipt itself: unsigned where a signature is required
+        (m1, False, "RECEIPT_SIGNATURE_INVALID"),  # its other step: the same reason, not "missing"
+    ]
+    assert "unsigned" in verdicts[0]["message"] and "agentops.signingKey" in verdicts[0]["message"]
+    step = verdicts[1]
+    assert step["coveredBy"] == m2 and "coveredBy" not in verdicts[0]
+    assert f"merge step 1 of 2 of the receipt on {m2[:12]}" in step["message"], step["message"]
+    assert "which does not count: the receipt is unsigned" in step["message"], step["message"]
+    assert "no receipt covers" not in " ".join(v["message"] for v in verdicts)
+    last = verdicts[-1]  # the range as a whole: nothing covered, and the receipt that does not count is named
+    assert (last["code"], len(verdicts)) == ("RECEIPT_MISSING", 3)
+    assert f"{m2[:12]} RECEIPT_SIGNATURE_INVALID" in last["message"], last["message"]
+    human = subprocess.run(
+        ["git", "agentops-receipt", "verify", f"{t.base}..main"],
+        cwd=t.repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert human.returncode == 1
+    assert f"FAIL {m1[:12]} error[RECEIPT_SIGNATURE_INVALID]: {m1[:12]} is merge step 1 of 2" in human.stdout
+
+
+def test_a_commit_an_invalid_receipt_does_not_name_is_still_missing(tmp_path: Path) -> None:
+    """The invalid receipt explains only its own steps: a plain commit below it stays ``RECEIPT_MISSING``."""
+    plain: list[str] = []
+
+    def before(repo: Path, keys: dict[str, Path]) -> None:
+        plain.append(_commit(repo, "hotfix.txt", "pushed by hand\n"))
+
+    t = _target(tmp_path, before=before, signer="none")
+    code, verdicts = _verify(t.repo, f"{t.base}..main")
+    by_commit = {v["commit"]: v for v in verdicts[:-1]}
+    assert code == 1 and by_commit[plain[0]]["code"] == "RECEIPT_MISSING"
+    assert "coveredBy" not in by_commit[plain[0]]
+    assert by_commit[t.world.m1]["coveredBy"] == t.world.m2

@@ -8,7 +8,8 @@
 SSH-signed commits), subject = the commit and its tree, every seal, every task delivered, the recorded merge
 chain = the commit's ancestry. For a range ``BASE..TIP`` every commit on the first-parent history must be covered
 by a valid receipt (its own, or as a merge step of a later one): a plain commit fails (``RECEIPT_MISSING``) unless
-``--allow-plain-commits`` or the base's ``[receipts] plain_commits = "allow"``; a range with nothing covered fails.
+``--allow-plain-commits`` or the base's ``[receipts] plain_commits = "allow"``; a merge step whose receipt is there
+but invalid fails with that receipt's code, naming it and why it does not count; a range with nothing covered fails.
 Exit 0 when all is valid, 1 when anything is not. Pin ``--allowed-signers`` in CI (it implies
 ``--require-signature``); without it the signers and rules come from the policy at BASE (for one commit: at its
 first parent), never from the commit being verified. ``--require-sandbox LEVEL`` also refuses a receipt whose

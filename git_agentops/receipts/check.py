@@ -6,8 +6,11 @@ chain from TIP down to BASE: a commit is *covered* when it carries a valid recei
 recorded in the valid receipt of a later first-parent commit; any other commit -- a plain ``git commit`` on the
 target, an integration whose receipt was removed together with its delivery notes -- is ``RECEIPT_MISSING``,
 unless plain commits are allowed (``--allow-plain-commits``, or ``[receipts] plain_commits = "allow"`` in the base's
-policy), and then it is listed as not covered (``RECEIPT_NOT_COVERED``, not a failure). A range in which no commit is
-covered at all fails, an empty one too.
+policy), and then it is listed as not covered (``RECEIPT_NOT_COVERED``, not a failure). A commit that an *invalid*
+receipt of a later commit names as one of its merge steps is not covered either, but it is not "missing" a receipt:
+its verdict carries the invalid receipt's own code (``RECEIPT_SIGNATURE_INVALID`` for an unsigned receipt where a
+signature is required, say) and names that receipt, its run and why it does not count (``coveredBy`` in JSON). A
+range in which no commit is covered at all fails, an empty one too.
 
 Whose rules: ``--allowed-signers`` pins the signers and implies ``require_signature`` (``allow_unsigned`` for local
 use). Without a pin, the signers, ``require_signature`` and ``plain_commits`` come from the policy at the trusted side
@@ -257,8 +260,16 @@ def check(
         )
         if require_covered and not covered:
             tip = walk[0].commit if walk else spec.partition("..")[2] or "HEAD"
+            invalid = [v for v in verdicts if not v.ok and v.claims and v.covered_by is None]
+            but = (
+                f" ({len(invalid)} receipt(s) in it do not count: "
+                + ", ".join(f"{v.commit[:12]} {v.code}" for v in invalid[:5])
+                + ")"
+                if invalid
+                else ""
+            )
             verdicts.append(
-                Verdict(tip, False, "RECEIPT_MISSING", f"no commit of {spec} is covered by a valid receipt")
+                Verdict(tip, False, "RECEIPT_MISSING", f"no commit of {spec} is covered by a valid receipt{but}")
             )
         return verdicts
 
@@ -309,6 +320,7 @@ def _judge_range(
     }
     verdicts: list[Verdict] = []
     covered: set[str] = set()
+    claimed: dict[str, Verdict] = {}  # a commit an invalid receipt names as its merge step -> that receipt's verdict
     any_covered = False
     for info in walk:
         verdict = judged.get(info.commit)
@@ -317,8 +329,12 @@ def _judge_range(
             if verdict.ok:
                 covered.update(verdict.covers)
                 any_covered = True
+            else:
+                claimed.update((step, verdict) for step in verdict.claims if step not in claimed)
         elif info.commit in covered:
             any_covered = True
+        elif info.commit in claimed:
+            verdicts.append(_claimed_by_invalid(info.commit, claimed[info.commit]))
         elif plain:
             verdicts.append(
                 Verdict(info.commit, True, "RECEIPT_NOT_COVERED", f"{info.commit[:12]} is a plain commit (allowed)")
@@ -337,6 +353,22 @@ def _judge_range(
         if info.commit in notes:
             verdicts.append(notes[info.commit])
     return verdicts, any_covered
+
+
+def _claimed_by_invalid(commit: str, receipt: Verdict) -> Verdict:
+    """The verdict on a range's commit that only an invalid receipt names as its merge step: the receipt's own code
+    (why it does not count), naming that receipt -- not ``RECEIPT_MISSING``, which would send the reader looking for
+    a receipt that is there."""
+    step = receipt.claims.index(commit) + 1
+    run = f" (run {receipt.run_id})" if receipt.run_id else ""
+    return Verdict(
+        commit,
+        False,
+        receipt.code,
+        f"{commit[:12]} is merge step {step} of {len(receipt.claims)} of the receipt on {receipt.commit[:12]}{run}, "
+        f"which does not count: {receipt.message}",
+        covered_by=receipt.commit,
+    )
 
 
 def show(cwd: Path, rev: str, *, environ: Mapping[str, str], clock: Clock) -> dict[str, Any]:

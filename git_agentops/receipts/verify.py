@@ -63,16 +63,23 @@ class Verdict:
     message: str
     principals: tuple[str, ...] = ()
     covers: tuple[str, ...] = ()  # a valid receipt's merge steps: the commits of the target it vouches for
+    claims: tuple[str, ...] = ()  # the merge steps a parsed receipt names, valid or not (to explain, never to cover)
+    run_id: str | None = None  # the run a parsed receipt names
+    covered_by: str | None = None  # a range's commit only an invalid receipt names: that receipt's commit
 
     def to_json(self) -> dict[str, Any]:
-        """The verdict as ``git agentops-receipt`` reports it; ``principals``: the signers whose signatures verified."""
-        return {
+        """The verdict as ``git agentops-receipt`` reports it; ``principals``: the signers whose signatures verified;
+        ``coveredBy``: for a commit an invalid receipt names as a merge step, the commit carrying that receipt."""
+        doc: dict[str, Any] = {
             "commit": self.commit,
             "ok": self.ok,
             "code": self.code,
             "message": self.message,
             "principals": list(self.principals),
         }
+        if self.covered_by is not None:
+            doc["coveredBy"] = self.covered_by
+        return doc
 
 
 class _Fail(Exception):
@@ -107,10 +114,13 @@ def verify_receipt(
     levels are not judged).
     """
     principals: list[str] = []
+    claims: tuple[str, ...] = ()
+    run_id: str | None = None
     try:
         if data is None:
             raise _Fail("RECEIPT_MISSING", f"commit {commit[:12]} has no receipt")
         env, statement = _parse(data)
+        claims, run_id = _claims(statement)
         principals = _check_signatures(env, allowed_signers, require_signature, when, ssh_keygen)
         _check_subject(statement, commit, tree)
         predicate = statement["predicate"]
@@ -136,12 +146,19 @@ def verify_receipt(
             if problem:
                 raise _Fail("RECEIPT_SANDBOX_WEAKER", problem)
     except _Fail as failure:
-        return Verdict(commit, False, failure.code, failure.message, tuple(principals))
+        return Verdict(commit, False, failure.code, failure.message, tuple(principals), claims=claims, run_id=run_id)
     signed = f"signed by {', '.join(principals)}" if principals else "unsigned"
     steps = tuple(step["commit"] for step in values["integration"]["steps"])
-    return Verdict(
-        commit, True, None, f"receipt of run {predicate['runId']} is valid ({signed})", tuple(principals), steps
-    )
+    message = f"receipt of run {predicate['runId']} is valid ({signed})"
+    return Verdict(commit, True, None, message, tuple(principals), steps, claims=steps, run_id=run_id)
+
+
+def _claims(statement: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+    """The merge steps and run a schema-valid statement names, before any of it is checked: only to say which
+    receipt a range's commit was meant to be covered by when that receipt does not count, never to cover it."""
+    predicate = statement["predicate"]
+    steps = predicate["integration"]["value"]["steps"]
+    return tuple(str(step["commit"]) for step in steps), str(predicate["runId"])
 
 
 def _parse(data: bytes) -> tuple[Envelope, dict[str, Any]]:
@@ -157,7 +174,11 @@ def _check_signatures(
 ) -> list[str]:
     if not env.signatures:
         if require:
-            raise _Fail("RECEIPT_SIGNATURE_INVALID", "the receipt is unsigned but the policy requires a signature")
+            raise _Fail(
+                "RECEIPT_SIGNATURE_INVALID",
+                "the receipt is unsigned but the rules require a signature (a run signs its receipt when "
+                "git config agentops.signingKey names a key)",
+            )
         return []
     if allowed_signers is None:
         raise _Fail(
