@@ -9,6 +9,7 @@ through ``GIT_AUTHOR_*``. Here the environment is a newcomer's.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,28 @@ def test_the_demo_completes_for_a_newcomer_whose_identity_is_only_in_a_git_confi
     home = Path(env["HOME"])
     (home / ".gitconfig").write_text("[user]\n\tname = New Comer\n\temail = new@example.invalid\n")
     done = subprocess.run(
-        ["git", "agentops-run", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+        ["git", "agentops-run", "demo", "--keep", "--dir", str(tmp_path / "kept")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "complete in" in done.stdout and "valid, signed by" in done.stdout, done.stdout
+    # what --print-recipe shows is the recipe this run played: the copy the run keeps (and resumes with)
+    printed = subprocess.run(
+        ["git", "agentops-run", "demo", "--print-recipe"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    run_id = re.search(r"^run (\S+): complete", done.stdout, flags=re.M)
+    (repo,) = (tmp_path / "kept").glob("agentops-demo-*/calc")
+    assert run_id is not None and printed.returncode == 0
+    played = repo / ".git" / "agentops" / "runs" / run_id.group(1) / "recipe.toml"
+    assert played.read_text() == printed.stdout

@@ -7,7 +7,8 @@ verification and its second repairs it -- and two scripted reviewers approve. Th
 run to completion, and verifies the receipt the way CI would.
 
 Everything happens under one scratch directory (its own git config and trust store included); without ``--keep``
-nothing is left behind.
+nothing is left behind. ``--print-recipe`` prints the recipe (:func:`recipe`) and builds nothing: a complete,
+working example of the format the README documents.
 """
 
 from __future__ import annotations
@@ -143,8 +144,18 @@ def _task(
     }
 
 
+RECIPE_HEADER = """\
+# The recipe `git agentops-run demo` plays (`git agentops-run demo --print-recipe` prints it): the scripted agent
+# plans three tasks; the evaluator's first attempt fails verification and its second repairs it; two scripted
+# reviewers approve. The format is in the README ("Recipes for the scripted agent") and schemas/recipe.schema.json.
+"""
+
+
 def recipe() -> str:
-    """The scripted agent's recipe: three tasks (one repaired after failing verification) and two reviewers."""
+    """The scripted agent's recipe: three tasks (one repaired after failing verification) and two reviewers.
+
+    Written with multi-line strings, so that ``--print-recipe`` shows the files the agent writes as they are.
+    """
     import tomli_w
 
     def write(path: str, content: str) -> dict[str, str]:
@@ -210,7 +221,7 @@ def recipe() -> str:
             },
         ],
     }
-    return tomli_w.dumps(doc)
+    return RECIPE_HEADER + "\n" + tomli_w.dumps(doc, multiline_strings=True)
 
 
 def policy(python: str) -> str:

@@ -13,7 +13,7 @@
     approve RUN TRANSITION | refuse RUN TRANSITION [--reason TEXT]   decide a coordinator's policy change
     watch [RUN]            a live view of a run in the terminal (reads only; q quits)
     report RUN [--html FILE]   what a run did: Markdown, or one self-contained HTML file
-    demo [--dir DIR] [--keep]   an end-to-end run on a scratch repository
+    demo [--dir DIR] [--keep] | demo --print-recipe   an end-to-end run on a scratch repository, or its recipe
 
 In the foreground, start and supervise return when the run ends: exit 0 complete, 1 blocked, budget-limited,
 paused or stopped, 3 refused. With --detach, start returns once a supervisor is running.
@@ -95,6 +95,9 @@ def build_parser() -> Parser:
     demo = add("demo", "run the built-in end-to-end demo on a scratch repository")
     demo.add_argument("--dir", type=Path, help="where to build the scratch repository")
     demo.add_argument("--keep", action="store_true", help="keep the scratch repository")
+    demo.add_argument(
+        "--print-recipe", action="store_true", help="print the scripted agent's recipe the demo plays (TOML) and exit"
+    )
     return parser
 
 
@@ -320,8 +323,12 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
     import shutil
     import tempfile
 
-    from .demo import run_demo
+    from .demo import recipe, run_demo
 
+    if args.print_recipe:  # a complete, working recipe to start one's own from
+        text = recipe()
+        ctx.emit({"recipe": text}, text.removesuffix("\n"))
+        return 0
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="agentops-demo-", dir=args.dir)).resolve()
