@@ -55,6 +55,7 @@ from ..runs.jobs import Delivered, JobContext, Refusal, Request
 from ..runs.proof import prove
 from ..runs.workspaces import mirror_branch
 from ..verify.core import Outcome
+from ..verify.failing import failed_commands
 from . import custody
 from .custody import seal_note
 from .guards import protected_refusal
@@ -217,29 +218,9 @@ def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
         handoff,
         "RUN_VERIFICATION_FAILED",
         "verification failed on " + handoff.head[:12] + ":\n" + "\n".join(lines),
-        {"failed": _failed_commands(outcome.records)},
+        {"failed": failed_commands(outcome.records)},
         handoff.head,
     )
-
-
-def _failed_commands(records: list[dict[str, Any]]) -> list[list[str]]:
-    """``[command id, why]`` of each failed required command: the failure's fingerprint (never its timing)."""
-    out = []
-    for r in records:
-        if r["required"] and not r["passed"]:
-            why = (
-                "timeout"
-                if r["timedOut"]
-                else "spawn"
-                if r["spawnError"]
-                else "parse"
-                if r["parseError"]
-                else "tests"
-                if r["tests"] and (r["tests"]["failed"] or r["tests"]["errors"]) and r["exitCode"] == 0
-                else f"exit:{r['exitCode'] if r['exitCode'] is not None else 'signal ' + str(r['signal'])}"
-            )
-            out.append([r["commandId"], why])
-    return sorted(out)
 
 
 def _delivery_record(ctx: JobContext, store: Store, handoff: Handoff, task_id: str, outcome: Outcome) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refusal
 from ..runs.proof import prove, slot_checkout
 from ..sandbox.plan import Sandbox, choose_mode, for_reviewer
+from ..verify.failing import failed_commands
 from .guards import candidate_breach
 from .record import advance, fail
 from .reviews import Confine, Review, diff_text, review_input, run_reviews
@@ -58,7 +59,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
             store,
             "RUN_VERIFICATION_FAILED",
             f"the integration candidate {candidate[:12]} failed verification:\n" + "\n".join(lines),
-            {"failed": sorted(r["commandId"] for r in outcome.failures())},
+            {"failed": failed_commands(outcome.records)},
         )
     verification = [evidence_summary(r) for r in outcome.records]
     advance(

@@ -34,7 +34,7 @@ from .usage import Accounted, ReviewerUsage, Reviews, Usage, total_usage
 
 STORM_STARTS: Final = 3
 STORM_WINDOW: Final = 300.0
-NO_PROGRESS_REPEATS: Final = 2  # the same failure fingerprint this many times in a row without progress blocks
+NO_PROGRESS_REPEATS: Final = 2  # the same failure this many times in a row blocks (see no_progress)
 MAX_GENERATIONS: Final = 8  # a hard stop even when every failure looks different
 
 
@@ -220,7 +220,9 @@ class ProcessRef:
 class Failure:
     """One failed generation of a worker, as the supervisor records it.
 
-    :func:`no_progress` compares ``fingerprint`` (see :func:`fingerprint`) and ``head``, the worktree's HEAD then.
+    :func:`no_progress` compares ``fingerprint`` (see :func:`fingerprint`), ``output`` -- the digest of the failing
+    commands' normalised failing lines, for a verification failure (:mod:`git_agentops.verify.failing`) -- and
+    ``head``, the worktree's HEAD then.
     """
 
     fingerprint: str
@@ -229,10 +231,11 @@ class Failure:
     generation: int
     head: str | None
     at: float
+    output: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``failures[]`` entry of a worker record."""
-        return {
+        """The ``failures[]`` entry of a worker record (``output`` only when the failure names one)."""
+        doc: dict[str, Any] = {
             "fingerprint": self.fingerprint,
             "code": self.code,
             "message": self.message,
@@ -240,6 +243,9 @@ class Failure:
             "head": self.head,
             "at": self.at,
         }
+        if self.output is not None:
+            doc["output"] = self.output
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,11 +376,18 @@ def fingerprint(code: str, detail: Mapping[str, Any]) -> str:
 
 
 def no_progress(failures: Sequence[Failure]) -> bool:
-    """The last NO_PROGRESS_REPEATS failures share a fingerprint and the worker's HEAD did not move between them."""
+    """The last NO_PROGRESS_REPEATS failures are the same failure: they share a fingerprint, and either the same
+    failing output (the same commands failing with the same normalised lines: new commits that fail the same way
+    are no progress) or, for a failure that names no output, the same HEAD (nothing was committed between them)."""
     if len(failures) < NO_PROGRESS_REPEATS:
         return False
     last = failures[-NO_PROGRESS_REPEATS:]
-    return len({f.fingerprint for f in last}) == 1 and len({f.head for f in last}) == 1
+    if len({f.fingerprint for f in last}) != 1:
+        return False
+    outputs = {f.output for f in last}
+    if None not in outputs:
+        return len(outputs) == 1
+    return len({f.head for f in last}) == 1
 
 
 def ready(tasks: Mapping[str, Any], task_id: str) -> bool:

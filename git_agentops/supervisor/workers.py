@@ -11,8 +11,9 @@
 * **reconcile** -- a supervisor that takes over stops the process groups a dead one left running (or, refusing the
   run, stops them and leaves it): an interruption, never the agent's failure (:func:`~git_agentops.model.lifecycle.
   interrupted`); the next generation is told why it starts;
-* **fail** -- record the failure; restart with a diagnostic, unless the same failure repeated without progress,
-  which blocks, or the worker failed :data:`~git_agentops.model.run.MAX_GENERATIONS` generations;
+* **fail** -- record the failure; restart with a diagnostic, unless it is the same failure twice in a row
+  (:func:`~git_agentops.model.run.no_progress`: the same commands failing with the same normalised lines, new
+  commits or not), which blocks, or the worker failed :data:`~git_agentops.model.run.MAX_GENERATIONS` generations;
 * **block** -- the worker, its task and every task depending on it (and the run, for the coordinator).
 Everything here runs in the loop thread.
 """
@@ -44,6 +45,7 @@ from ..model.lifecycle import (
 )
 from ..model.policy import Policy
 from ..model.run import (
+    NO_PROGRESS_REPEATS,
     Failure,
     ProcessRef,
     Role,
@@ -62,6 +64,7 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.controls import Stopped, run_processes, stop_group, stop_stray
 from ..runs.workspaces import mirror_branch
+from ..verify.failing import output_of
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement
@@ -105,15 +108,19 @@ class Workers:
         self.confine = Confinement(store, policy, environ, run_dir, log)
         self.pending = pending  # the pending policy transition, if any: no generation starts meanwhile
 
-    def set(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
-        """Update one worker record by CAS, recording ``event``."""
+    def set(
+        self, worker_id: str, *, event: str, summary: str, data: Mapping[str, Any] | None = None, **changes: Any
+    ) -> Worker:
+        """Update one worker record by CAS, recording ``event`` (with ``data`` besides the worker's id)."""
 
         def update(change: Change, view: runstate.RunView) -> Worker:
             worker = replace(view.worker(worker_id), **changes)
             runstate.put_worker(change, worker)
             return worker
 
-        return runstate.mutate(self.state.journal, update, Event(event, summary, {"workerId": worker_id}))
+        return runstate.mutate(
+            self.state.journal, update, Event(event, summary, {**(data or {}), "workerId": worker_id})
+        )
 
     # -- processes ---------------------------------------------------------------------------------------------------
     def kill(self, worker: Worker) -> dict[str, Any]:
@@ -407,36 +414,39 @@ class Workers:
                 head = checkout_head(Path(worker.worktree)).commit
             except AgentOpsError:
                 head = None
-        failure = Failure(fingerprint(code, detail), code, message[:8000], worker.generation, head, self.clock.now())
+        output = output_of(detail)
+        failure = Failure(
+            fingerprint(code, detail), code, message[:8000], worker.generation, head, self.clock.now(), output
+        )
         failures = (*worker.failures, failure)[-10:]
         extra = dict(changes or {})
-        if no_progress(failures):
-            self.set(
-                worker_id,
-                failures=failures,
-                process=None,
-                event="WORKER_FAILED",
-                summary=f"{worker_id}: {code}",
-                **extra,
+        stuck = no_progress(failures)
+        if not stuck:
+            extra["status"] = WorkerStatus.STOPPED
+            extra["diagnostic"] = (
+                f"Generation {worker.generation} failed ({code}): {message[:6000]}\n"
+                "The same failure twice in a row blocks the task: the same commands failing with the same lines, "
+                "even on new commits, or any failure again with nothing new committed."
             )
-            self.block(
-                worker_id, "RUN_NO_PROGRESS", f"the same failure twice without progress ({code}): {message[:2000]}"
-            )
-            return False
-        diagnostic = (
-            f"Generation {worker.generation} failed ({code}): {message[:6000]}\n"
-            "The same failure twice without new commits blocks the task."
-        )
         self.set(
             worker_id,
-            status=WorkerStatus.STOPPED,
             failures=failures,
             process=None,
-            diagnostic=diagnostic,
             event="WORKER_FAILED",
             summary=f"{worker_id}: {code}",
+            # what a reader needs to say why (the CLI reads the failing lines from the evidence on ``head``)
+            data={"code": code, "generation": worker.generation, "head": head, "output": output},
             **extra,
         )
+        if stuck:
+            same = "failing the same way" if output is not None else "with nothing new committed"
+            generations = " and ".join(str(f.generation) for f in failures[-NO_PROGRESS_REPEATS:])
+            self.block(
+                worker_id,
+                "RUN_NO_PROGRESS",
+                f"the same failure twice in a row ({code}, generations {generations}, {same}): {message[:2000]}",
+            )
+            return False
         self.log(f"{worker_id}: {code}: {message.splitlines()[0] if message else ''}")
         return True
 
