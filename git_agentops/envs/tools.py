@@ -25,6 +25,7 @@ from typing import Final
 
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.clean import clean_source
 from ..process.command import CommandResult, run_command
 
 TAIL_CHARS: Final = 3000
@@ -37,8 +38,17 @@ ENV_COMMAND: Final = ("git", "agentops-env")
 
 
 def shared_dir(common_dir: Path) -> Path:
-    """``$GIT_COMMON_DIR/agentops/envs``: what all checkouts of the repository share (bases, caches)."""
-    return common_dir / "agentops" / "envs"
+    """``$GIT_COMMON_DIR/agentops/envs``: what all checkouts of the repository share (bases, caches).
+
+    A supervisor's clean verification checkout is a repository of its own (:mod:`git_agentops.gitstore.clean`),
+    so ``git rev-parse --git-common-dir`` there names its private ``.git``; setup run in it would build a base of
+    its own in every checkout (123 MB and half a minute each). For such a git dir the answer is the shared dir of
+    the repository its objects come from (:func:`~git_agentops.gitstore.clean.clean_source`): the toolkit wrote
+    its marker, config and alternates, in a directory no agent can write, so no variable or file an agent controls
+    redirects it. Agents read the shared dir and never write it (their sandbox grants ``agentops/envs`` read
+    only); what writes there is setup, which the supervisor runs, building a missing base under its file lock.
+    """
+    return (clean_source(common_dir) or common_dir) / "agentops" / "envs"
 
 
 def git_common_dir(cwd: Path, environ: Mapping[str, str]) -> Path:

@@ -244,6 +244,33 @@ class CleanCheckout:
         self._git("clean", "-ffdxq", *excludes)
 
 
+def clean_source(git_dir: Path) -> Path | None:
+    """The common dir of the repository whose clean checkout has ``git_dir`` as its private repository, or None
+    when ``git_dir`` is not one: the toolkit's marker (a regular file), the toolkit's config byte for byte, and an
+    ``objects/info/alternates`` of one absolute line naming ``<common dir>/objects`` of a repository that has a
+    ``HEAD``. The shared environments of a clean checkout are found by it (:func:`git_agentops.envs.tools.shared_dir`).
+    """
+    try:
+        if (
+            git_dir.is_symlink()
+            or not (git_dir / "agentops-clean").is_file()
+            or (git_dir / "agentops-clean").is_symlink()
+        ):
+            return None
+        if (git_dir / "config").read_bytes() != CONFIG.encode():
+            return None
+        lines = (git_dir / "objects" / "info" / "alternates").read_text("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(lines) != 1 or not os.path.isabs(lines[0]):
+        return None
+    objects = Path(lines[0])
+    common = objects.parent
+    if objects.name != "objects" or not objects.is_dir() or not (common / "HEAD").is_file():
+        return None
+    return common.resolve()
+
+
 DISCOVERED: Final = frozenset(
     {
         "conftest.py",

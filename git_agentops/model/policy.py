@@ -7,7 +7,6 @@ hash alike; any change to what would run changes the hash and therefore needs fr
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -262,10 +261,11 @@ class Policy:
         return int(self.doc["run"]["max_workers"])
 
     @property
-    def max_verifications(self) -> int:
-        """How many clean-checkout verifications may run at once (``run.max_verifications``, default: the cores)."""
+    def max_verifications(self) -> int | None:
+        """How many clean-checkout verifications may run at once (``run.max_verifications``); None when the policy
+        leaves it to the machine: its cores, counted where the verifications run (:mod:`git_agentops.verify.slots`)."""
         value = self.doc["run"].get("max_verifications")
-        return int(value) if value else max(1, os.cpu_count() or 1)
+        return int(value) if value else None
 
     @property
     def squash(self) -> bool:

@@ -45,7 +45,7 @@ def _holder(private_dir: Path, index: int) -> str:
 @contextlib.contextmanager
 def verification_slot(
     private_dir: Path,
-    limit: int,
+    limit: int | None,
     *,
     what: str,
     timeout: float | None = None,
@@ -53,10 +53,12 @@ def verification_slot(
 ) -> Iterator[int]:
     """Hold one of ``limit`` verification slots of the repository whose private dir is ``private_dir``.
 
-    Yields the slot's number. ``what`` (a run and worker, ``git agentops-verify``) is written into the slot for
-    waiters to see; ``waiting`` is told once, when every slot is busy, who holds them. Waits as long as the holders
-    take, or ``timeout`` seconds (``LOCK_TIMEOUT``).
+    Yields the slot's number; ``limit`` None is one slot per core of this machine. ``what`` (a run and worker,
+    ``git agentops-verify``) is written into the slot for waiters to see; ``waiting`` is told once, when every slot
+    is busy, who holds them. Waits as long as the holders take, or ``timeout`` seconds (``LOCK_TIMEOUT``).
     """
+    if limit is None:
+        limit = max(1, os.cpu_count() or 1)
     if limit < 1:
         raise ValueError(f"a verification needs at least one slot, not {limit}")
     deadline = None if timeout is None else time.monotonic() + timeout
