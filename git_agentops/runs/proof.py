@@ -28,11 +28,17 @@ Why the cache is safe: what setup installs depends on the setup steps and on the
 which are all in the key; the project's own code is installed editable, so its changes need no new setup. A
 change the key cannot see (a ``setup.py`` that reads another file, say) is what ``git agentops-run resume``
 after deleting the slot fixes; the slot is only a cache, deleting it is always safe.
+
+And it goes when the run ends: integration removes a complete run's checkouts, ``run stop`` a stopped run's (under
+the run's supervisor lock, so no proof is running), and every supervisor that exits sweeps what ended runs, gone
+runs and interrupted removals left (:func:`sweep_slots`) -- a removal renames the directory aside first, so a crash
+halfway never leaves a checkout that looks whole.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -42,14 +48,16 @@ from ..envs.project import LOCKFILES, python_packages
 from ..envs.tools import setup_venvs
 from ..errors import AgentOpsError
 from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
-from ..gitstore.private import read_private, write_private
+from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
+from ..model.run import RunStatus
 from ..model.task import Task
 from ..schema import documents
 from ..verify.core import Outcome, verify_clean
 from ..verify.evidence import EvidenceStore
 from ..verify.slots import verification_slot
+from . import state as runstate
 from .jobs import JobContext
 from .workspaces import run_setup_steps, setup_hash
 
@@ -265,6 +273,76 @@ def _forget_setup(checkout: CleanCheckout) -> None:
     (checkout.git_dir / SETUP_RECORD).unlink(missing_ok=True)
 
 
+# -- removing a run's checkouts ----------------------------------------------------------------------------------------
+
+GONE: Final = frozenset({RunStatus.COMPLETE, RunStatus.STOPPING})
+"""Run statuses whose clean checkouts are removed: a complete run never verifies again, a stopped one only after a
+resume (which makes them again). A paused, blocked or budget-limited run keeps them: it is likely to go on."""
+TRASH: Final = ".removing-"
+
+
 def remove_slots(environ: Mapping[str, str], store: Store, run_id: str) -> None:
-    """Delete every clean checkout of a run (they are caches)."""
-    remove_tree(slots_dir(environ, store, run_id))
+    """Delete every clean checkout of a run (they are caches). The run's directory is first renamed aside
+    (``.removing-<run>-<pid>``, one atomic step), so a removal cut short leaves no half checkout a later proof could
+    take for a whole one -- only a leftover :func:`sweep_slots` finishes."""
+    _discard(slots_dir(environ, store, run_id))
+
+
+def remove_ended_slots(environ: Mapping[str, str], store: Store, run_id: str) -> bool:
+    """Delete the run's clean checkouts if the run has ended (:data:`GONE`); whether it did. The caller makes sure
+    no job of the run is proving (it holds the run's supervisor lock, or its supervisor's jobs have all ended)."""
+    try:
+        status = runstate.read(store, run_id).run().status
+    except AgentOpsError:
+        return False
+    if status not in GONE:
+        return False
+    try:
+        remove_slots(environ, store, run_id)
+    except OSError:  # a cache: what cannot go now, sweep_slots removes later
+        return False
+    return True
+
+
+def sweep_slots(environ: Mapping[str, str], store: Store) -> list[str]:
+    """Delete what runs of this repository left in the verification cache and no longer need: the checkouts of
+    every run that ended (:data:`GONE`) or no longer exists and that no supervisor serves, and every removal a crash
+    cut short. A run whose supervisor lock is held is left alone (it may be proving right now). Returns the run ids
+    whose checkouts were removed. Best effort: an entry that cannot be looked at or removed is left for next time."""
+    repository = slots_dir(environ, store, "sweep").parent
+    try:
+        entries = sorted(os.scandir(repository), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    try:
+        known = set(runstate.list_runs(store))
+    except AgentOpsError:
+        return []
+    removed = []
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            if entry.name.startswith(TRASH):
+                remove_tree(path)
+            elif entry.name not in known:  # no such run (deleted, or never one): nothing can be proving there
+                _discard(path)
+                removed.append(entry.name)
+            elif runstate.read(store, entry.name).run().status in GONE:
+                with file_lock(runstate.run_dir(store, entry.name), "supervisor.lock", blocking=False):
+                    if runstate.read(store, entry.name).run().status in GONE:  # a resume may have come between
+                        _discard(path)
+                        removed.append(entry.name)
+        except (AgentOpsError, OSError):
+            continue
+    return removed
+
+
+def _discard(directory: Path) -> None:
+    if not os.path.lexists(directory):
+        return
+    trash = directory.with_name(f"{TRASH}{directory.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(directory, trash)
+    except FileNotFoundError:  # another process removed it first
+        return
+    remove_tree(trash)

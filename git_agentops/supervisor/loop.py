@@ -62,6 +62,7 @@ from ..runs import state as runstate
 from ..runs import transitions
 from ..runs.controls import Stopped
 from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
+from ..runs.proof import remove_ended_slots, sweep_slots
 from ..verify.credentials import HeldSecrets
 from . import requests, scheduler, tenure, transition
 from .actions import ACTIONS, auto_finalize
@@ -220,6 +221,7 @@ class Supervisor:
             raise
         finally:
             self.executor.shutdown(wait=True, cancel_futures=False)
+            sweep_slots(self.environ, self.store)  # this run's clean checkouts if it ended, and dead runs' leftovers
 
     def _serve_locked(self) -> RunStatus:
         tenure.claim(self)  # a run served from several machines: before anything is written here
@@ -303,7 +305,9 @@ class Supervisor:
         lock meanwhile; None, doing nothing, while a supervisor holds it (it stops its own)."""
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
-                return self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why=why)
+                stopped = self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why=why)
+                remove_ended_slots(self.environ, self.store, self.run_id)  # a stopped run's clean checkouts go
+                return stopped
         except AgentOpsError as exc:
             if exc.code == "LOCK_HELD":
                 return None
