@@ -203,6 +203,10 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
         EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"
     ),
+    "RUN_TARGET_NOT_FOLLOWED": _c(
+        EXIT_OK,
+        "a note: published to the remote; the local target was left alone (a dirty checkout, or it was elsewhere)",
+    ),
     "RUN_SANDBOX_UNAVAILABLE": _c(
         EXIT_REFUSED,
         "the policy asks for walls this machine cannot give: Landlock when required, agents' own namespaces unless "

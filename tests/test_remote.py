@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import git, make_repo
+from .conftest import commit_files, git, make_repo
 from .helpers import simple_child
-from .runkit import CHECK_PY, POLICY, cli, recipe, start, status, supervisor_log, wait_for
+from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, wait_for
 
 REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
 SETUP = "import os; open({log!r}, 'a').write(os.getcwd() + '\\n')"
@@ -263,3 +263,59 @@ def test_kill_9_while_publishing_to_a_remote_then_resume_publishes_once(tmp_path
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]
     assert cli(server, "agentops-receipt", "verify", f"{base}..main").returncode == 0
+
+
+def test_a_remote_publish_leaves_the_clean_checkout_of_the_target_clean_at_the_new_tip(tmp_path: Path) -> None:
+    """Invariant: publishing to a bare remote with the server hook installed moves the person's checked-out target
+    with its index and files, as a local publish does: 'git status --porcelain' is empty afterwards (it once showed
+    the integration reversed, staged, for the next 'git commit -a' to undo)."""
+    server, a, _ = team(tmp_path)
+    assert git(a, "symbolic-ref", "HEAD") == "refs/heads/main"
+    run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", doc
+    candidate = doc["integration"]["candidate"]
+    assert git(server, "rev-parse", "main") == candidate
+    assert git(a, "rev-parse", "HEAD") == candidate
+    assert git(a, "status", "--porcelain") == ""
+    assert (a / "src" / "a.txt").read_text() == "a\n"
+
+
+def test_a_remote_publish_leaves_a_dirty_checkout_of_the_target_alone_and_says_so(tmp_path: Path) -> None:
+    """Invariant: with uncommitted changes in the checked-out target, a remote publish still lands on the server,
+    but the local branch, index and files stay exactly as they were -- the person's edit is kept, nothing is staged
+    -- and the run's log says so (RUN_TARGET_NOT_FOLLOWED) with the command that brings it up."""
+    server, a, _ = team(tmp_path)
+    base = git(a, "rev-parse", "main")
+    (a / "src" / "base.txt").write_text("an edit the person has not committed\n")
+    run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", doc
+    candidate = doc["integration"]["candidate"]
+    assert git(server, "rev-parse", "main") == candidate  # published all the same: the remote is the target
+    assert git(a, "rev-parse", "main") == base  # the local branch was left alone...
+    assert git(a, "diff", "--cached", "--name-only") == ""  # ...with its checkout: nothing staged
+    assert git(a, "status", "--porcelain") == "M src/base.txt"  # (git() strips the line's leading blank)
+    assert (a / "src" / "base.txt").read_text().startswith("an edit")
+    assert not (a / "src" / "a.txt").exists()
+    said = [e["summary"] for e in events(a, run_id) if e["code"] == "RUN_TARGET_NOT_FOLLOWED"]
+    assert len(said) == 1 and "src/base.txt" in said[0] and f"git merge --ff-only {candidate[:12]}" in said[0], said
+    git(a, "stash", "-q")  # the fix it names
+    git(a, "merge", "-q", "--ff-only", candidate)
+    git(a, "stash", "pop", "-q")
+    assert git(a, "status", "--porcelain") == "M src/base.txt" and git(a, "diff", "--cached", "--name-only") == ""
+    assert (a / "src" / "a.txt").read_text() == "a\n"
+
+
+def test_a_remote_publish_moves_no_checkout_of_a_local_target_that_is_elsewhere(tmp_path: Path) -> None:
+    """Invariant: when the local target is not where the run built (the person committed on it), publishing to the
+    remote moves neither the branch nor its checkout, and the run's log names 'git pull'."""
+    server, a, _ = team(tmp_path)
+    run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
+    mine = commit_files(a, {"notes.md": "a local commit\n"}, "a local commit, not pushed")
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", doc
+    assert git(server, "rev-parse", "main") == doc["integration"]["candidate"]
+    assert git(a, "rev-parse", "main") == mine and git(a, "status", "--porcelain") == ""
+    said = [e["summary"] for e in events(a, run_id) if e["code"] == "RUN_TARGET_NOT_FOLLOWED"]
+    assert len(said) == 1 and "git pull origin main" in said[0], said

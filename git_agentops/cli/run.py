@@ -235,8 +235,8 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs import state as runstate
     from ..runs.create import target_warnings
 
-    for warning in target_warnings(store, runstate.read(store, run_id).run().target):
-        ctx.warn("RUN_TARGET_CHECKED_OUT_DIRTY", warning)
+    for code, warning in target_warnings(store, runstate.read(store, run_id).run().target, policy.remote):
+        ctx.warn(code, warning)
     if os.getuid() == 0:  # said once the run exists, so a refusal before it stays one clean error
         ctx.warn(
             "RUN_AGENTS_AS_ROOT",

@@ -209,6 +209,35 @@ def checkouts_of(common_dir: Path, branch: str) -> list[Path]:
     return found
 
 
+def dirty_checkouts(common_dir: Path, branch: str) -> tuple[list[Path], dict[Path, list[str]]]:
+    """(every checkout of ``branch``, those of them with uncommitted changes to tracked files and their paths).
+
+    Ask before ``branch`` moves: once the ref has moved, a checkout still at the old tree shows the move reversed,
+    staged, and looks dirty for that reason alone.
+    """
+    checked_out = checkouts_of(common_dir, branch)
+    dirty = {worktree: paths for worktree in checked_out if (paths := dirty_paths(worktree, untracked=False))}
+    return checked_out, dirty
+
+
+def follow_checkouts(worktrees: list[Path], old: str, new: str) -> None:
+    """Bring every one of ``worktrees`` from ``old`` to ``new`` (:func:`move_checkout`), or none of them: when one
+    refuses, the ones already moved are moved back and its ``GIT_FAILED`` is raised -- each checkout is left at a
+    tree that matches a commit, never half-way, and no local change is overwritten."""
+    moved: list[Path] = []
+    for worktree in worktrees:
+        try:
+            move_checkout(worktree, old, new)
+        except AgentOpsError:
+            for done in reversed(moved):
+                try:
+                    move_checkout(done, new, old)
+                except AgentOpsError:
+                    pass  # read-tree refused to overwrite a change made meanwhile: that checkout keeps it
+            raise
+        moved.append(worktree)
+
+
 def move_checkout(worktree: Path, old: str, new: str) -> None:
     """Bring a clean checkout of a branch that moved from ``old`` to ``new`` up to ``new``: index and files.
 

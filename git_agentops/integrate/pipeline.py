@@ -37,7 +37,7 @@ import pygit2
 
 from ..canonical import digest, sha256_hex
 from ..errors import AgentOpsError
-from ..gitstore.checkout import checkouts_of, dirty_paths, move_checkout
+from ..gitstore.checkout import dirty_checkouts, move_checkout
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
@@ -59,7 +59,7 @@ from . import custody
 from .gate import gate
 from .merge import ChainResult, merge_chain
 from .record import ZERO_DIGEST, advance, fail
-from .remote import publish, remote_tip
+from .remote import follow, publish, remote_tip
 
 MAX_PUBLISH_ATTEMPTS: Final = 3
 
@@ -111,6 +111,8 @@ def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
     if status in BUILT and integration.candidate is not None:
         tip = _tip(ctx, store, run.target)
         if tip is not None and _contains(store, tip, integration.candidate):
+            if ctx.policy.remote and integration.base:  # pushed before a crash: the local target follows now
+                follow(ctx, store, ctx.policy.remote, run.target, integration.base, integration.candidate)
             advance(
                 ctx,
                 store,
@@ -229,8 +231,7 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     where = ctx.policy.remote
     if where is not None:
         return _publish_remote(ctx, store, where, target, base, candidate)
-    checked_out = checkouts_of(store.common_dir, target_ref)
-    dirty = {worktree: paths for worktree in checked_out if (paths := dirty_paths(worktree, untracked=False))}
+    checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
     if dirty:
         shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
         reason = (
@@ -264,17 +265,9 @@ def _publish_remote(ctx: JobContext, store: Store, remote: str, target: str, bas
     """Step 4 on a remote: the receipt first (the server's pre-receive reads it among the incoming refs), then one
     atomic push of the target and the notes (:func:`.remote.publish`); False when the remote's target moved."""
     _add_receipt(ctx, store)
-    before = read_ref(store, f"refs/heads/{target}")
-    if not publish(ctx, store, remote, target, base, candidate):
+    if not publish(ctx, store, remote, target, base, candidate):  # the local target follows in there (or not)
         return False
     ctx.fault("integration:pushed")  # on the server, not recorded yet: a restart finds the candidate there
-    if before != candidate and read_ref(store, f"refs/heads/{target}") == candidate:
-        for worktree in checkouts_of(store.common_dir, f"refs/heads/{target}"):
-            if before is not None and not dirty_paths(worktree, untracked=False):
-                try:
-                    move_checkout(worktree, before, candidate)
-                except AgentOpsError as exc:
-                    ctx.log(f"{target}'s checkout {worktree} could not follow: {exc.message}")
     advance(
         ctx,
         store,

@@ -7,7 +7,11 @@ push_atomic`). The notes come in the same fetch as the target's tip and are merg
 kept, never overwritten), so publishing costs one push; the receipt is written on the candidate before the push,
 so the server's ``pre-receive`` finds it among the incoming refs. What can happen:
 
-* the push lands -- the local target follows when it was at the base (or did not exist);
+* the push lands -- the local target follows as a local publish moves it (:func:`follow`): when it was at the
+  base, every checkout of it is brought to the new tip, index and files (git's ``updateInstead``), and then the
+  branch moves; when a checkout has uncommitted changes, or the branch is elsewhere, the branch is left alone and
+  the run's log says so (``RUN_TARGET_NOT_FOLLOWED``, with the command that brings it up). Never a branch that
+  moved under a checkout still at the old tree (``git status`` would show the integration reversed, staged);
 * the remote's target moved meanwhile -- nothing was pushed; the pipeline rebuilds on the new tip and verifies
   again, exactly as for a local target. The notes moved -- fetched, merged, pushed again;
 * the server refused it (its ``pre-receive``) -- ``SYNC_PUSH_REFUSED`` with the server's own message: the run waits
@@ -22,10 +26,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from ..errors import AgentOpsError
 from ..gitstore import sync
+from ..gitstore.checkout import dirty_checkouts, follow_checkouts
 from ..gitstore.journal import Event
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import list_refs, read_ref, update_ref
@@ -113,19 +118,72 @@ def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, 
             if exc.code != "SYNC_REMOTE_MOVED":
                 raise
             now = remote_tip(ctx, store, remote, target)
+            if now == candidate:  # ours already, from a push that crashed before it was recorded
+                follow(ctx, store, remote, target, base, candidate)
+                return True
             if now != base:
-                return now == candidate  # moved: rebuild (or it is ours already, from a push that crashed)
+                return False  # moved: rebuild
             continue  # only the notes moved: merge them again
-        _follow(store, ref, base, candidate)
+        follow(ctx, store, remote, target, base, candidate)
         return True
     raise AgentOpsError("SYNC_REMOTE_MOVED", f"the agentops notes on {remote} kept moving: 5 pushes refused")
 
 
-def _follow(store: Store, ref: str, base: str, candidate: str) -> None:
-    """The local target follows the published one when it was at the base (or absent); else it is left alone."""
+def follow(ctx: JobContext, store: Store, remote: str, target: str, base: str, candidate: str) -> None:
+    """The local target follows the published one, with its checkouts, or is left alone and the run says why.
+
+    Asked after the push, before the branch moves (a checkout's cleanliness means nothing once it has moved):
+    when the branch is at ``base`` and each checkout of it is clean, the checkouts are brought to ``candidate``
+    first, all or none (:func:`~git_agentops.gitstore.checkout.follow_checkouts`, as git's ``updateInstead`` does
+    for a push), then the branch by CAS (a checkout moved back if that loses a race). Otherwise nothing local
+    changes and a ``RUN_TARGET_NOT_FOLLOWED`` event names the reason and the fix.
+    """
+    ref = f"refs/heads/{target}"
     local = read_ref(store, ref)
-    if local in (None, base):
-        try:
-            update_ref(store, ref, candidate, local, "agentops: follow the published target")
-        except RefConflict:
-            pass
+    checked_out, dirty = dirty_checkouts(store.common_dir, ref)
+    if local == candidate:
+        return
+    stays = f"{target} here stays at {local[:12] if local else 'nothing'}; {remote}'s is at {candidate[:12]}"
+    if local not in (None, base) or (local is None and checked_out):
+        _not_followed(
+            ctx,
+            store,
+            f"{stays}: it is not where the run built ({base[:12]}); 'git pull {remote} {target}' brings it up",
+            {"published": candidate, "local": local, "base": base},
+        )
+        return
+    if dirty:
+        files = sorted({path for paths in dirty.values() for path in paths})
+        _not_followed(
+            ctx,
+            store,
+            f"{stays}: its checkout has uncommitted changes; 'git stash && git merge --ff-only {candidate[:12]} && "
+            f"git stash pop' brings it up ({', '.join(f.split(' ', 1)[-1] for f in files[:3])})",
+            {"published": candidate, "local": local, "dirty": {str(w): paths for w, paths in dirty.items()}},
+        )
+        return
+    try:
+        if local is not None:
+            follow_checkouts(checked_out, base, candidate)
+    except AgentOpsError as exc:  # a change made since the check: read-tree overwrote nothing
+        _not_followed(ctx, store, f"{stays}: {exc.message}", {"published": candidate, "local": local})
+        return
+    try:
+        update_ref(store, ref, candidate, local, "agentops: follow the published target")
+    except RefConflict:
+        if local is not None:
+            try:
+                follow_checkouts(checked_out, candidate, base)  # back to the tree of the ref they saw
+            except AgentOpsError:
+                pass
+        _not_followed(ctx, store, f"{stays}: it was moved meanwhile", {"published": candidate, "local": local})
+
+
+def _not_followed(ctx: JobContext, store: Store, summary: str, data: dict[str, Any]) -> None:
+    """A ``RUN_TARGET_NOT_FOLLOWED`` event on the run's log (and the supervisor's log): nothing local was moved."""
+    ctx.log(f"RUN_TARGET_NOT_FOLLOWED: {summary}; {data}")
+    runstate.mutate(
+        runstate.journal(store, ctx.run_id),
+        lambda change, view: None,
+        Event("RUN_TARGET_NOT_FOLLOWED", summary, data),
+    )

@@ -193,16 +193,28 @@ def create_run(
     return run_id
 
 
-def target_warnings(store: Store, target: str) -> list[str]:
-    """Checkouts of the target with uncommitted changes: the run will wait before publishing until they are gone."""
+def target_warnings(store: Store, target: str, remote: str | None = None) -> list[tuple[str, str]]:
+    """(code, message) for each checkout of the target with uncommitted changes: a local run will wait before
+    publishing until they are gone; one publishing to ``remote`` publishes there and leaves the local target be."""
     from ..gitstore.checkout import checkouts_of, dirty_paths
 
     warnings = []
     for worktree in checkouts_of(store.common_dir, f"refs/heads/{target}"):
         paths = dirty_paths(worktree, untracked=False)
-        if paths:
+        if paths and remote:
             warnings.append(
-                f"{target} is checked out at {worktree} with uncommitted changes ({', '.join(paths[:5])}); the run "
-                "will wait before publishing until they are committed or stashed (RUN_TARGET_CHECKED_OUT_DIRTY)"
+                (
+                    "RUN_TARGET_NOT_FOLLOWED",
+                    f"{target} is checked out at {worktree} with uncommitted changes ({', '.join(paths[:5])}); the run "
+                    f"will publish to {remote} and leave the local {target} where it is until they are stashed",
+                )
+            )
+        elif paths:
+            warnings.append(
+                (
+                    "RUN_TARGET_CHECKED_OUT_DIRTY",
+                    f"{target} is checked out at {worktree} with uncommitted changes ({', '.join(paths[:5])}); the run "
+                    "will wait before publishing until they are committed or stashed (RUN_TARGET_CHECKED_OUT_DIRTY)",
+                )
             )
     return warnings
