@@ -1,12 +1,12 @@
 """``git agentops-run``: start, supervise and inspect runs of several agents on this repository.
 
-    start --goal TEXT [--host NAME] [--recipe FILE] [--target BRANCH] [--budget DURATION] [--detach]
-    supervise RUN [--take-over [--wait SECONDS]]   serve an existing run (after a crash, a pause, with --detach
-                           elsewhere); --take-over fetches it from the remote and serves it on this machine once
-                           the other machine's lease has expired (RUN_LEASE_HELD names the holder)
+    start --goal TEXT [--host NAME] [--recipe FILE] [--target BRANCH] [--budget DURATION] [--detach] [--progress]
+    supervise RUN [--take-over [--wait SECONDS]] [--progress]   serve an existing run (after a crash, a pause,
+                           with --detach elsewhere); --take-over fetches it from the remote and serves it on this
+                           machine once the other machine's lease has expired (RUN_LEASE_HELD names the holder)
     status [RUN]           run status, budget, workers and tasks (the newest run by default)
     list                   every run in this repository
-    log RUN                the run's events, oldest first (the journal's commits)
+    log [RUN]              the run's events, oldest first, with why under a failure (the newest run by default)
     pause RUN | stop RUN   ask the supervisor to stop the writers (stop also fences the run)
     resume RUN [--add-budget AMOUNT]... [--no-supervise]   AMOUNT: 30m, $2.50 or 50k tokens
     answer RUN QUESTION TEXT
@@ -16,7 +16,9 @@
     demo [--dir DIR] [--keep] | demo --print-recipe   an end-to-end run on a scratch repository, or its recipe
 
 In the foreground, start and supervise return when the run ends: exit 0 complete, 1 blocked, budget-limited,
-paused or stopped, 3 refused. With --detach, start returns once a supervisor is running.
+paused or stopped, 3 refused; on a terminal (or with --progress) they print a line on stderr per planned task,
+generation, handoff, delivery, refusal and block as it happens, and a blocked run ends with why. With --detach,
+start returns once a supervisor is running.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def build_parser() -> Parser:
     start.add_argument("--target", help="branch to integrate into (default: the policy's run.target)")
     start.add_argument("--budget", help="active-time budget, like 90m or 1h30m (default: the policy's)")
     start.add_argument("--detach", action="store_true", help="supervise in the background and return")
+    start.add_argument("--progress", action="store_true", help=PROGRESS_HELP)
     supervise = add("supervise", "serve an existing run until it ends")
     supervise.add_argument("run_id", metavar="RUN")
     supervise.add_argument(
@@ -62,11 +65,12 @@ def build_parser() -> Parser:
         metavar="SECONDS",
         help="with --take-over: wait this long for another machine's lease to expire (default: refuse at once)",
     )
+    supervise.add_argument("--progress", action="store_true", help=PROGRESS_HELP)
     status = add("status", "show a run")
     status.add_argument("run_id", metavar="RUN", nargs="?")
     add("list", "list the runs of this repository")
     log = add("log", "show a run's events, oldest first")
-    log.add_argument("run_id", metavar="RUN")
+    log.add_argument("run_id", metavar="RUN", nargs="?", help="the run (default: the newest)")
     log.add_argument("--limit", type=int, default=0, help="only the newest N events")
     for name, text in (
         ("pause", "pause a run (writers stop; resume continues)"),
@@ -101,7 +105,10 @@ def build_parser() -> Parser:
     return parser
 
 
-def _logger(ctx: Context, run_dir: Path) -> Any:
+PROGRESS_HELP = "print what the run does on stderr as it happens, even when stderr is not a terminal"
+
+
+def _logger(ctx: Context, run_dir: Path, *, echo: bool = True) -> Any:
     from ..gitstore.private import write_private
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,12 +120,13 @@ def _logger(ctx: Context, run_dir: Path) -> Any:
         line = f"{time.strftime('%H:%M:%S')} {message}"
         with path.open("a", encoding="utf-8") as handle:
             handle.write(line + "\n")
-        ctx.progress(line)
+        if echo:
+            ctx.progress(line)
 
     return log
 
 
-def _supervisor(ctx: Context, run_id: str) -> Supervisor:
+def _supervisor(ctx: Context, run_id: str, *, echo: bool = True) -> Supervisor:
     """The run's supervisor, not serving yet; it refuses an untrusted policy itself, after stopping leftovers."""
     from ..policy.trust import TrustStore
     from ..runs.create import bound_policy
@@ -138,7 +146,7 @@ def _supervisor(ctx: Context, run_id: str) -> Supervisor:
         trust=verdict,
         environ=ctx.env,
         clock=ctx.clock,
-        log=_logger(ctx, run_dir(store, run_id)),
+        log=_logger(ctx, run_dir(store, run_id), echo=echo),
         machine=machine_id(store, ctx.state_dir()),
         lease_ttl=_lease_ttl(ctx),
     )
@@ -177,17 +185,51 @@ def _take_over(ctx: Context, args: argparse.Namespace) -> None:
         ctx.progress(f"taking over {args.run_id} from machine {found.holder} (term {found.term})")
 
 
-def _supervise(ctx: Context, run_id: str) -> str:
+def _supervise(ctx: Context, run_id: str, *, progress: bool = False) -> str:
+    """Serve the run in this process until it ends; with ``progress`` (or on a terminal), say what it does as it
+    happens (:mod:`.progress`) instead of echoing the supervisor's own log."""
     from ..sandbox.namespace import set_dumpable
 
     set_dumpable(False)  # its /proc files (environ, maps, mem) are closed to agents, even to an agent that is root
-    supervisor = _supervisor(ctx, run_id)
+    follow = progress or ctx.interactive
+    supervisor = _supervisor(ctx, run_id, echo=not follow)
 
     def terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
-    return str(supervisor.serve())
+    if not follow:
+        return str(supervisor.serve())
+    from .progress import Follower
+
+    def say(line: str) -> None:
+        print(line, file=ctx.stderr, flush=True)
+
+    follower = Follower(ctx.store(), run_id, say).start()
+    try:
+        return str(supervisor.serve())
+    finally:
+        follower.stop()
+
+
+def _ended(ctx: Context, run_id: str, status: str) -> int:
+    """The result of a foreground run: ``RUN: STATUS`` (the ``--json`` document as before) and, for a blocked run,
+    why -- the task blocked first and its last failure (:mod:`git_agentops.runs.why`)."""
+    lines = [f"{run_id}: {status}"]
+    if status == "blocked" and not ctx.json:
+        from ..runs import state as runstate
+        from ..runs.why import cause_lines, causes
+        from .watchview import clean
+
+        try:
+            found = causes(ctx.store(), runstate.read(ctx.store(), run_id))
+        except AgentOpsError as exc:  # the run ended all the same; only its story could not be read
+            found, lines = [], [*lines, f"why: unknown ({exc.code}: {exc.message})"]
+        if found:
+            lines += ["why:", *(f"  {clean(line, 2000)}" for line in cause_lines(found))]
+        lines.append(f"'git agentops-run status {run_id}' and 'git agentops-run log {run_id}' say more")
+    ctx.emit({"runId": run_id, "status": status}, lines)
+    return _exit_for(status)
 
 
 def _stop_agents(ctx: Context, run_id: str, why: str, *, wait: float = 15.0) -> list[Stopped] | None:
@@ -256,9 +298,7 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
     if not ctx.json:
         ctx.out(run_id)
         sys.stdout.flush()
-    status = _supervise(ctx, run_id)
-    ctx.emit({"runId": run_id, "status": status}, f"{run_id}: {status}")
-    return _exit_for(status)
+    return _ended(ctx, run_id, _supervise(ctx, run_id, progress=args.progress))
 
 
 def _sandbox_warning(ctx: Context, policy: Any) -> str | None:
@@ -370,9 +410,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.command == "supervise":
         if args.take_over:
             _take_over(ctx, args)
-        status = _supervise(ctx, args.run_id)
-        ctx.emit({"runId": args.run_id, "status": status}, f"{args.run_id}: {status}")
-        return _exit_for(status)
+        return _ended(ctx, args.run_id, _supervise(ctx, args.run_id, progress=args.progress))
     if args.command == "status":
         return show_status(args, ctx)
     if args.command == "list":

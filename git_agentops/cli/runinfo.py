@@ -58,8 +58,11 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         ctx.warn("RUN_UNSANDBOXED", f"agents of {run_id} run without the sandbox: {why}")
     elif why:
         ctx.warn("RUN_SANDBOX_WEAKER", f"agents of {run_id} run at sandbox level {mode}: {why}")
+    because = why_lines(doc)
     lines = [
-        f"run {doc['runId']}: {doc['status']}" + (f" ({doc['statusReason']})" if doc["statusReason"] else ""),
+        f"run {doc['runId']}: {doc['status']}"
+        + (f" ({doc['statusReason']})" if doc["statusReason"] and not because else ""),
+        *because,
         f"goal:   {doc['goal']}",
         f"target: {doc['target']} (base {doc['base'][:12]})",
         f"budget: {doc['budget']['usedSeconds']:.0f}s of {doc['budget']['limitSeconds']}s active time"
@@ -80,7 +83,7 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
     for task in doc["tasks"]:
         lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
         if task["blockedReason"]:
-            lines.append(f"{'':<42}blocked: {task['blockedReason'][:200]}")
+            lines.append(f"{'':<42}{_blocked_note(task, doc)}")
     from ..model.transition import Transition
     from .transition import change_lines
 
@@ -98,6 +101,33 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
             lines.append(f"  answer: git agentops-run answer {doc['runId']} {question['questionId']} 'TEXT'")
     ctx.emit(doc, lines)
     return 0
+
+
+def why_lines(doc: dict[str, Any]) -> list[str]:
+    """``why:`` and the causes of a blocked run or task (:mod:`git_agentops.runs.why`), each said once and whole,
+    without control characters; nothing when nothing is blocked."""
+    from ..runs.why import Cause, cause_lines
+    from .watchview import clean
+
+    found = [Cause.from_json(c) for c in doc.get("blocked") or ()]
+    if not found:
+        return []
+    return ["why:", *(f"  {clean(line, 2000)}" for line in cause_lines(found))]
+
+
+def _blocked_note(task: dict[str, Any], doc: dict[str, Any]) -> str:
+    """Under a blocked task in the table: where its reason is (said once, under ``why:``), or what it waits on."""
+    from ..runs.why import own_reason
+
+    if own_reason(task["blockedReason"]):
+        return f"blocked: {task['blockedReason'].partition(':')[0]} (why: above)"
+    titles = {t["taskId"]: t["title"] for t in doc["tasks"]}
+    waits = [
+        titles.get(d, d)
+        for d in task["dependencies"]
+        if any(t["taskId"] == d and t["status"] == "blocked" for t in doc["tasks"])
+    ]
+    return f"blocked: waits on {', '.join(repr(w) for w in waits) or 'a blocked dependency'}"
 
 
 def list_runs(args: argparse.Namespace, ctx: Context) -> int:
@@ -118,10 +148,14 @@ def list_runs(args: argparse.Namespace, ctx: Context) -> int:
 def log(args: argparse.Namespace, ctx: Context) -> int:
     from ..clock import iso8601
     from ..runs import state as runstate
+    from ..runs.why import event_cause
+    from .watchview import clean
 
-    journal = runstate.journal(ctx.store(), args.run_id)
+    run_id = args.run_id or latest(ctx)
+    store = ctx.store()
+    journal = runstate.journal(store, run_id)
     if not journal.exists():
-        raise AgentOpsError("RUN_NOT_FOUND", f"no run {args.run_id!r}")
+        raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r}")
     entries = list(journal.log(limit=args.limit or None))[::-1]
     docs: list[dict[str, Any]] = [
         {
@@ -131,14 +165,16 @@ def log(args: argparse.Namespace, ctx: Context) -> int:
             "data": dict(e.data),
             "time": e.time,
             "foreign": e.foreign,  # not written by the supervisor: what it claims was never acted on
+            "cause": event_cause(store, journal, e),  # why, under a failure, a refusal or a block (runs.why)
         }
         for e in entries
     ]
-    lines = [
-        f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}"
-        if not d["foreign"]
-        else f"{iso8601(d['time'])}  [foreign] {d['commit'][:12]} {d['code']}: {d['summary']}"
-        for d in docs
-    ]
-    ctx.emit({"runId": args.run_id, "events": docs}, lines)
+    lines: list[str] = []
+    for d in docs:
+        if d["foreign"]:
+            lines.append(f"{iso8601(d['time'])}  [foreign] {d['commit'][:12]} {d['code']}: {d['summary']}")
+            continue
+        lines.append(f"{iso8601(d['time'])}  {d['code']:<26} {d['summary']}")
+        lines += [f"{'':<26}{clean(line, 400)}" for line in d["cause"]]
+    ctx.emit({"runId": run_id, "events": docs}, lines)
     return 0

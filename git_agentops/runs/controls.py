@@ -40,6 +40,7 @@ from ..process.groups import (
 from . import state as runstate
 from . import tamper, transitions
 from . import tasks as taskbook
+from .why import causes
 
 
 def _control(store: Store, run_id: str, code: str, summary: str, fn: Callable[[Change, runstate.RunView], Run]) -> Run:
@@ -253,6 +254,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
             for t in sorted(tasks.values(), key=lambda t: (t.parent is not None, order.get(t.id, 0)))
         ],
         "questions": [q for q in view.questions()],
+        "blocked": [cause.to_json() for cause in causes(store, view)],  # why, said once (runs.why)
         "policy": {
             "configHash": run.policy_config_hash,
             "transitions": [t.to_json() for t in transitions.all_of(store, run_id)],
