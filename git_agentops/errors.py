@@ -44,6 +44,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "USAGE": _c(EXIT_USAGE, "bad command-line arguments"),
     "INTERNAL": _c(EXIT_INTERNAL, "unexpected failure; a traceback is written under $GIT_COMMON_DIR/agentops/log/"),
     "INTERRUPTED": _c(EXIT_INTERRUPTED, "interrupted by a signal (Ctrl-C)"),
+    "PROCESS_SURVIVED_KILL": _c(
+        EXIT_REFUSED, "a process the toolkit stopped was still alive seconds after SIGKILL (stuck in the kernel)"
+    ),
     # repository
     "REPO_NOT_FOUND": _c(EXIT_REFUSED, "not inside a Git repository (or one pygit2 cannot open)"),
     "REPO_BARE": _c(EXIT_REFUSED, "the operation needs a working tree but the repository is bare"),

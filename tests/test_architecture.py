@@ -171,8 +171,8 @@ def test_model_does_no_io() -> None:
 LAYERS: dict[str, int] = {
     **dict.fromkeys(("__init__", "errors", "clock", "resources", "files"), 0),  # foundations
     "canonical": 1,  # canonical JSON, digests, seals
-    "schema": 2,  # strict JSON documents and their validator
-    **dict.fromkeys(("gitstore", "model", "process"), 3),  # the store, values and rules, processes
+    **dict.fromkeys(("schema", "process"), 2),  # strict JSON documents; running and stopping processes
+    **dict.fromkeys(("gitstore", "model"), 3),  # the store, values and rules
     "envs": 4,  # the environments checkouts are verified in
     "sandbox": 4,
     "policy": 5,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -11,15 +12,26 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from git_agentops.clock import FixedClock
+from git_agentops.errors import AgentOpsError
 from git_agentops.process import command as process
+from git_agentops.process import groups
 from git_agentops.process.command import ENV_ALLOWLIST, CommandResult, run_command, scrub_environment
-from git_agentops.process.groups import ProcessIdentity, boot_id, is_alive, process_identity, terminate_group
+from git_agentops.process.groups import (
+    GroupStop,
+    GroupSurvived,
+    ProcessIdentity,
+    boot_id,
+    is_alive,
+    process_identity,
+    terminate_group,
+    terminate_process,
+)
 
 MARGIN = 1.5  # seconds a timed-out command may take beyond timeout + grace
 
@@ -463,6 +475,145 @@ def test_terminate_group_tolerates_a_missing_group() -> None:
     leader = subprocess.Popen(["true"], start_new_session=True)
     leader.wait()
     terminate_group(leader.pid, grace=1.0)  # ESRCH: nothing to do, no exception
+
+
+def _live(predicate: Callable[[list[str]], bool]) -> list[int]:
+    """Pids of live (not zombie) processes whose ``/proc/<pid>/stat`` fields (after the name) match: the test's
+    own look, not the library's."""
+    found = []
+    for entry in os.listdir("/proc"):
+        fields = _stat_fields(int(entry)) if entry.isdigit() else None
+        if fields is not None and fields[0] not in ("Z", "X") and predicate(fields):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _running(marker: bytes) -> list[int]:
+    """Pids of live processes whose command line holds ``marker`` (a zombie's is empty)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+@pytest.fixture
+def group_cleanup() -> Iterator[list[int]]:
+    """Process groups a test starts: SIGKILLed at the end whatever happens (a failed stop leaves nothing running)."""
+    pgids: list[int] = []
+    yield pgids
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+# shell forkers that ignore SIGTERM (an ignored signal stays ignored across fork and exec) and start a child every
+# few milliseconds until they are killed: the group grows while it is being stopped
+FORKERS = (
+    "trap '' TERM\n"
+    "forker() {{ while :; do {child} 60.{token} & sleep 0.003; done; }}\n"
+    "forker & forker & (forker &) ; echo ready; forker\n"
+)
+
+
+@pytest.mark.parametrize("child", ["sleep", "setsid sleep"])
+def test_a_group_forking_all_the_while_is_empty_when_terminate_group_returns(
+    child: str, group_cleanup: list[int]
+) -> None:
+    """Invariant: when terminate_group returns without survivors, nothing of the group is alive -- checked at once,
+    by an independent scan -- although its members ignored SIGTERM and forked until the end; with ``setsid``
+    every child leaves the group as it starts, and is stopped all the same (its parent was still there)."""
+    token = str(time.monotonic_ns())
+    leader = subprocess.Popen(
+        ["sh", "-c", FORKERS.format(child=child, token=token)], start_new_session=True, stdout=subprocess.PIPE
+    )
+    group_cleanup.append(leader.pid)
+    assert leader.stdout is not None and leader.stdout.readline() == b"ready\n"
+    deadline = time.monotonic() + 10
+    while len(_running(f"60.{token}".encode())) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)  # not synchronisation: the forkers only need a head start before the stop
+    before = _running(f"60.{token}".encode())
+    assert len(before) >= 20
+    survivors = terminate_group(leader.pid, grace=0.3)
+    in_group = _live(lambda fields: fields[2] == str(leader.pid))
+    children = _running(f"60.{token}".encode())
+    assert (survivors, in_group, children) == ((), [], [])
+    assert leader.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_a_command_forking_all_the_while_is_gone_when_it_times_out(tmp_path: Path) -> None:
+    """Invariant: run_command returns from a timeout only once nothing of the command's group is alive, forks made
+    during the stop included (no sleep or poll after it)."""
+    token = str(time.monotonic_ns())
+    result = sh(FORKERS.format(child="sleep", token=token), tmp_path, timeout=1.0, grace=0.3)
+    assert result.timed_out and result.output.startswith(b"ready")
+    assert _running(f"60.{token}".encode()) == []
+
+
+def test_a_child_moved_to_its_own_group_is_stopped_with_the_command(tmp_path: Path) -> None:
+    """``timeout(1)`` and ``setsid`` move a child out of the group; while its parent is there it is found from the
+    group and stopped with it: on a timeout, and after the main process exited (its parent is another member)."""
+    token = str(time.monotonic_ns())
+    timed = sh(f"setsid sleep 60.{token}1 & echo pid=$!; sleep 60", tmp_path, timeout=0.5, grace=0.3)
+    assert timed.timed_out and pids_in(timed.output)
+    script = f"(setsid sleep 60.{token}2 & echo pid=$!; sleep 60) & sleep 0.3; exit 3"
+    exited = sh(script, tmp_path, grace=0.3)
+    assert exited.exit_code == 3 and not exited.timed_out and pids_in(exited.output)
+    assert _running(f"60.{token}".encode()) == []
+
+
+def test_what_survives_sigkill_is_a_coded_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_cleanup: list[int]
+) -> None:
+    """Invariant: a process SIGKILL does not end (here: SIGKILL and SIGSTOP are not delivered; in life, a process
+    asleep in the kernel) is reported after the settle time -- PROCESS_SURVIVED_KILL naming it -- and neither
+    terminate_group nor run_command waits for it any longer."""
+    real = groups.signal_group
+
+    def no_kill(pgid: int, sig: int) -> bool:
+        group_cleanup.append(pgid)
+        return real(pgid, sig) if sig not in (signal.SIGKILL, signal.SIGSTOP) else True
+
+    monkeypatch.setattr(groups, "signal_group", no_kill)
+    monkeypatch.setattr(groups, "KILL_SETTLE", 0.5)
+    leader = _ready("trap '' TERM; echo ready; sleep 60")
+    group_cleanup.append(leader.pid)
+    begin = time.monotonic()
+    assert terminate_group(leader.pid, grace=0.2) == tuple(sorted(_live(lambda f: f[2] == str(leader.pid))))
+    assert 0.7 <= time.monotonic() - begin < 0.7 + MARGIN
+    begin = time.monotonic()
+    with pytest.raises(GroupSurvived) as caught:
+        sh("trap '' TERM; sleep 60", tmp_path, timeout=0.3, grace=0.2)
+    assert 1.0 <= time.monotonic() - begin < 1.0 + MARGIN
+    error: AgentOpsError = caught.value
+    assert error.code == "PROCESS_SURVIVED_KILL" and "still had processes alive 0.5s after SIGKILL" in error.message
+    assert caught.value.pids and all(process_identity(pid) is not None for pid in caught.value.pids)
+    os.killpg(caught.value.pgid, signal.SIGKILL)  # for real now; its main process is ours to reap
+    os.waitpid(caught.value.pgid, 0)
+
+
+def test_terminate_process_stops_one_process_and_what_it_started_not_a_reused_pid(
+    group_cleanup: list[int],
+) -> None:
+    leader = _ready("echo ready; sleep 60 & exec sleep 61")  # the leader becomes `sleep 61`; `sleep 60` its child
+    group_cleanup.append(leader.pid)
+    identity = process_identity(leader.pid)
+    assert identity is not None
+    assert terminate_process(ProcessIdentity(leader.pid, identity.start_time + 1), grace=0.2) == ()  # not it
+    assert is_alive(identity)
+    assert terminate_process(identity, grace=0.2) == ()
+    assert leader.wait(timeout=5) == -signal.SIGTERM
+    assert _live(lambda fields: fields[2] == str(leader.pid)) == []
+
+
+def test_a_group_stop_refuses_our_own_group() -> None:
+    with pytest.raises(ValueError):
+        GroupStop(os.getpgrp(), grace=0)
+    with pytest.raises(ValueError):
+        terminate_group(1, grace=0)
 
 
 # -- without pidfds (old kernels, seccomp): the main process is polled on a tick -------------------------------

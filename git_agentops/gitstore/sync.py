@@ -29,17 +29,15 @@ candidate), the workers' branches (``refs/heads/agentops/*``) and the agentops n
   (``--force-with-lease=<ref>:<expected>``; never a plain force). When the remote moved meanwhile the push is
   refused as a whole: fetch (merging the notes), push again -- a bounded number of times.
 
-Remote operations run the person's own git (their SSH and credential configuration): ``git`` in the main
-repository, with no fsmonitor. A remote that cannot be reached is ``SYNC_REMOTE_UNREACHABLE``, a server hook's
-refusal ``SYNC_PUSH_REFUSED`` with the server's own message; both leave every ref as it was.
+Remote operations run the person's own git (their SSH and credential configuration), with no fsmonitor, in its
+own process group: past the timeout, **nothing git started is left alive** (a hung ``ssh`` transport, git's ``-G``
+probe of it). An unreachable remote is ``SYNC_REMOTE_UNREACHABLE``, a server hook's refusal ``SYNC_PUSH_REFUSED``
+with the server's own message; both leave every ref as it was.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ from typing import Final
 import pygit2
 
 from ..errors import AgentOpsError
+from ..process.command import run_command
 from .events import is_authentic
 from .keys import has_key
 from .refnames import RefConflict, check_component
@@ -110,24 +109,27 @@ class Outcome:
         }
 
 
-def _git(repo: Path, *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    """``git <args>`` in its own process group: past ``timeout`` the whole group is killed -- an SSH transport
-    that hangs included, which would otherwise hold the pipes open -- and ``SYNC_REMOTE_UNREACHABLE`` stands."""
+def _git(store: Store, *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """``git <args>`` in its own process group, with the person's environment: past ``timeout``, once nothing of
+    it is alive, ``SYNC_REMOTE_UNREACHABLE`` (``PROCESS_SURVIVED_KILL`` if SIGKILL cannot end it; ``GIT_FAILED``)."""
     argv = ["git", "-c", "core.fsmonitor=false", *args]
-    try:
-        proc = subprocess.Popen(
-            argv, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
-    except OSError as exc:
-        raise AgentOpsError("GIT_FAILED", f"cannot run git: {exc}") from exc
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AgentOpsError("SYNC_REMOTE_UNREACHABLE", f"git {args[0]} timed out after {timeout:g}s") from exc
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    done = run_command(
+        argv,
+        cwd=store_root(store),
+        env=None,
+        timeout=timeout,
+        grace=1.0,  # from SIGTERM to SIGKILL: git and ssh obey SIGTERM at once
+        output_cap=64 << 20,  # bytes of stdout and of stderr kept: far beyond any porcelain
+        clock=store.clock,
+        merge_stderr=False,
+    )
+    if done.spawn_error is not None:
+        raise AgentOpsError("GIT_FAILED", f"cannot run git: {done.spawn_error}")
+    if done.timed_out:
+        raise AgentOpsError("SYNC_REMOTE_UNREACHABLE", f"git {args[0]} timed out after {timeout:g}s")
+    code = done.exit_code if done.exit_code is not None else -(done.signal or 0)
+    out, err = (data.decode("utf-8", "replace") for data in (done.output, done.error_output))
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
 def _remote_error(done: subprocess.CompletedProcess[str], what: str) -> AgentOpsError:
@@ -148,7 +150,7 @@ def mirror(
     prefix = mirror_prefix(remote)
     specs = [f"+{n}*:{prefix}{n[len('refs/') :]}*" for n in namespaces]
     argv = ["fetch", "--no-tags", "--no-write-fetch-head", "--prune", remote, *specs]
-    done = _git(store_root(store), *argv, timeout=timeout)
+    done = _git(store, *argv, timeout=timeout)
     if done.returncode != 0:
         error = _remote_error(done, f"git fetch {remote}")
         if store.config_value(f"remote.{remote}.url") is None:  # the likeliest cause, said first
@@ -414,7 +416,7 @@ def push_atomic(store: Store, remote: str, sends: Iterable[Send], *, timeout: fl
     leases = [f"--force-with-lease={s.ref}:{s.expected or ''}" for s in sends]
     specs = [f"{s.new}:{s.ref}" for s in sends]
     argv = ["push", "--atomic", "--porcelain", "--no-verify", *leases, remote, *specs]
-    done = _git(store_root(store), *argv, timeout=timeout)
+    done = _git(store, *argv, timeout=timeout)
     statuses = _porcelain(done.stdout)
     if done.returncode == 0:
         return {ref: "ok" for ref in statuses} or {s.ref: "ok" for s in sends}

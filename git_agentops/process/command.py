@@ -5,7 +5,11 @@
 * **Process groups.** A timeout that kills only the direct child leaves its children running: ``npm test`` or
   ``sh -c 'make check'`` is a tree of processes. Every command therefore starts in a new session
   (``start_new_session=True``), so it leads its own process group, and every signal goes to the whole group
-  (``killpg``): SIGTERM first, SIGKILL after a grace period for whatever ignored or trapped SIGTERM.
+  (``killpg``): SIGTERM first, SIGKILL after a grace period for whatever ignored or trapped SIGTERM -- and the
+  command is over only when **nothing of its group is alive any more** (:class:`.groups.GroupStop`: SIGKILL
+  repeated until the group is empty, what was forked meanwhile and what left the group while its parent was
+  there included). A process SIGKILL cannot end within :data:`.groups.KILL_SETTLE` is
+  ``PROCESS_SURVIVED_KILL``, never a hang.
 * **Grandchildren holding the pipe.** A background grandchild (``sh -c 'sleep 60 & echo done'``) inherits the
   output pipe, so "read until EOF" never ends even though the command itself has exited, and
   ``communicate()`` blocks forever. We watch the main process separately (a pidfd, or a short tick) and, once it
@@ -14,10 +18,12 @@
 * **Bounded memory, complete evidence.** Output is read as it arrives into fixed buffers: the first
   ``output_cap`` bytes and the last ``tail_bytes`` are kept, every byte goes through SHA-256 and is counted, so a
   command that writes gigabytes neither blocks on a full pipe nor fills memory, and the evidence still names
-  exactly what it wrote. stdout and stderr share one pipe so their interleaving is kept.
+  exactly what it wrote. stdout and stderr share one pipe so their interleaving is kept (or, for a caller that
+  parses stdout -- ``git push --porcelain`` -- two pipes and two captures).
 * **The group id stays ours.** The main process is reaped only at the very end: until then its zombie keeps its
   pid -- which is the group id -- from being reused, so a late ``killpg`` cannot hit an unrelated group.
-The environment is an argument: core code never reads ``os.environ``. :func:`scrub_environment` keeps the few
+The environment is an argument: core code never reads ``os.environ`` (``env=None`` lets the child inherit this
+process's, for the person's own tools -- their SSH agent, credential helpers). :func:`scrub_environment` keeps the few
 variables a build needs and drops the rest (tokens, cloud keys, ``PYTHONPATH``...), then overlays what the policy
 asks for. Groups are stopped and found by :mod:`.groups` (Linux: ``/proc``).
 """
@@ -28,7 +34,6 @@ import contextlib
 import hashlib
 import os
 import select
-import signal as signals
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +43,7 @@ from types import MappingProxyType
 from typing import IO, Final
 
 from ..clock import Clock
-from .groups import KILL_SETTLE, TICK, group_members, signal_group
+from .groups import TICK, GroupStop, GroupSurvived, terminate_group
 
 ENV_ALLOWLIST: Final[tuple[str, ...]] = (
     "PATH",
@@ -100,6 +105,7 @@ class CommandResult:
     output: bytes  # the first ``output_cap`` bytes
     tail: bytes  # the last ``tail_bytes`` bytes
     truncated: bool  # output_size > output_cap
+    error_output: bytes = b""  # with merge_stderr=False: stderr's first ``output_cap`` bytes (else it is in output)
 
     @property
     def ok(self) -> bool:
@@ -160,7 +166,7 @@ def run_command(
     argv: Sequence[str] | str,
     *,
     cwd: Path,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | None,
     timeout: float,
     shell: bool = False,
     grace: float = 3.0,
@@ -169,14 +175,20 @@ def run_command(
     clock: Clock,
     on_output: Callable[[bytes], None] | None = None,
     stdin: bytes | None = None,
+    merge_stderr: bool = True,
 ) -> CommandResult:
     """Run one command in its own session and return what it did; never raises for the command's own failures.
 
-    ``env`` is the child's whole environment (see :func:`scrub_environment`); stdin is /dev/null unless ``stdin``
-    bytes are given (then they are written and the pipe closed). stdout and stderr are merged. At ``timeout``
-    seconds the whole process group gets SIGTERM, and SIGKILL ``grace`` seconds later; when the main process exits
-    on its own, the rest of its group gets the same treatment. ``on_output`` is called with each chunk as it
-    arrives, in the calling thread; an exception from it kills the group and propagates.
+    ``env`` is the child's whole environment (see :func:`scrub_environment`; None: this process's, inherited);
+    stdin is /dev/null unless ``stdin`` bytes are given (then they are written and the pipe closed). stdout and
+    stderr are merged, unless ``merge_stderr`` is False: then stderr is captured apart (``error_output``). At
+    ``timeout`` seconds the whole process group gets SIGTERM, and SIGKILL ``grace`` seconds later; when the main
+    process exits on its own, the rest of its group gets the same treatment. ``on_output`` is called with each
+    chunk of either stream as it arrives, in the calling thread; an exception from it kills the group and
+    propagates.
+
+    **On return nothing of the group is alive** (see :mod:`.groups`); ``PROCESS_SURVIVED_KILL``
+    (:class:`~.groups.GroupSurvived`) when something SIGKILL could not end within the settle time.
 
     A command that cannot start (missing binary, not executable, missing ``cwd``...) is reported in
     ``spawn_error``. Raises ValueError for a programming error: a string ``argv`` without ``shell=True`` (or a
@@ -189,16 +201,17 @@ def run_command(
     if grace < 0 or output_cap < 0 or tail_bytes < 0:
         raise ValueError("grace, output_cap and tail_bytes must not be negative")
     capture = _Capture(output_cap, tail_bytes)
+    errors = None if merge_stderr else _Capture(output_cap, 0)
     started_at = clock.now()
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             args,
             cwd=cwd,
-            env=dict(env),
+            env=None if env is None else dict(env),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
@@ -214,15 +227,18 @@ def run_command(
             start=start,
         )
     try:
-        watch = _Watch(proc, capture, on_output, stdin)
+        watch = _Watch(proc, capture, errors, on_output, stdin)
     except BaseException:
-        signal_group(proc.pid, signals.SIGKILL)
-        proc.wait()
+        if proc.pid not in terminate_group(proc.pid, grace=0):
+            proc.wait()
         raise
     try:
         watch.run(deadline=start + timeout, grace=grace)
     finally:
         returncode = watch.close()
+    if watch.stop is not None and watch.stop.survivors:
+        survivors, settle = watch.stop.survivors, watch.stop.settle
+        raise GroupSurvived(f"command {' '.join(args)[:200]!r}", proc.pid, survivors, settle=settle)
     return _result(
         args,
         capture=capture,
@@ -231,6 +247,7 @@ def run_command(
         spawn_error=None,
         started_at=started_at,
         start=start,
+        errors=errors,
     )
 
 
@@ -243,6 +260,7 @@ def _result(
     spawn_error: str | None,
     started_at: float,
     start: float,
+    errors: _Capture | None = None,
 ) -> CommandResult:
     return CommandResult(
         argv=args,
@@ -257,6 +275,7 @@ def _result(
         output=bytes(capture.head),
         tail=bytes(capture.tail),
         truncated=capture.size > capture.cap,
+        error_output=bytes(errors.head) if errors is not None else b"",
     )
 
 
@@ -268,26 +287,27 @@ def _open_pidfd(pid: int) -> int | None:
 
 
 class _Watch:
-    """The event loop of one command: output pipe, stdin pipe, main-process exit, deadlines, group signals."""
+    """The event loop of one command: output pipes, stdin pipe, main-process exit, deadlines, stopping the group."""
 
     def __init__(
         self,
         proc: subprocess.Popen[bytes],
         capture: _Capture,
+        errors: _Capture | None,
         on_output: Callable[[bytes], None] | None,
         stdin: bytes | None,
     ) -> None:
         self.proc = proc
         self.pgid = proc.pid  # start_new_session: the child leads its own session and group
-        self.capture = capture
         self.on_output = on_output
         self.poller = select.poll()
-        self.out: IO[bytes] | None = proc.stdout
-        self.out_fd = -1
-        if self.out is not None:
-            self.out_fd = self.out.fileno()
-            os.set_blocking(self.out_fd, False)
-            self.poller.register(self.out_fd, select.POLLIN)
+        self.outs: dict[int, tuple[IO[bytes], _Capture]] = {}  # fd -> (pipe, where its bytes go)
+        for pipe, into in ((proc.stdout, capture), (proc.stderr, errors)):
+            if pipe is not None and into is not None:
+                fd = pipe.fileno()
+                os.set_blocking(fd, False)
+                self.poller.register(fd, select.POLLIN)
+                self.outs[fd] = (pipe, into)
         self.pending = memoryview(stdin or b"")
         self.inp: IO[bytes] | None = proc.stdin
         self.in_fd = -1
@@ -303,79 +323,71 @@ class _Watch:
             self.poller.register(self.pidfd, select.POLLIN)
         self.exited = False  # the main process has exited (it is reaped only in close())
         self.timed_out = False
-        self.stopping = False  # the group has been dealt with: signalled, or found empty, after exit or timeout
-        self.kill_due: float | None = None  # when SIGKILL follows the SIGTERM already sent
-        self.killed_at: float | None = None
-        self.empty_since: float | None = None  # when the group was first seen gone with the pipe still open
+        self.stop: GroupStop | None = None  # stopping the group: after the timeout, or once the main process exited
+        self.empty_since: float | None = None  # when the group was first seen gone with a pipe still open
         self.finished = False
 
     def run(self, *, deadline: float, grace: float) -> None:
         while True:
             now = time.monotonic()
             self.exited = self.exited or self._main_exited()
-            if not self.exited and not self.stopping and now >= deadline:
-                self.timed_out = True
-                self.stopping = True
-                signal_group(self.pgid, signals.SIGTERM)
-                self.kill_due = now + grace
-            if self.exited and not self.stopping:
-                self.stopping = True
-                if group_members(self.pgid):
-                    signal_group(self.pgid, signals.SIGTERM)
-                    self.kill_due = now + grace
-            if self.kill_due is not None and self.killed_at is None and now >= self.kill_due:
-                signal_group(self.pgid, signals.SIGKILL)
-                self.killed_at = now
-            if self.exited and self._done(now):
+            if self.stop is None and (self.exited or now >= deadline):
+                self.timed_out = not self.exited
+                self.stop = GroupStop(self.pgid, grace=grace, now=now)  # nothing to do when the group is gone
+            elif self.stop is not None and not self.stop.finished:
+                self.stop.step(now)
+            if self._done(now):
                 break
             self._poll(self._wait_time(now, deadline))
         self.finished = True
 
     def _done(self, now: float) -> bool:
-        """Called once the main process has exited: whether the group is gone and the pipe drained."""
-        settled = self.killed_at is not None and now >= self.killed_at + KILL_SETTLE
-        if not settled and group_members(self.pgid):
+        """Whether the group is gone (or given up on: survivors) and the pipes drained."""
+        if self.stop is None or not self.stop.finished:
             return False
-        if self.out_fd < 0:
+        if self.stop.survivors:
+            return True  # close() does not wait for them; run_command says so
+        self.exited = self.exited or self._main_exited()  # it was in the group: it has exited
+        if not self.outs:
             return True
-        # the group is gone but someone still holds the pipe: a process that left the group (setsid)
+        # the group is gone but someone still holds a pipe: a process that left the group out of our sight
         self.empty_since = now if self.empty_since is None else self.empty_since
         return now >= self.empty_since + ORPHAN_DRAIN
 
     def _wait_time(self, now: float, deadline: float) -> float | None:
         wakes: list[float] = []
-        if not self.stopping:
+        if self.stop is None:
             wakes.append(deadline - now)
-        if self.kill_due is not None and self.killed_at is None:
-            wakes.append(self.kill_due - now)
-        if self.stopping or self.exited:
-            wakes.append(TICK)
-        if self.pidfd is None and not self.exited:
-            wakes.append(_TICK_NO_PIDFD)
+            if self.pidfd is None:
+                wakes.append(_TICK_NO_PIDFD)
+        elif not self.stop.finished:
+            wakes.append(self.stop.wait(now))
         if self.empty_since is not None:
             wakes.append(self.empty_since + ORPHAN_DRAIN - now)
+        elif self.stop is not None and self.stop.finished:
+            wakes.append(TICK)
         return max(0.0, min(wakes)) if wakes else None
 
     def _poll(self, wait: float | None) -> None:
         # capped: poll() takes a C int of milliseconds, and timeout may be huge or infinite
         timeout_ms = None if wait is None else max(0, int(min(wait, 3600.0) * 1000 + 0.999))
         for fd, events in self.poller.poll(timeout_ms):
-            if fd == self.out_fd:
-                self._read()
+            if fd in self.outs:
+                self._read(fd)
             elif fd == self.in_fd:
                 self._write(events)
             elif fd == self.pidfd:
                 self.poller.unregister(fd)  # stays readable once the child exited; _main_exited() takes over
 
-    def _read(self) -> None:
+    def _read(self, fd: int) -> None:
         try:
-            chunk = os.read(self.out_fd, _READ_SIZE)
+            chunk = os.read(fd, _READ_SIZE)
         except BlockingIOError:
             return
         if not chunk:
-            self._close_output()
+            self._close_output(fd)
             return
-        self.capture.feed(chunk)
+        self.outs[fd][1].feed(chunk)
         if self.on_output is not None:
             self.on_output(chunk)
 
@@ -405,14 +417,11 @@ class _Watch:
             self.inp = None
         self.pending = memoryview(b"")
 
-    def _close_output(self) -> None:
-        if self.out_fd >= 0:
-            with contextlib.suppress(KeyError):
-                self.poller.unregister(self.out_fd)
-            self.out_fd = -1
-        if self.out is not None:
-            self.out.close()
-            self.out = None
+    def _close_output(self, fd: int) -> None:
+        pipe, _ = self.outs.pop(fd)
+        with contextlib.suppress(KeyError):
+            self.poller.unregister(fd)
+        pipe.close()
 
     def _main_exited(self) -> bool:
         """Whether the main process has exited, without reaping it (its zombie keeps the group id ours)."""
@@ -421,16 +430,22 @@ class _Watch:
         except ChildProcessError:  # reaped behind our back (SIGCHLD ignored): it has exited all the same
             return True
 
-    def close(self) -> int:
-        """Release the pipes and the pidfd and reap the main process; kill the group first if run() did not end."""
-        if not self.finished:  # run() raised (on_output, KeyboardInterrupt): nothing of the command may survive
-            signal_group(self.pgid, signals.SIGKILL)
-            settle = time.monotonic() + KILL_SETTLE
-            while group_members(self.pgid) and time.monotonic() < settle:
-                time.sleep(TICK / 4)
+    def close(self) -> int | None:
+        """Release the pipes and the pidfd and reap the main process -- after the group is gone: when run() did not
+        end (on_output raised, KeyboardInterrupt), it is killed first, nothing of the command may survive. None
+        when the main process itself survived SIGKILL (it is not waited for)."""
+        if not self.finished:
+            if self.stop is None:
+                self.stop = GroupStop(self.pgid, grace=0)
+            self.stop.hurry()
+            while not self.stop.step():
+                time.sleep(self.stop.wait())
         self._close_stdin()
-        self._close_output()
+        for fd in list(self.outs):
+            self._close_output(fd)
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+        if self.stop is not None and self.proc.pid in self.stop.survivors:
+            return None
         return self.proc.wait()

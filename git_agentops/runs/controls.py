@@ -13,8 +13,6 @@ environment names the run (:func:`run_processes`: a generation launched but not 
 from __future__ import annotations
 
 import os
-import signal
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,13 +27,12 @@ from ..model.task import TaskStatus
 from ..model.transition import Stage, Transition
 from ..model.usage import total_usage, usage_partial
 from ..process.groups import (
-    KILL_SETTLE,
-    TICK,
     ProcessIdentity,
     group_members,
     is_alive,
     process_identity,
     terminate_group,
+    terminate_process,
 )
 from . import state as runstate
 from . import tamper, transitions
@@ -312,8 +309,7 @@ def stop_group(process: ProcessRef, *, grace: float) -> tuple[int, ...] | None:
         return None
     if not any(_started_since(pid, process.start_time) for pid in group_members(process.pid)):
         return None
-    terminate_group(process.pid, grace=grace)
-    return tuple(group_members(process.pid))
+    return terminate_group(process.pid, grace=grace)
 
 
 def _started_since(pid: int, start_time: int) -> bool:
@@ -350,7 +346,8 @@ def run_processes(run_id: str) -> list[tuple[ProcessIdentity, str, int | None]]:
 
 
 def stop_stray(identity: ProcessIdentity, *, grace: float) -> tuple[int, ...] | None:
-    """Stop one process :func:`run_processes` found: its whole group when it leads one, otherwise it alone."""
+    """Stop one process :func:`run_processes` found: its whole group when it leads one, otherwise it and its
+    descendants (:func:`~git_agentops.process.groups.terminate_process`)."""
     try:
         leads = os.getpgid(identity.pid) == identity.pid
     except ProcessLookupError:
@@ -359,17 +356,7 @@ def stop_stray(identity: ProcessIdentity, *, grace: float) -> tuple[int, ...] | 
         return stop_group(ProcessRef(identity.pid, identity.start_time), grace=grace)
     if not is_alive(identity):
         return None
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_SETTLE)):
-        if not is_alive(identity):
-            return ()
-        try:
-            os.kill(identity.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return ()
-        due = time.monotonic() + wait
-        while is_alive(identity) and time.monotonic() < due:
-            time.sleep(TICK)
-    return (identity.pid,) if is_alive(identity) else ()
+    return terminate_process(identity, grace=grace)
 
 
 def _ancestors() -> set[int]:
