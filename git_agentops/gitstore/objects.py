@@ -72,11 +72,14 @@ def write_index_tree(store: Store, index: pygit2.Index) -> str:
     return str(index.write_tree(store.repo))
 
 
-def write_commit(store: Store, tree: str, parents: Sequence[str], message: str) -> str:
-    """A commit of ``tree`` with ``parents``, authored and committed by the store's identity at its clock."""
+def write_commit(
+    store: Store, tree: str, parents: Sequence[str], message: str, *, author: pygit2.Signature | None = None
+) -> str:
+    """A commit of ``tree`` with ``parents``, committed by the store's identity at its clock and authored by it too
+    unless ``author`` says who wrote the change (a squashed delivery keeps its agent's authorship)."""
     signature = store.signature()
     oid = store.repo.create_commit(
-        None, signature, signature, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
+        None, author or signature, signature, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
     )
     return str(oid)
 

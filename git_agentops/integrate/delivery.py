@@ -13,7 +13,9 @@ A handoff is a pipeline that only goes downward:
    (:mod:`.guards`, ``RUN_DELIVERY_PROTECTED_PATH``);
 4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit, in
    the supervisor's own clean checkout of it (:mod:`git_agentops.runs.proof`): nothing the agent left in its
-   worktree -- ignored files, ``--skip-worktree`` entries, a daemon swapping files -- can reach the commands;
+   worktree -- ignored files, ``--skip-worktree`` entries, a daemon swapping files -- can reach the commands. With
+   ``[run] squash`` the commit is first squashed onto the task's base (:mod:`.squash`), and the squash is what is
+   verified, recorded and frozen below;
 5. **record** -- the delivery record on the commit's note under ``refs/notes/agentops/deliveries``, then
    ``refs/agentops/runs/<run>/deliveries/<task>`` -> the commit, **create-only** (a delivery is never moved), then
    the task delivered in the same state commit as the request's idempotency record;
@@ -60,6 +62,7 @@ from . import custody
 from .custody import seal_note
 from .guards import protected_refusal
 from .secrets import secrets_refusal
+from .squash import mirror_evidence, squash
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,23 +160,29 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     if refused is not None:
         return refused
     task = view.task(handoff.worker.task_id or "")
+    squashed = None
     try:
-        outcome = prove(ctx, store, slot=handoff.worker.worker_id, commit=handoff.head, task=task)
+        if ctx.policy.squash:  # the squash is what is verified, noted and frozen (see .squash for why first)
+            squashed = squash(store, base=base, head=handoff.head, task_id=task.id)
+        commit = squashed.commit if squashed is not None else handoff.head
+        outcome = prove(ctx, store, slot=handoff.worker.worker_id, commit=commit, task=task)
     except AgentOpsError as exc:  # the environment is wrong (VERIFY_ENV_OUTSIDE...): say so, as the answer
         return _refusal(
             handoff, exc.code, f"{handoff.head[:12]} could not be verified: {exc.message}", {}, handoff.head
         )
+    if squashed is not None:
+        mirror_evidence(store, squashed, outcome.records)
     refused = _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused
-    note = _delivery_record(ctx, store, handoff, task.id, outcome)
+    note = _delivery_record(ctx, store, handoff, task.id, outcome, commit)
     ctx.fault("delivery:verified")
     # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
     Notes(store, DELIVERIES_REF).append(
-        {handoff.head: canonical_bytes(note) + b"\n"}, message=f"Delivery of {task.id} by {handoff.worker.worker_id}"
+        {commit: canonical_bytes(note) + b"\n"}, message=f"Delivery of {task.id} by {handoff.worker.worker_id}"
     )
     ctx.fault("delivery:noted")
-    refused = _freeze(store, ctx.run_id, task.id, handoff)
+    refused = _freeze(store, ctx.run_id, task.id, handoff, commit)
     if refused is not None:
         return refused
     ctx.fault("delivery:frozen")
@@ -182,7 +191,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
         mailbox.write_response(worktree, response)
     except AgentOpsError:
         pass
-    return Delivered(task.id, handoff.head)
+    return Delivered(task.id, commit)
 
 
 def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, Any], head: str | None) -> Refusal:
@@ -223,27 +232,31 @@ def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
     )
 
 
-def _delivery_record(ctx: JobContext, store: Store, handoff: Handoff, task_id: str, outcome: Outcome) -> dict[str, Any]:
+def _delivery_record(
+    ctx: JobContext, store: Store, handoff: Handoff, task_id: str, outcome: Outcome, commit: str
+) -> dict[str, Any]:
+    """The delivery note of ``commit`` (the handed-off commit, or its squash: then ``squashedFrom`` names the
+    handed-off one)."""
     worker = handoff.worker
     record = {
         "runId": ctx.run_id,
         "taskId": task_id,
         "workerId": worker.worker_id,
         "generation": worker.generation,
-        "sourceCommit": handoff.head,
-        "deliveryDigest": delivery_digest(
-            ctx.run_id, worker.worker_id, worker.generation, handoff.contract, handoff.head
-        ),
+        "sourceCommit": commit,
+        "deliveryDigest": delivery_digest(ctx.run_id, worker.worker_id, worker.generation, handoff.contract, commit),
         "contractHash": handoff.contract,
         "evidence": [digest(r) for r in outcome.records],
         "noChange": handoff.head == worker.base,
         "sourceFiles": list(handoff.source_files),
     }
+    if commit != handoff.head:
+        record["squashedFrom"] = handoff.head
     return seal_note(record, keyring(store.private_dir()))
 
 
-def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff) -> Refusal | None:
-    """Create the frozen delivery ref, create-only.
+def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff, commit: str) -> Refusal | None:
+    """Create the frozen delivery ref to ``commit``, create-only.
 
     A ref already there is an earlier delivery of this task only if an authentic delivery note says so
     (``RUN_DELIVERY_CHANGED``: deliveries are never moved); anything else is someone else's -- a worker that
@@ -252,10 +265,10 @@ def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff) -> Refusa
     """
     ref = runstate.delivery_ref(run_id, task_id)
     for _ in range(3):
-        if create_ref(store, ref, handoff.head, f"agentops: frozen delivery of {task_id}"):
+        if create_ref(store, ref, commit, f"agentops: frozen delivery of {task_id}"):
             return None
         existing = read_ref(store, ref)
-        if existing == handoff.head or existing is None:
+        if existing == commit or existing is None:
             continue
         if custody.note_for(store, existing, run_id, task_id) is not None:
             return _refusal(
@@ -265,22 +278,21 @@ def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff) -> Refusa
                 {"why": "ref"},
                 handoff.head,
             )
-        if custody.quarantine(
-            store, run_id, ref, existing, handoff.head, "created by someone else before the delivery"
-        ):
+        if custody.quarantine(store, run_id, ref, existing, commit, "created by someone else before the delivery"):
             return None
     return _refusal(handoff, "RUN_DELIVERY_CHANGED", f"{ref} kept changing; take a new handoff", {"why": "ref"}, None)
 
 
 def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mapping[str, Any]) -> dict[str, Any]:
     """The state commit: task delivered, worker delivered, the request's record; returns the response."""
-    worker_id, task_id = handoff.worker.worker_id, str(note["taskId"])
+    worker_id, task_id, commit = handoff.worker.worker_id, str(note["taskId"]), str(note["sourceCommit"])
+    squashed = f" (the squash of {handoff.head[:12]})" if commit != handoff.head else ""
     response = mailbox.response(
         handoff.request.request_id,
         handoff.request.raw_digest,
         "RUN_WORKER_DELIVERED",
-        f"{task_id} delivered as {handoff.head[:12]}",
-        {"taskId": task_id, "sourceCommit": handoff.head, "deliveryDigest": note["deliveryDigest"]},
+        f"{task_id} delivered as {commit[:12]}{squashed}",
+        {"taskId": task_id, "sourceCommit": commit, "deliveryDigest": note["deliveryDigest"]},
     )
 
     def freeze(change: Change, view: runstate.RunView) -> None:
@@ -307,13 +319,14 @@ def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mappi
         freeze,
         Event(
             "TASK_DELIVERED",
-            f"{task_id} delivered by {worker_id} as {handoff.head[:12]}",
+            f"{task_id} delivered by {worker_id} as {commit[:12]}{squashed}",
             {
                 "taskId": task_id,
                 "workerId": worker_id,
                 "generation": handoff.worker.generation,
-                "commit": handoff.head,
+                "commit": commit,
                 "deliveryDigest": note["deliveryDigest"],
+                **({"squashedFrom": handoff.head} if squashed else {}),
             },
         ),
     )
@@ -329,6 +342,7 @@ def mark_task_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> 
         "generation": note["generation"],
         "evidence": note["evidence"],
         "noChange": note["noChange"],
+        **({"squashedFrom": note["squashedFrom"]} if "squashedFrom" in note else {}),
     }
     taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": delivery}))
 
