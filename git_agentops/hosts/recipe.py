@@ -3,7 +3,8 @@
 The scripted agent lets the demo, the tests and users rehearse a whole run -- planning, children, failed
 attempts, questions, malformed requests -- deterministically and without a model. A recipe says what the
 coordinator plans and, for each child task, the steps of each attempt (attempt N is played by the worker's Nth
-generation; the last one repeats)::
+generation; the last one repeats). The README's "Recipes for the scripted agent" is the reference -- every key and
+step, and a complete example a test runs (``git agentops-run demo --print-recipe`` prints another); in short::
 
     [plan]
     title = "Add a parser"; intent = "..."; criteria = ["parses x", "rejects y"]   # 2-5 criteria
