@@ -57,8 +57,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from ..clock import SystemClock
 from ..errors import AgentOpsError
 from ..files import read_bounded
+from ..process.command import run_command
 from . import signers
 from .dsse import Signature
 
@@ -121,10 +123,19 @@ def verify_time(when: datetime) -> str:
 
 
 def _run(argv: list[str], data: bytes, timeout: float) -> _Done:
-    """Run ssh-keygen; ``OSError``/``TimeoutExpired`` propagate for the caller to name."""
-    done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout, check=False, start_new_session=True)
-    stderr = done.stderr.decode("utf-8", "replace").strip()
-    return _Done(done.returncode, done.stdout, stderr[-_STDERR_SHOWN:])
+    """Run ssh-keygen in its own process group, stopped whole at the timeout (an askpass or security-key helper
+    with it: :func:`~git_agentops.process.command.run_command`); ``OSError``/``TimeoutExpired`` are raised for the
+    caller to name."""
+    done = run_command(
+        argv, cwd=Path.cwd(), env=None, timeout=timeout, clock=SystemClock(), stdin=data, merge_stderr=False
+    )
+    if done.spawn_error is not None:
+        raise OSError(done.spawn_error)
+    if done.timed_out:
+        raise subprocess.TimeoutExpired(argv, timeout)
+    stderr = done.error_output.decode("utf-8", "replace").strip()
+    code = done.exit_code if done.exit_code is not None else -(done.signal or 0)
+    return _Done(code, done.output, stderr[-_STDERR_SHOWN:])
 
 
 def sign(data: bytes, *, key: Path, namespace: str = NAMESPACE, ssh_keygen: str = "ssh-keygen") -> Signature:
