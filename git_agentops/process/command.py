@@ -334,7 +334,7 @@ class _Watch:
             if self.stop is None and (self.exited or now >= deadline):
                 self.timed_out = not self.exited
                 self.stop = GroupStop(self.pgid, grace=grace, now=now)  # nothing to do when the group is gone
-            elif self.stop is not None and not self.stop.finished:
+            elif self.stop is not None and not self.stop.finished and now >= self.stop.due:
                 self.stop.step(now)
             if self._done(now):
                 break

@@ -171,7 +171,18 @@ class GroupStop:
     ours.
     """
 
-    __slots__ = ("finished", "give_up_at", "group_termed", "kill_at", "pgid", "settle", "strays", "survivors", "termed")
+    __slots__ = (
+        "due",
+        "finished",
+        "give_up_at",
+        "group_termed",
+        "kill_at",
+        "pgid",
+        "settle",
+        "strays",
+        "survivors",
+        "termed",
+    )
 
     def __init__(
         self,
@@ -199,6 +210,7 @@ class GroupStop:
         self.termed: set[int] = set()  # strays that had their SIGTERM
         self.survivors: tuple[int, ...] = ()
         self.finished = False
+        self.due = now  # when the next step is due: a step taken sooner only costs a scan of /proc
         self.step(now)
 
     def step(self, now: float | None = None) -> bool:
@@ -217,18 +229,19 @@ class GroupStop:
             if live and now >= self.give_up_at:
                 self.survivors = tuple(sorted(live))
         self.finished = not live or bool(self.survivors)
+        self.due = now + (min(TICK, self.kill_at - now) if now < self.kill_at else TICK)
         return self.finished
 
     def hurry(self, now: float | None = None) -> None:
-        """No more grace: the next :meth:`step` sends SIGKILL."""
-        self.kill_at = min(self.kill_at, time.monotonic() if now is None else now)
+        """No more grace: the next :meth:`step`, due at once, sends SIGKILL."""
+        now = time.monotonic() if now is None else now
+        self.kill_at = self.due = min(self.kill_at, now)
 
     def wait(self, now: float | None = None) -> float:
         """Seconds until the next :meth:`step` is due (0 once finished)."""
         if self.finished:
             return 0.0
-        now = time.monotonic() if now is None else now
-        return max(0.0, min(TICK, self.kill_at - now)) if now < self.kill_at else TICK
+        return max(0.0, self.due - (time.monotonic() if now is None else now))
 
     def _find(self) -> set[int]:
         """Scan ``/proc`` once: record the strays now linked to the group; return the pids alive of the group and
