@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from git_agentops.runs.why import Cause, FailedCommand, LastFailure, cause_lines, headline, message_lines
+
 from .helpers import HANDOFF, child, commit_step, simple_child, write_step
 from .runkit import cli, project, recipe
 
@@ -132,3 +134,43 @@ def test_on_a_terminal_a_foreground_run_shows_progress_by_itself(tmp_path: Path)
     assert done.returncode == 0, said
     assert done.stdout.splitlines()[-1].endswith(": complete")
     assert "planned task 'Part C'" in said and "'Part C': delivered as " in said, said
+
+
+def _cause(title: str | None, reason: str, *, root: bool = False, last: LastFailure | None = None) -> Cause:
+    return Cause("task-1" if title else None, title, "worker-1", headline(reason), reason, 2, last, root)
+
+
+def test_why_says_the_first_cause_whole_and_what_followed_on_one_line_each() -> None:
+    failed = LastFailure(2, "RUN_VERIFICATION_FAILED", (FailedCommand("lint", "exit:1", ("a.py:1:1: E501 long",)),), ())
+    child_cause = _cause("Part A", "RUN_NO_PROGRESS: the same failure twice\nverification failed on x:", last=failed)
+    coordinator = _cause(
+        "Build it", "RUN_NO_PROGRESS: the coordinator exited\nThe end of its output:\n12:00 a", root=True
+    )
+    lines = cause_lines([child_cause, coordinator])
+    assert lines == [
+        "task 'Part A' (task-1) is blocked, after 2 failed generations: RUN_NO_PROGRESS: the same failure twice",
+        "  last failure (generation 2): RUN_VERIFICATION_FAILED",
+        "    lint failed (exit 1)",
+        "      a.py:1:1: E501 long",
+        "then task 'Build it' (task-1) was blocked: RUN_NO_PROGRESS: the coordinator exited",
+    ]
+    # a run blocked for a reason of its own, no task: the reason whole, line by line
+    alone = cause_lines([_cause(None, "RUN_TARGET_DIRTY: main is checked out with changes\n  src/x.py", root=True)])
+    assert alone == [
+        "worker-1 is blocked, after 2 failed generations: RUN_TARGET_DIRTY: main is checked out with changes",
+        "    src/x.py",  # the reason's own lines, under it
+    ]
+    assert Cause.from_json(child_cause.to_json()) == child_cause
+
+
+def test_a_long_failure_message_keeps_its_first_line_and_its_end() -> None:
+    message = "The agent exited (status 1) without delivering. The end of its output:\n" + "\n".join(
+        f"line {n}" for n in range(40)
+    )
+    assert message_lines(message, 4) == (
+        "The agent exited (status 1) without delivering. The end of its output:",
+        "…",
+        "line 38",
+        "line 39",
+    )
+    assert message_lines("one\n\ntwo") == ("one", "two")

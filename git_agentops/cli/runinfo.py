@@ -61,7 +61,7 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
     because = why_lines(doc)
     lines = [
         f"run {doc['runId']}: {doc['status']}"
-        + (f" ({doc['statusReason']})" if doc["statusReason"] and not because else ""),
+        + (f" ({doc['statusReason']})" if doc["statusReason"] and not _said(doc) else ""),
         *because,
         f"goal:   {doc['goal']}",
         f"target: {doc['target']} (base {doc['base'][:12]})",
@@ -113,6 +113,13 @@ def why_lines(doc: dict[str, Any]) -> list[str]:
     if not found:
         return []
     return ["why:", *(f"  {clean(line, 2000)}" for line in cause_lines(found))]
+
+
+def _said(doc: dict[str, Any]) -> bool:
+    """Whether the run's status reason is one of the causes ``why:`` shows (then it is not said twice)."""
+    from ..runs.why import headline
+
+    return any(c["headline"] == headline(doc["statusReason"]) for c in doc.get("blocked") or ())
 
 
 def _blocked_note(task: dict[str, Any], doc: dict[str, Any]) -> str:

@@ -136,7 +136,7 @@ def message_lines(message: str, limit: int = MESSAGE_LINES) -> tuple[str, ...]:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     if len(lines) <= limit:
         return tuple(lines)
-    return (lines[0], "…", *lines[len(lines) - (limit - 1) :]) if limit > 1 else (lines[0],)
+    return (lines[0], "…", *lines[len(lines) - (limit - 2) :]) if limit > 2 else tuple(lines[:limit])
 
 
 def last_failure(store: Store, failure: Failure) -> LastFailure:
@@ -155,12 +155,17 @@ def _cause(store: Store, task: Task | None, worker: Worker | None, reason: str, 
         task.id if task else None,
         task.title if task else None,
         worker.worker_id if worker else None,
-        reason.split("\n", 1)[0].strip(),
+        headline(reason),
         reason,
         _failed(worker) if worker else 0,
         last_failure(store, last) if last is not None else None,
         root,
     )
+
+
+def headline(reason: str) -> str:
+    """The first line of a reason: its code and what happened (a reason cut shorter elsewhere keeps it)."""
+    return reason.split("\n", 1)[0].strip()
 
 
 def own_reason(reason: str | None) -> bool:
@@ -169,8 +174,8 @@ def own_reason(reason: str | None) -> bool:
 
 
 def causes(store: Store, view: RunView) -> list[Cause]:
-    """Why the run's tasks are blocked (see the module docstring); empty when none is. When the run is blocked
-    with no blocked task (``RUN_RESTART_STORM``, a budget, a tampered state), its own reason is the cause."""
+    """Why the run's tasks are blocked (see the module docstring); empty when none is. A blocked run's own reason
+    when no task carries it (``RUN_RESTART_STORM``, a dirty target, a tampered state) comes last."""
     run = view.run()
     tasks = view.tasks()
     workers = view.workers()
@@ -179,9 +184,10 @@ def causes(store: Store, view: RunView) -> list[Cause]:
     blocked = [t for t in tasks.values() if t.status is TaskStatus.BLOCKED and own_reason(t.blocked_reason)]
     blocked.sort(key=lambda t: (t.parent is None, order.get(t.id, len(order))))
     found = [_cause(store, t, by_task.get(t.id), t.blocked_reason or "", root=t.parent is None) for t in blocked]
-    if not found and str(run.status) == "blocked" and run.status_reason:
-        coordinator = next((w for w in workers if w.role is Role.COORDINATOR and w.blocked_reason), None)
-        found.append(_cause(store, None, coordinator, run.status_reason, root=True))
+    reason = run.status_reason
+    if str(run.status) == "blocked" and reason and all(c.headline != headline(reason) for c in found):  # its own
+        coordinator = next((w for w in workers if w.role is Role.COORDINATOR and w.blocked_reason == reason), None)
+        found.append(_cause(store, None, coordinator, reason, root=True))
     return found
 
 
