@@ -36,14 +36,19 @@ cache, so the figures measure the toolkit, not the network:
 
 * **setup_cold_s**: the first checkout of a repository -- the shared base is built (venv, dependencies);
 * **setup_warm_s**: a second checkout (a linked worktree) of the same repository -- the base is reused;
+* **clean_setup_warm_s**: the setup step in a fresh clean verification checkout (a handoff's first proof) of the
+  first repository, whose base exists -- p50 of three, each in a new checkout. Target: at most 2.0 s. Before, each
+  clean checkout (a repository of its own) built a base of its own: what ``setup_cold_s`` measures. Beside it,
+  **clean_setup_cpu_s**: the CPU seconds (user + system) of every process of that setup -- what the wall time is on
+  an idle machine, since setup runs its steps one after the other; on a loaded one the wall time is a multiple;
 * **setup_8_vs_1_cold**: eight checkouts of a fresh repository on the same lockfile, one after the other (the
   first cold), divided by one cold setup. Target: at most 2.0 (the base is paid for once, not eight times).
 
 Usage: ``python bench/verify.py [--runs N] [--clean-runs N] [--files N] [--no-gc] [--dir DIR] [--no-setup]
 [--quick]`` (``--quick``: the two verify figures alone; ``--no-setup``: everything but setup, which needs pip).
 Last line: ``verify overhead_p50_ms=<n> cache_hit_p50_ms=<n> [setup_cold_s=<s> setup_warm_s=<s>
-setup_8_vs_1_cold=<r>] [clean_warm_vs_inplace=<r> clean_cold_vs_inplace=<r> gate_overhead_p50_ms=<n>
-gate_vs_verify_overhead=<r>]``.
+setup_8_vs_1_cold=<r> clean_setup_warm_s=<s> clean_setup_cpu_s=<s>] [clean_warm_vs_inplace=<r> clean_cold_vs_inplace=<r>
+gate_overhead_p50_ms=<n> gate_vs_verify_overhead=<r>]``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -100,6 +106,11 @@ def _setup_project(path: Path, env: dict[str, str]) -> Path:
     return path
 
 
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def _setup_once(checkout: Path, env: dict[str, str]) -> tuple[float, bool]:
     """One ``git agentops-env python --extra test``: wall seconds, and whether the base was reused."""
     start = time.perf_counter()
@@ -122,21 +133,46 @@ def _worktree(repo: Path, name: str, env: dict[str, str]) -> Path:
     return path
 
 
-def setup_figures(root: Path, env: dict[str, str]) -> dict[str, float]:
-    """Cold, warm, and eight-checkout setup times (see the module docstring), measured in this one run."""
+def _clean_setup(repo: Path, slot: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds (every process it started, user + system) of the setup step in a fresh clean checkout
+    of ``repo``'s HEAD, as the supervisor runs it there (its git env on top); the base must be reused, and be the
+    repository's (not one of the checkout's own)."""
+    from git_agentops.gitstore.clean import CleanCheckout
+
+    checkout = CleanCheckout(slot, repo / ".git" / "objects")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, env=env, capture_output=True, text=True, check=True)
+    checkout.populate(head.stdout.strip())
+    cpu = _children_cpu()
+    seconds, reused = _setup_once(checkout.root, {**env, **checkout.command_git_env()})
+    cpu = _children_cpu() - cpu
+    assert reused, "a clean checkout must reuse the repository's base"
+    assert not (checkout.git_dir / "agentops" / "envs").exists(), "the clean checkout built a base of its own"
+    return seconds, cpu
+
+
+def setup_figures(root: Path, env: dict[str, str], *, runs: int = 3) -> dict[str, float]:
+    """Cold, warm, clean-checkout and eight-checkout setup times (see the module docstring), in this one run."""
     _setup_once(_setup_project(root / "warmup" / "repo", env), env)  # fills pip's cache; not measured
     repo = _setup_project(root / "a" / "repo", env)
     cold, reused = _setup_once(repo, env)
     assert not reused, "the first checkout of a fresh repository must build its base"
     warm, reused = _setup_once(_worktree(repo, "second", env), env)
     assert reused, "a second checkout on the same lockfile must reuse the base"
+    clean = [_clean_setup(repo, root / "verify" / f"slot{i}", env) for i in range(runs)]
     eight = _setup_project(root / "b" / "repo", env)
     checkouts = [eight] + [_worktree(eight, f"wt{i}", env) for i in range(1, 8)]
     start = time.perf_counter()
     built = [not _setup_once(checkout, env)[1] for checkout in checkouts]
     total = time.perf_counter() - start
     assert built == [True] + [False] * 7, built
-    return {"cold": cold, "warm": warm, "eight": total, "ratio": total / cold}
+    return {
+        "cold": cold,
+        "warm": warm,
+        "clean": statistics.median(wall for wall, _cpu in clean),
+        "clean_cpu": statistics.median(cpu for _wall, cpu in clean),
+        "eight": total,
+        "ratio": total / cold,
+    }
 
 
 def _p95(values: list[float]) -> float:
@@ -234,8 +270,14 @@ def main() -> int:
             f"setup: cold {setup['cold']:.2f} s (base built), warm {setup['warm']:.2f} s (base reused), "
             f"8 checkouts {setup['eight']:.2f} s = {setup['ratio']:.2f}x one cold setup (target <= 2.0)"
         )
+        print(
+            f"setup of a clean verification checkout, base exists: {setup['clean']:.2f} s (p50; target <= 2.0), "
+            f"{setup['clean_cpu']:.2f} s of CPU; before, each clean checkout built a base of its own: the cold "
+            f"figure, {setup['cold']:.2f} s"
+        )
         last += (
             f" setup_cold_s={setup['cold']:.2f} setup_warm_s={setup['warm']:.2f} setup_8_vs_1_cold={setup['ratio']:.2f}"
+            f" clean_setup_warm_s={setup['clean']:.2f} clean_setup_cpu_s={setup['clean_cpu']:.2f}"
         )
     if clean is not None:
         last += _print_clean(clean, overhead)

@@ -136,6 +136,12 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RECEIPT_POLICY_CHANGED": _c(
         EXIT_OK, "a note: a commit of the range changes the policy or signers without a receipt; its rules are not used"
     ),
+    "RECEIPT_POLICY_SIGNED": _c(
+        EXIT_OK, "a note: a person's policy commit, SSH-signed by a key the allowed signers in force list for 'git'"
+    ),
+    "RECEIPT_POLICY_UNSIGNED": _c(
+        EXIT_NEGATIVE, "a commit that changes only the policy is not signed: a person signs it (git commit -S)"
+    ),
     "RECEIPT_MALFORMED": _c(EXIT_NEGATIVE, "the receipt is not a well-formed DSSE envelope around a receipt statement"),
     "RECEIPT_SIGNATURE_INVALID": _c(EXIT_NEGATIVE, "a receipt signature is bad, or missing while one is required"),
     "RECEIPT_UNTRUSTED_SIGNER": _c(EXIT_NEGATIVE, "a receipt is signed by a key allowed_signers does not trust"),

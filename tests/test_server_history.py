@@ -349,3 +349,258 @@ def test_a_forged_state_on_the_remote_is_quarantined_and_the_live_run_goes_on(tm
     assert json.loads(fetched.stdout)["kept"] == {RECEIPTS_REF: [candidate]}
     verified = cli(a, "agentops-receipt", "verify", candidate, "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# -- the bootstrap, and a person's policy commit ------------------------------------------------------------------
+
+REMOTE_SIGNED = (
+    POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
+    + '[receipts]\nallowed_signers = ".agentops/allowed_signers"\n'
+)
+
+
+def commit_as(repo: Path, files: dict[str, str], message: str, key: Path | None) -> str:
+    """Commit ``files`` as a person would: SSH-signed with ``key`` (git commit -S, gpg.format=ssh), or unsigned."""
+    for name, content in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(content)
+    git(repo, "add", *files)
+    signing = ["-c", "gpg.format=ssh", "-c", f"user.signingKey={key}", "commit", "-S"] if key else ["commit"]
+    git(repo, *signing, "-q", "--no-verify", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_an_empty_server_with_the_hook_takes_its_first_push_as_the_baseline_and_guards_the_target_after(
+    tmp_path: Path,
+) -> None:
+    """Invariant (the README's order): 'init --server' in an empty bare repository says how it is set up; the first
+    push of main (a project nobody integrated, with its notes) lands; after it a plain commit is refused
+    RECEIPT_MISSING and a rewind HOOK_TARGET_REWOUND. Before, that first push was refused and could never land."""
+    server = tmp_path / "server.git"
+    git(tmp_path, "init", "-q", "--bare", str(server))
+    installed = cli(server, "agentops-init", "--server", "--yes")
+    assert installed.returncode == 0, installed.stderr
+    assert "This repository is empty" in installed.stdout and "git push origin main" in installed.stdout
+    policy = POLICY.format(max_workers=3, run_options="")
+    a = make_repo(
+        tmp_path / "a", files={"check.py": CHECK_PY, "src/base.txt": "hello\n", ".agentops/policy.toml": policy}
+    )
+    base = git(a, "rev-parse", "HEAD")
+    Notes(store(a), DELIVERIES_REF).append({base: b'{"delivery": 1}\n'})  # notes made before the server existed
+    git(a, "remote", "add", "origin", str(server))
+    first = push(a, "origin", "main", DELIVERIES_REF)
+    assert first.returncode == 0, first.stderr
+    assert git(server, "rev-parse", "main") == base and git(server, "rev-parse", DELIVERIES_REF)
+
+    described = json.loads(cli(server, "agentops-init", "--server", "--json").stdout)
+    assert described["branches"] == [
+        {
+            "branch": "main",
+            "tip": base,
+            "protected": True,
+            "target": "main",
+            "allowedSigners": None,
+            "plainCommits": False,
+        }
+    ]
+    plain = commit_files(a, {"src/plain.txt": "nobody integrated this\n"}, "a plain commit")
+    refused = push(a, "origin", "main")
+    assert refused.returncode != 0 and codes(refused.stderr) == ["HOOK_RECEIPT_INVALID"], refused.stderr
+    assert "RECEIPT_MISSING" in refused.stderr and plain[:12] in refused.stderr
+    git(a, "reset", "-q", "--hard", base)
+    unrelated = git(a, "commit-tree", git(a, "rev-parse", "HEAD^{tree}"), "-m", "history from elsewhere")
+    assert push(a, "origin", f"{unrelated}:refs/heads/topic").returncode == 0  # another branch's first push
+    rewound = push(a, "-f", "origin", f"{unrelated}:refs/heads/main")  # a baseline is no licence to replace it
+    assert rewound.returncode != 0 and codes(rewound.stderr) == ["HOOK_TARGET_REWOUND"], rewound.stderr
+    assert git(server, "rev-parse", "main") == base
+    git(server, "fsck", "--strict")
+
+
+def test_a_branch_is_guarded_from_the_push_that_first_gives_it_a_policy(tmp_path: Path) -> None:
+    """Invariant: a project pushed before it had a policy is not judged; the push that adds a policy naming it
+    the target is its baseline (there is no policy before it to judge it by), and from then on it is guarded."""
+    server = tmp_path / "server.git"
+    git(tmp_path, "init", "-q", "--bare", str(server))
+    assert cli(server, "agentops-init", "--server", "--yes").returncode == 0
+    a = make_repo(tmp_path / "a", files={"check.py": CHECK_PY, "src/base.txt": "hello\n"})
+    git(a, "remote", "add", "origin", str(server))
+    assert push(a, "origin", "main").returncode == 0
+    commit_files(a, {"src/more.txt": "more\n"}, "no policy yet: nothing to judge")
+    assert push(a, "origin", "main").returncode == 0
+    described = json.loads(cli(server, "agentops-init", "--server", "--json").stdout)["branches"]
+    assert [(b["branch"], b["protected"], b["target"]) for b in described] == [("main", False, None)]
+    adopted = commit_files(a, {".agentops/policy.toml": POLICY.format(max_workers=3, run_options="")}, "adopt")
+    landed = push(a, "origin", "main")
+    assert landed.returncode == 0, landed.stderr
+    assert git(server, "rev-parse", "main") == adopted
+    commit_files(a, {"src/after.txt": "after\n"}, "a plain commit on a guarded target")
+    refused = push(a, "origin", "main")
+    assert refused.returncode != 0 and "RECEIPT_MISSING" in refused.stderr, refused.stderr
+    assert git(server, "rev-parse", "main") == adopted
+
+
+@pytest.mark.slow
+def test_a_guarded_server_set_up_in_the_readme_order_takes_a_run_and_a_person_s_signed_policy_commit(
+    tmp_path: Path,
+) -> None:
+    """Invariant, end to end: an empty bare server with the hook, the project pushed to it first, a run on the
+    person's machine publishes there and leaves 'git status --porcelain' empty; the person's own policy commit lands
+    when SSH-signed by a key the allowed signers list for 'git' -- and is refused, with a code, unsigned
+    (RECEIPT_POLICY_UNSIGNED), signed by a stranger or by the runs' receipt key (RECEIPT_UNTRUSTED_SIGNER), by a key
+    it adds itself, with a forged signature (RECEIPT_SIGNATURE_INVALID), or carrying more than policy
+    (RECEIPT_MISSING). CI's 'receipt verify' over the whole history agrees, and git's own verify-commit too."""
+    from .helpers import allowed_signer, public_key, ssh_key
+
+    person, runs, stranger, newcomer = (ssh_key(tmp_path / n, comment=n) for n in ("person", "runs", "x", "new"))
+    signers = f'person@example.com namespaces="git" {public_key(person)}\n' + allowed_signer("runs@example.com", runs)
+    server = tmp_path / "server.git"
+    git(tmp_path, "init", "-q", "--bare", str(server))
+    assert cli(server, "agentops-init", "--server", "--yes").returncode == 0
+    a = make_repo(
+        tmp_path / "a",
+        files={
+            "check.py": CHECK_PY,
+            "src/base.txt": "hello\n",
+            ".agentops/policy.toml": REMOTE_SIGNED,
+            ".agentops/allowed_signers": signers,
+            ".gitignore": "__pycache__/\n",
+        },
+    )
+    git(a, "remote", "add", "origin", str(server))
+    first = push(a, "origin", "main")
+    assert first.returncode == 0, first.stderr
+    base = git(server, "rev-parse", "main")
+    assert cli(a, "agentops-policy", "trust", "--yes").returncode == 0
+
+    run_id = start(
+        a,
+        recipe(
+            tmp_path,
+            child("a", "Part A", [[write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]]),
+            finalize=True,
+        ),
+    )
+    doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
+    assert doc["status"] == "complete", json.dumps(doc, indent=1) + supervisor_log(a, run_id)
+    candidate = doc["integration"]["candidate"]
+    assert git(server, "rev-parse", "main") == candidate == git(a, "rev-parse", "HEAD")
+    porcelain = subprocess.run(["git", "status", "--porcelain"], cwd=a, capture_output=True, text=True, check=True)
+    assert porcelain.stdout == ""  # the person's checkout followed, index and files
+
+    policy = (a / ".agentops" / "policy.toml").read_text()
+    changed = {".agentops/policy.toml": policy.replace('remote_patience = "3s"', 'remote_patience = "5s"')}
+    for key, code in [
+        (None, "RECEIPT_POLICY_UNSIGNED"),
+        (stranger, "RECEIPT_UNTRUSTED_SIGNER"),
+        (runs, "RECEIPT_UNTRUSTED_SIGNER"),
+    ]:
+        commit_as(a, changed, "a policy change", key)
+        refused = push(a, "origin", "main")
+        assert refused.returncode != 0 and codes(refused.stderr) == ["HOOK_RECEIPT_INVALID"], refused.stderr
+        assert code in refused.stderr, (key, refused.stderr)
+        assert git(server, "rev-parse", "main") == candidate
+        git(a, "reset", "-q", "--hard", candidate)
+    more = signers + f'x@example.com namespaces="git" {public_key(stranger)}\n'
+    commit_as(a, {".agentops/allowed_signers": more}, "the stranger lets itself in", stranger)
+    refused = push(a, "origin", "main")
+    assert refused.returncode != 0 and "RECEIPT_UNTRUSTED_SIGNER" in refused.stderr, refused.stderr
+    git(a, "reset", "-q", "--hard", candidate)
+    commit_as(a, {**changed, "src/base.txt": "and a source change\n"}, "policy and more", person)
+    refused = push(a, "origin", "main")
+    assert refused.returncode != 0 and "RECEIPT_MISSING" in refused.stderr, refused.stderr
+    git(a, "reset", "-q", "--hard", candidate)
+
+    signed = commit_as(a, changed, "a policy change, signed", person)
+    raw = git(a, "cat-file", "commit", signed)
+    head, _, message = raw.partition("\n\n")  # the same signature over another message
+    forged = git(a, "hash-object", "-t", "commit", "-w", "--stdin", input=f"{head}\n\n{message} (forged)\n")
+    refused = push(a, "origin", f"{forged}:refs/heads/main")
+    assert refused.returncode != 0 and "RECEIPT_SIGNATURE_INVALID" in refused.stderr, refused.stderr
+    landed = push(a, "origin", "main")
+    assert landed.returncode == 0, landed.stderr
+    assert git(server, "rev-parse", "main") == signed
+
+    trusted = tmp_path / "allowed_signers"
+    trusted.write_text(signers)
+    verified = subprocess.run(  # git's own check of the same signature agrees
+        ["git", "-c", f"gpg.ssh.allowedSignersFile={trusted}", "verify-commit", signed], cwd=a, capture_output=True
+    )
+    assert verified.returncode == 0, verified.stderr
+    welcomed = signers + f'new@example.com namespaces="git" {public_key(newcomer)}\n'
+    commit_as(a, {".agentops/allowed_signers": welcomed}, "the person adds a signer", person)
+    after = commit_as(
+        a, {".agentops/policy.toml": changed[".agentops/policy.toml"] + "# by the newcomer\n"}, "n", newcomer
+    )
+    landed = push(a, "origin", "main")  # one push: the new signer counts from the commit that added it
+    assert landed.returncode == 0, landed.stderr
+    assert git(server, "rev-parse", "main") == after
+
+    ci = cli(server, "agentops-receipt", "verify", f"{base}..main", "--json")
+    assert ci.returncode == 0, ci.stdout + ci.stderr
+    verdicts = json.loads(ci.stdout)["verdicts"]
+    assert [v["code"] for v in verdicts if v["code"]] == ["RECEIPT_POLICY_SIGNED"] * 3
+    assert git(server, "fsck", "--strict") == ""
+
+
+def test_where_plain_commits_may_land_an_unsigned_policy_commit_lands_too(tmp_path: Path) -> None:
+    """Invariant: signed policy commits add a way in, never a refusal: under plain_commits = "allow" an unsigned
+    policy change is a plain commit as before (RECEIPT_NOT_COVERED), not RECEIPT_POLICY_UNSIGNED."""
+    server, a = server_and_clone(tmp_path)
+    base = git(a, "rev-parse", "HEAD")
+    changed = commit_as(a, {".agentops/policy.toml": PLAIN + "# a person's note\n"}, "an unsigned policy change", None)
+    landed = push(a, "origin", "main")
+    assert landed.returncode == 0, landed.stderr
+    assert git(server, "rev-parse", "main") == changed
+    verified = json.loads(cli(a, "agentops-receipt", "verify", f"{base}..main", "--json").stdout)
+    assert [v["code"] for v in verified["verdicts"]][:1] == ["RECEIPT_NOT_COVERED"]
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+def test_a_policy_commit_signature_is_read_as_git_reads_it_in_either_object_format(
+    tmp_path: Path, object_format: str
+) -> None:
+    """Invariant (differential, against 'git verify-commit'): the signed payload is the commit without its
+    signature header -- gpgsig, or gpgsig-sha256 in a SHA-256 repository -- and a signature git accepts is
+    accepted, while the same commit re-signed into other bytes is not."""
+    from git_agentops.receipts.signed import judge_policy_commit, split_signature
+
+    from .helpers import public_key, ssh_key
+
+    key = ssh_key(tmp_path / "person")
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(f'person@example.com namespaces="git" {public_key(key)}\n')
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", f"--object-format={object_format}", str(repo))
+    commit_files(repo, {"src/a.txt": "a\n"}, "initial")
+    signed = commit_as(repo, {".agentops/policy.toml": "version = 1\n"}, "policy, signed", key)
+    raw = subprocess.run(["git", "cat-file", "commit", signed], cwd=repo, capture_output=True, check=True).stdout
+    header = b"gpgsig-sha256 " if object_format == "sha256" else b"gpgsig "
+    assert header in raw and split_signature(raw, signed).signature is not None
+    by_git = subprocess.run(
+        ["git", "-c", f"gpg.ssh.allowedSignersFile={signers}", "verify-commit", signed], cwd=repo, capture_output=True
+    )
+    assert by_git.returncode == 0, by_git.stderr
+
+    def judged(commit: str) -> tuple[bool, str | None]:
+        parents = tuple(git(repo, "rev-parse", f"{commit}^@").split())
+        verdict = judge_policy_commit(
+            repo,
+            commit,
+            parents,
+            paths=None,
+            signer_files=lambda rev: (),
+            allowed_signers=signers,
+            source="the test's signers",
+            when=None,
+        )
+        assert verdict is not None
+        return verdict.ok, verdict.code
+
+    assert judged(signed) == (True, "RECEIPT_POLICY_SIGNED")
+    head, _, message = raw.decode().partition("\n\n")  # the same signature over another message
+    moved = git(repo, "hash-object", "-t", "commit", "-w", "--stdin", input=f"{head}\n\n{message}(moved)\n")
+    assert judged(moved) == (False, "RECEIPT_SIGNATURE_INVALID")
+    forged = subprocess.run(
+        ["git", "-c", f"gpg.ssh.allowedSignersFile={signers}", "verify-commit", moved], cwd=repo, capture_output=True
+    )
+    assert forged.returncode != 0  # git agrees

@@ -14,8 +14,14 @@ until you commit it and 'git agentops-policy trust' it; run its setup steps once
 $GIT_COMMON_DIR/hooks, or into core.hooksPath when it is set (a relative one resolves against the top of the
 worktree, as git does). A hook already there is kept as <hook>.legacy and runs first; its failure stops git.
 Reinstalling changes nothing; --uninstall-hooks removes the shims and puts the previous hooks back exactly.
---server installs the pre-receive shim into a shared bare repository. Hooks are advisory (git commit
---no-verify skips them); CI running 'git agentops-receipt verify' is the authority.
+--server installs the pre-receive shim into a shared bare repository and prints what it will take from there. A
+branch's first push is its baseline, taken as it is (and so is the push that first gives it a policy): set up an
+empty server by installing the hook, then pushing the project ('git push origin main'); or push first and install
+after -- history already there is not judged again. From then on the target only moves forward, to commits a
+valid receipt covers (a run's integration) or to a person's policy commit: one parent, changing only .agentops/**
+and the allowed signers file, SSH-signed ('git -c gpg.format=ssh commit -S') by a key that the allowed signers at
+the tip it replaces list for namespace "git". Hooks are advisory (git commit --no-verify skips them); CI running
+'git agentops-receipt verify' is the authority.
 """
 
 from __future__ import annotations
@@ -149,7 +155,7 @@ def _hooks(args: argparse.Namespace, ctx: Context) -> int:
         verb = "install"
     on_path = shutil.which("git-agentops-hook", path=ctx.env.get("PATH"))
     changes = [s for s in steps if s.changes]
-    doc = {
+    doc: dict[str, object] = {
         **target.to_json(),
         "operation": verb,
         "hooks": [s.to_json() for s in steps],
@@ -158,6 +164,15 @@ def _hooks(args: argparse.Namespace, ctx: Context) -> int:
         "dryRun": args.dry_run,
         "changed": False,
     }
+    expected: list[str] = []
+    if args.server:  # what the hook will take from here, and how an empty server is set up
+        from ..hooks.server import describe, expectations
+        from ..hooks.where import Where
+
+        here = str(target.common_dir)
+        branches = describe(Where(here, here, None, ctx.env))
+        doc["branches"] = [b.to_json() for b in branches]
+        expected = expectations(branches)
     if not ctx.json:
         ctx.out(f"Hooks directory: {target.describe()}")
         if verb == "install":
@@ -169,6 +184,8 @@ def _hooks(args: argparse.Namespace, ctx: Context) -> int:
         width = max(len(s.name) for s in steps) if steps else 0
         for step in steps:
             ctx.out(f"  {step.name:<{width}}  {step.describe()}")
+        for line in expected:
+            ctx.out(line)
     if args.dry_run or not changes:
         ctx.emit(doc)
         return 0

@@ -14,10 +14,14 @@
   create-only, run state/policy/journals and notes fast-forward only, never deleted; ``pre-receive`` also keeps
   the history a push could lose (:mod:`.history`: the target only moves forward and is never deleted, the
   receipts, deliveries and evidence notes keep every note by content) and demands receipts on the target, reading
-  them from the notes as they will be once the push lands.
+  them from the notes as they will be once the push lands -- or a person's SSH-signed policy commit
+  (:mod:`git_agentops.receipts.signed`), the one way a policy change lands without a run.
 
 The target is the ``run.target`` of the policy committed at the pushed commit (or at the tip it replaces): a
-branch of a repository without a policy is not checked.
+branch of a repository without a policy is not checked. Whether the commits a push adds are covered is judged by
+the policy at the tip it replaces, the trusted side: a branch's first push, and the push that first gives it a
+policy, have nothing before them to be judged by and are taken as they are -- the target's baseline. That is how an
+empty server with the hook already installed is set up (``git agentops-init --server`` prints the order).
 
 Run state is read straight from the journal refs with ``git cat-file`` (no pygit2). Hooks are advisory --
 ``--no-verify`` and libgit2 skip them -- so the same rules also hold in the toolkit's own write paths, and CI's
@@ -248,13 +252,29 @@ def receive_refusals(where: Where, stdin: bytes) -> list[tuple[str, str]]:
     refusals = check_ref_updates(where, updates) + notes_refusals(where, updates)
     incoming = {ref: new for ref, _, new in updates if ref.startswith("refs/notes/agentops/") and new != ZERO_OID}
     for ref, old, new in updates:
-        if not ref.startswith("refs/heads/"):
-            continue
-        targets = {_target_at(where, commit) for commit in (new, old) if commit != ZERO_OID}
-        if ref.removeprefix("refs/heads/") in targets:
-            refused = target_refusals(where, ref, old, new)
-            refusals += refused or _receipt_refusals(where, new, old, where.env, incoming)
+        if ref.startswith("refs/heads/"):
+            refusals += _target_update_refusals(where, ref, old, new, where.env, incoming)
     return refusals
+
+
+def _target_update_refusals(
+    where: Where, ref: str, old: str, new: str, env: Mapping[str, str], incoming: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The rules of a branch update (all zeros: absent) when the policy at ``old`` or ``new`` names it the target.
+
+    Never deleted nor rewound, whichever side names it. Receipts -- or a person's signed policy commit -- are
+    demanded by the **old** tip's policy, the trusted side, exactly as ``receipt verify OLD..NEW`` reads its rules:
+    a branch's first push, and the push that first gives it a policy, have no rules before them to be judged by.
+    They are its baseline; that is how a server is bootstrapped (``git agentops-init --server`` says so).
+    """
+    name = ref.removeprefix("refs/heads/")
+    before = _target_at(where, old) if old != ZERO_OID else None
+    if name != before and (new == ZERO_OID or name != _target_at(where, new)):
+        return []
+    refused = target_refusals(where, ref, old, new)
+    if refused or name != before or new == ZERO_OID:
+        return refused
+    return _receipt_refusals(where, new, old, env, incoming)
 
 
 def _target_at(where: Where, commit: str) -> str | None:
@@ -298,13 +318,8 @@ def push_refusals(where: Where, args: Sequence[str], stdin: bytes, env: Mapping[
             ours.append((remote_ref, remote_sha, local_sha))
         elif remote_ref.startswith("refs/heads/"):
             known = remote_sha != ZERO_OID and git(where, ["cat-file", "-e", remote_sha])[0] == 0
-            old = remote_sha if known else ZERO_OID  # a tip not fetched here: the server judges the rewind
-            targets = {_target_at(where, commit) for commit in (local_sha, old) if commit != ZERO_OID}
-            if remote_ref.removeprefix("refs/heads/") in targets:
-                refused = target_refusals(where, remote_ref, old, local_sha)
-                if not refused and local_sha != ZERO_OID:
-                    refused = _receipt_refusals(where, local_sha, old, env)
-                refusals += refused
+            old = remote_sha if known else ZERO_OID  # a tip not fetched here: the server judges the rest
+            refusals += _target_update_refusals(where, remote_ref, old, local_sha, env)
     return refusals + check_ref_updates(where, ours) + notes_refusals(where, ours)
 
 
@@ -319,14 +334,11 @@ def _receipt_refusals(
 
     cwd = Path(where.toplevel or where.git_dir)
     try:
-        if remote != ZERO_OID and git(where, ["cat-file", "-e", remote])[0] == 0:
-            # every new commit covered by a receipt, judged by the old tip's policy (which says whether plain
-            # commits may land here): the same rules as ``git agentops-receipt verify OLD..NEW``
-            verdicts = check(
-                cwd, f"{remote}..{local}", environ=env, clock=SystemClock(), incoming=incoming, require_covered=False
-            )
-        else:  # a new branch: its tip must be an integration with a valid receipt
-            verdicts = check(cwd, local, environ=env, clock=SystemClock(), incoming=incoming)
+        # every new commit covered by a receipt or a person's signed policy commit, judged by the old tip's policy
+        # (which also says whether plain commits may land here): the rules of ``git agentops-receipt verify OLD..NEW``
+        verdicts = check(
+            cwd, f"{remote}..{local}", environ=env, clock=SystemClock(), incoming=incoming, require_covered=False
+        )
     except AgentOpsError as exc:
         return [("HOOK_RECEIPT_INVALID", f"cannot check the receipts of {local[:12]}: {exc.message}")]
     bad = [v for v in verdicts if not v.ok]
@@ -336,8 +348,9 @@ def _receipt_refusals(
     return [
         (
             "HOOK_RECEIPT_INVALID",
-            f"{first.commit[:12]}: {first.code}: {first.message}. The target is pushed only "
-            "to integrated, receipted commits (git agentops-receipt verify); push "
-            "refs/notes/agentops/receipts too if the receipt exists",
+            f"{first.commit[:12]}: {first.code}: {first.message}. The target is pushed only to integrated, "
+            "receipted commits (git agentops-receipt verify; push refs/notes/agentops/receipts too if the receipt "
+            "exists) and to a person's policy commits, SSH-signed by a key the allowed signers at "
+            f"{remote[:12]} list for namespace 'git'",
         )
     ]

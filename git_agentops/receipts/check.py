@@ -6,8 +6,11 @@ chain from TIP down to BASE: a commit is *covered* when it carries a valid recei
 recorded in the valid receipt of a later first-parent commit; any other commit -- a plain ``git commit`` on the
 target, an integration whose receipt was removed together with its delivery notes -- is ``RECEIPT_MISSING``,
 unless plain commits are allowed (``--allow-plain-commits``, or ``[receipts] plain_commits = "allow"`` in the base's
-policy), and then it is listed as not covered (``RECEIPT_NOT_COVERED``, not a failure). A commit that an *invalid*
-receipt of a later commit names as one of its merge steps is not covered either, but it is not "missing" a receipt:
+policy), and then it is listed as not covered (``RECEIPT_NOT_COVERED``, not a failure). A person's policy commit,
+SSH-signed by a key the rules in force allow for Git's namespace, is covered (``RECEIPT_POLICY_SIGNED``; unsigned or
+signed by another key it fails where plain commits are refused: :mod:`.signed`), and its rules apply from it on. A
+commit that an *invalid* receipt of a later commit names as one of its merge steps is not covered either, but it is
+not "missing" a receipt:
 its verdict carries the invalid receipt's own code (``RECEIPT_SIGNATURE_INVALID`` for an unsigned receipt where a
 signature is required, say) and names that receipt, its run and why it does not count (``coveredBy`` in JSON). A
 range in which no commit is covered at all fails, an empty one too.
@@ -29,6 +32,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ from ..gitstore.backend import GitCliBackend
 from ..gitstore.identity import DEFAULT_IDENTITY
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from .dsse import parse_envelope
+from .signed import judge_policy_commit, signer_files
 from .verify import Verdict, verify_receipt
 
 
@@ -256,7 +261,7 @@ def check(
         pinned = allowed_signers is not None
         read = receipts.snapshot()  # one look at the notes tree for the whole range
         verdicts, covered = _judge_range(
-            cwd, spec, walk, read, rules, plain, judge, scratch, pinned=pinned, progress=progress
+            cwd, spec, walk, read, rules, plain, judge, scratch, pinned=pinned, progress=progress, when=when
         )
         if require_covered and not covered:
             tip = walk[0].commit if walk else spec.partition("..")[2] or "HEAD"
@@ -286,6 +291,7 @@ def _judge_range(
     *,
     pinned: bool,
     progress: Callable[[str], None] | None = None,
+    when: datetime | None = None,
 ) -> tuple[list[Verdict], bool]:
     """Oldest first: each receipt judged by the rules in force (a covered policy change moves them); then newest
     first: coverage by each valid receipt's steps, and a verdict for every commit nothing covers. Also: whether
@@ -306,6 +312,23 @@ def _judge_range(
                     del pending[commit]
                 rules = policy_rules(cwd, info.commit, scratch)  # integrated under the old rules: now in force
                 continue
+        else:
+            signed = judge_policy_commit(
+                cwd,
+                info.commit,
+                info.parents,
+                paths=sorted(changed[info.commit]) if info.commit in changed else None,
+                signer_files=partial(signer_files, cwd),
+                allowed_signers=rules.signers,
+                source=rules.source,
+                when=when,
+            )
+            if signed is not None and (signed.ok or not plain):  # where plain commits may land, so may this one
+                judged[info.commit] = signed
+                if signed.ok:  # a person signed the rules at this commit: they are in force from here on
+                    pending.clear()
+                    rules = policy_rules(cwd, info.commit, scratch)
+                    continue
         if touched:
             pending[info.commit] = touched
     notes = {
