@@ -98,6 +98,12 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "TRUST_STORE_INVALID": _c(EXIT_REFUSED, "the trust store file is malformed; nothing was changed"),
     # environments (git agentops-env: what setup makes inside each checkout)
     "ENV_SETUP_FAILED": _c(EXIT_REFUSED, "making the checkout's environment failed (the tool's output tail is shown)"),
+    "ENV_LOCK_UNUSABLE": _c(
+        EXIT_REFUSED,
+        "the environment cannot follow the project's lockfile (out of date, unreadable, uv not installable): it "
+        "names the lock and the fix; nothing newer is installed instead",
+    ),
+    "ENV_PYTHON_MISSING": _c(EXIT_REFUSED, "no interpreter where setup was told to find it: install it, or --python"),
     # tasks
     "TASK_INVALID": _c(EXIT_REFUSED, "a task or criterion is malformed (ids, 2-5 root criteria, reasons...)"),
     "TASK_NOT_FOUND": _c(EXIT_REFUSED, "no task with that id"),
@@ -114,6 +120,9 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "VERIFY_ENV_OUTSIDE": _c(
         EXIT_REFUSED, "the project's code resolves outside the checkout being verified (an editable install elsewhere)"
+    ),
+    "VERIFY_ENV_MISSING": _c(
+        EXIT_REFUSED, "the commands' interpreter does not exist (nothing made it): it names the setup step that makes it"
     ),
     "VERIFY_WORKER_REFUSED": _c(
         EXIT_REFUSED,

@@ -248,8 +248,16 @@ def test_missing_and_failing_tools_are_env_setup_failed(run_cli: Any, tmp_path: 
     assert not_python.returncode == 3 and "is not a Python project" in not_python.stderr
     (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     missing_python = run_cli("git", "agentops-env", "python", "--python", str(tmp_path / "nope"), cwd=repo)
-    assert missing_python.returncode == 3 and "ENV_SETUP_FAILED" in missing_python.stderr
-    assert "asking the interpreter its version" in missing_python.stderr
+    assert missing_python.returncode == 3
+    assert f"error[ENV_PYTHON_MISSING]: the interpreter {tmp_path / 'nope'} does not exist" in missing_python.stderr
+    not_on_path = run_cli("git", "agentops-env", "python", "--python", "python3.0", cwd=repo)
+    assert not_on_path.returncode == 3 and "the interpreter python3.0 is not on PATH" in not_on_path.stderr
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'cannot start' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    failing_python = run_cli("git", "agentops-env", "python", "--python", str(broken), cwd=repo)
+    assert failing_python.returncode == 3 and "error[ENV_SETUP_FAILED]" in failing_python.stderr
+    assert "asking the interpreter its version" in failing_python.stderr and "cannot start" in failing_python.stderr
     (bare / "npm").write_text("#!/bin/sh\necho 'npm ERR! registry unreachable'\nexit 1\n")
     (bare / "npm").chmod(0o755)
     failed = run_cli(sys.executable, command, "node", "--json", cwd=repo, env={"PATH": str(bare)})
@@ -347,19 +355,15 @@ def test_dependency_sources_in_order_and_self_references_expanded(tmp_path: Path
     assert requirements_for(decl, ["dev"]) == ["click>=8", "pytest", "ruff", "mypy", "types-requests"]
     assert {"pytest", "ruff", "mypy", "click"} <= installed_names(root, ["dev"])
     assert pinned_source(root, ["dev"], have=[]) is None
-    (root / "uv.lock").write_text("")
-    uv = pinned_source(root, ["dev", "test"], have=["uv"])
-    assert uv is not None and uv.kind == "uv"
-    assert uv.export == (
-        "uv", "export", "--frozen", "--no-hashes", "--no-emit-project", "--format", "requirements-txt",
-        "--extra=dev", "--extra=test", "--group=dev",
-    )  # fmt: skip
-    assert pinned_source(root, [], have=[]) is None  # uv.lock without uv: the declared dependencies alone
     (root / "requirements" / "tests.txt").write_text(
         "-e .\npytest==8.0 \\\n    --hash=sha256:abc\n-r base.txt\n./vendored\nidna==3.7  # pinned\n"
     )
     pinned = pinned_source(root, [], have=["uv"])
     assert pinned is not None and pinned.kind == "requirements" and pinned.file == root / "requirements" / "tests.txt"
+    (root / "uv.lock").write_text("")
+    for have in ([], ["uv"]):  # the project's lock comes first, whether or not uv is on PATH
+        uv = pinned_source(root, ["dev", "test"], have=have)
+        assert uv is not None and (uv.kind, uv.file) == ("uv", root / "uv.lock")
     assert filtered_requirements(root / "requirements" / "tests.txt") == [
         "pytest==8.0 --hash=sha256:abc",
         f"-r {(root / 'requirements' / 'base.txt').resolve()}",

@@ -100,15 +100,25 @@ def probe(checkout: Path, argvs: Sequence[Sequence[str] | str], env: Mapping[str
     python = interpreter(checkout, argvs, env)
     if python is None:
         return Environment(locks)
+    if not os.path.exists(python):
+        raise _missing(checkout, python)
     # -c, like -m, puts the checkout first on sys.path: "python -m pytest" sees a flat-layout package there too
     result = run_command([python, "-c", _SCRIPT, *packages], cwd=checkout, env=env, timeout=60, clock=clock)
     try:
         answer = json.loads(result.output.decode("utf-8", errors="replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        tail = result.tail.decode("utf-8", errors="replace")[-400:]
+        tail = result.tail.decode("utf-8", errors="replace")[-400:].strip()
+        if result.spawn_error:
+            why = f"it could not start: {result.spawn_error}"
+        elif result.timed_out:
+            why = "it did not answer within 60 s"
+        else:
+            ended = f"exit {result.exit_code}" if result.exit_code is not None else f"signal {result.signal}"
+            why = f"{ended}, " + (f"saying:\n{tail}" if tail else "printing nothing")
         raise AgentOpsError(
             "VERIFY_ENV_OUTSIDE",
-            f"cannot ask {python} where the project's packages are (exit {result.exit_code}): {tail}",
+            f"cannot ask {python} where the project's packages are ({why})",
+            details={"python": python, "exitCode": result.exit_code},
         ) from None
     root = checkout.resolve()
     outside = []
@@ -127,3 +137,28 @@ def probe(checkout: Path, argvs: Sequence[Sequence[str] | str], env: Mapping[str
     # the interpreter's path depends on where the checkout is, the installed set does not: digest the set
     installed = [line for line in answer["installed"] if not line.startswith(tuple(f"{p.lower()}==" for p in packages))]
     return Environment(locks, answer.get("version"), digest(installed), answer["packages"])
+
+
+def _missing(checkout: Path, python: str) -> AgentOpsError:
+    """``VERIFY_ENV_MISSING``: the commands name an interpreter that is not there, and nothing made it."""
+    path = Path(python)
+    venv = path.parent.parent if path.parent.name == "bin" else path.parent
+    shown = str(venv)
+    for root in (checkout, checkout.resolve()):
+        if venv.is_relative_to(root):
+            shown = venv.relative_to(root).as_posix()
+            break
+    own = shown == VENV
+    fix = (
+        'give the policy the setup step that makes it -- [[worktree.setup]] argv = ["git", "agentops-env", '
+        + ('"python"' if own else f'"python", "--venv", "{shown}"')
+        + "] -- which git agentops-verify and every run then run themselves, or run 'git agentops-env python"
+        + ("" if own else f" --venv {shown}")
+        + "' here once"
+    )
+    return AgentOpsError(
+        "VERIFY_ENV_MISSING",
+        f"the verification commands run {python}, which does not exist: the environment {shown} has not been made "
+        f"in {checkout}. Fix: {fix}",
+        details={"python": python, "venv": str(venv)},
+    )

@@ -11,6 +11,7 @@ the checkout; no subprocess.
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -125,3 +126,11 @@ def lock_digest(root: Path) -> str:
         }
     )
     return digest(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvState:
+    """Whether a checkout's environment is what its setup would leave now, and if not, why (for a person)."""
+
+    ready: bool
+    why: str = ""

@@ -1,21 +1,27 @@
 """What a Python project's environment must hold, read from the files the project already has.
 
 The base environment of ``git agentops-env python`` holds the project's dependencies and none of the project;
-:func:`sources` says where they come from, in order of how well they are pinned:
+:func:`pinned_source` says which file pins them, in this order -- a lock before anything else, since a lock is the
+project's own full resolution and what its CI installs:
 
-1. a pinned requirements file for tests (``requirements/test*.txt``, ``requirements-test.txt``,
+1. ``uv.lock`` (read through ``uv export --frozen``: :mod:`.uv`);
+2. ``poetry.lock``, then ``pdm.lock`` (their pinned versions read directly: :mod:`.locks` says why);
+3. ``Pipfile.lock``;
+4. a pinned requirements file for tests (``requirements/test*.txt``, ``requirements-test.txt``,
    ``requirements-dev.txt``, ``requirements/dev.txt``) -- what a contributing guide says to install;
-2. ``uv.lock``, exported with ``uv export --frozen`` when ``uv`` is on PATH;
-3. ``poetry.lock``, exported with ``poetry export`` when ``poetry`` is on PATH;
-4. ``requirements.txt`` (an application's pins);
+5. ``requirements.txt`` (an application's pins);
 
-and always, next to that pinned part, what ``pyproject.toml`` declares: ``[project] dependencies``, the named
-``optional-dependencies`` extras and ``[dependency-groups]`` of the same names, ``[build-system] requires`` and
-the ``--with`` packages. A pinned test file usually lists only the test tools (the runtime dependencies come with
-the project, which is installed ``--no-deps``), so the declared part is what makes the project importable; pip
+and next to that pinned part, unless the lock already holds the whole selection, what ``pyproject.toml``
+declares: ``[project] dependencies``, the named ``optional-dependencies`` extras, the ``[dependency-groups]`` of
+PEP 735 (named with ``--group``, or ``--extra`` when no extra has the name), ``[build-system] requires`` and the
+``--with`` packages. A pinned test file usually lists only the test tools (the runtime dependencies come with the
+project, which is installed ``--no-deps``), so the declared part is what makes the project importable; pip
 resolves both in one run, so the pins win where they apply. An extra that names the project itself
 (``dev = ["myproj[test]"]``) is expanded here: left to pip, it would install the project from the index into the
 base, the very thing the base must not hold.
+
+Which file is used depends on the checkout alone, never on the tools on PATH: the same commit gets the same base on
+every machine.
 
 :func:`installed_names` is the static view of the same: which distributions a setup will install, so that
 ``git agentops-init`` writes ``ruff`` as a command only when ``ruff`` will be there. Pure reads; no subprocess.
@@ -23,6 +29,7 @@ base, the very thing the base must not hold.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -98,6 +105,9 @@ def declared(root: Path) -> Declared:
         name = poetry["name"]
     optional = {normalize(k): _strings(v) for k, v in _table(project, "optional-dependencies").items()}
     groups = {normalize(k): list(v) for k, v in _table(config, "dependency-groups").items() if isinstance(v, list)}
+    for group, specs in _table(config, "tool", "pdm", "dev-dependencies").items():  # pdm's groups before PEP 735
+        if isinstance(specs, list):
+            groups.setdefault(normalize(group), []).extend(_strings(specs))
     poetry_sets: dict[str, list[str]] = {}
     for group, table in _table(poetry, "group").items():
         poetry_sets[normalize(group)] = [normalize(n) for n in _table(table, "dependencies") if n != "python"]
@@ -130,8 +140,11 @@ def setup_extras(root: Path) -> list[str]:
     return [extra for extra in SETUP_EXTRAS if extra in names]
 
 
-def requirements_for(decl: Declared, extras: Iterable[str]) -> list[str]:
+def requirements_for(decl: Declared, extras: Iterable[str], groups: Iterable[str] = ()) -> list[str]:
     """The PEP 508 requirements of the project's dependencies plus the named extras and groups.
+
+    ``extras`` names an extra, or a dependency group of that name (what ``--extra`` has always accepted);
+    ``groups`` names dependency groups only (``--group``, PEP 735).
 
     Self-references (``myproj[test]`` inside an extra of ``myproj``) are expanded into those extras' own
     requirements instead of being kept, and ``include-group`` tables are followed, each group or extra once.
@@ -164,6 +177,17 @@ def requirements_for(decl: Declared, extras: Iterable[str]) -> list[str]:
         add(spec)
     for extra in extras:
         visit("extra", normalize(extra))
+    for group in groups:
+        visit("group", normalize(group))
+    return out
+
+
+def selection_requirements(decl: Declared, extras: Sequence[str], groups: Sequence[str] = ()) -> list[str]:
+    """What the selection declares: :func:`requirements_for`, plus the names a poetry group or extra lists
+    (poetry's own syntax is not PEP 508, so only the names are taken: the lock gives the versions)."""
+    out = requirements_for(decl, extras, groups)
+    for name in [*extras, *groups]:
+        out += [n for n in decl.poetry.get(normalize(name), []) if n not in out]
     return out
 
 
@@ -212,55 +236,82 @@ def filtered_requirements(path: Path) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where the pinned part of a base comes from: a requirements file, or an export command's output."""
+    """Which file pins a base (:func:`pinned_source`)."""
 
-    kind: str  # "requirements" | "uv" | "poetry"
-    file: Path | None  # the requirements file, or the lockfile an export reads
-    export: tuple[str, ...] = ()  # the export argv, for uv and poetry
+    kind: str  # "uv" | "poetry" | "pdm" | "pipenv" | "requirements"
+    file: Path
 
     def describe(self) -> str:
-        return " ".join(self.export) if self.export else str(self.file)
+        return self.file.name if self.kind == "requirements" else f"{self.file.name} ({self.kind})"
 
 
-def pinned_source(root: Path, extras: Sequence[str], *, have: Iterable[str]) -> Source | None:
-    """The pinned source of a base (the module docstring's order); ``have`` names the tools on PATH."""
-    tools = set(have)
-    decl = declared(root)
-    wanted = [normalize(e) for e in extras]
+LOCKS: Final = (("uv", "uv.lock"), ("poetry", "poetry.lock"), ("pdm", "pdm.lock"), ("pipenv", "Pipfile.lock"))
+"""The Python lockfiles setup follows, in the order they are looked for."""
+
+
+def pinned_source(
+    root: Path, extras: Sequence[str] = (), groups: Sequence[str] = (), *, have: Iterable[str] = ()
+) -> Source | None:
+    """The file that pins a base (the module docstring's order), or None when nothing pins it.
+
+    ``extras``, ``groups`` and ``have`` (the tools on PATH) are accepted for callers that pass them and change
+    nothing: the choice depends on the checkout's files alone.
+    """
+    del extras, groups, have
+    for kind, name in LOCKS:
+        path = root / name
+        if path.is_file() and not path.is_symlink():
+            return Source(kind, path)
     found = test_requirements_file(root)
     if found is not None:
         return Source("requirements", found)
-    if (root / "uv.lock").is_file() and "uv" in tools:
-        argv = ["uv", "export", "--frozen", "--no-hashes", "--no-emit-project", "--format", "requirements-txt"]
-        argv += [f"--extra={e}" for e in wanted if e in decl.optional]
-        argv += [f"--group={e}" for e in wanted if e in decl.groups]
-        return Source("uv", root / "uv.lock", tuple(argv))
-    if (root / "poetry.lock").is_file() and "poetry" in tools:
-        argv = ["poetry", "export", "--format", "requirements.txt", "--without-hashes"]
-        argv += [f"--with={e}" for e in wanted if e in decl.poetry and e not in _poetry_extras(root)]
-        argv += [f"--extras={e}" for e in wanted if e in _poetry_extras(root) or e in decl.optional]
-        return Source("poetry", root / "poetry.lock", tuple(argv))
     if (root / "requirements.txt").is_file():
         return Source("requirements", root / "requirements.txt")
     return None
 
 
-def _poetry_extras(root: Path) -> set[str]:
-    return {normalize(k) for k in _table(pyproject(root), "tool", "poetry", "extras")}
+def split_selection(decl: Declared, extras: Sequence[str], groups: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The normalized extras and dependency groups a selection names, as a lock tool wants them apart: an
+    ``--extra`` name is an extra, or a group when no extra has it; a ``--group`` name is a group."""
+    wanted_extras, wanted_groups = [], []
+    for name in map(normalize, extras):
+        if name in decl.optional:
+            wanted_extras.append(name)
+        if name in decl.groups or name in decl.poetry:
+            wanted_groups.append(name)
+    for name in map(normalize, groups):
+        if name not in wanted_groups:
+            wanted_groups.append(name)
+    return wanted_extras, wanted_groups
 
 
 def installed_names(
-    root: Path, extras: Sequence[str], with_: Sequence[str] = (), *, have: Iterable[str] = ()
+    root: Path,
+    extras: Sequence[str],
+    with_: Sequence[str] = (),
+    *,
+    have: Iterable[str] = (),
+    groups: Sequence[str] = (),
 ) -> set[str]:
-    """The distributions a setup with these extras will install, as far as the files say (no resolver: direct
-    requirements only, which is where a project names its lint and type tools). ``have``: tools on PATH, as for
-    :func:`pinned_source`."""
+    """The distributions a setup with these extras and groups will install, as far as the files say (no
+    resolver: direct requirements only, which is where a project names its lint and type tools). ``have`` is
+    accepted and changes nothing (see :func:`pinned_source`)."""
+    del have
     decl = declared(root)
-    names = {p[0] for spec in requirements_for(decl, extras) if (p := requirement_name(spec))}
-    names |= {p[0] for spec in with_ if (p := requirement_name(spec))}
-    for extra in extras:
-        names |= set(decl.poetry.get(normalize(extra), []))
-    source = pinned_source(root, extras, have=have)
-    if source is not None and source.kind == "requirements" and source.file is not None:
-        names |= {p[0] for line in requirement_lines(source.file) if (p := requirement_name(line))}
-    return names
+    specs = [*selection_requirements(decl, extras, groups), *with_]
+    source = pinned_source(root)
+    if source is not None and source.kind == "requirements":
+        specs += requirement_lines(source.file)
+    elif source is not None and source.kind == "pipenv":
+        specs += _pipfile_names(source.file)
+    return {p[0] for spec in specs if (p := requirement_name(spec))}
+
+
+def _pipfile_names(path: Path) -> list[str]:
+    """The names ``Pipfile.lock`` installs (its ``default`` and ``develop`` sections)."""
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    sections = [doc.get(name) for name in ("default", "develop")] if isinstance(doc, dict) else []
+    return [name for section in sections if isinstance(section, dict) for name in section]
