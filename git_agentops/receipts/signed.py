@@ -112,7 +112,10 @@ def judge_policy_commit(
     if len(parents) != 1:
         return None
     changed = paths if paths is not None else changed_paths(cwd, parents[0], commit)
-    if not is_policy_change(changed, [*signer_files(parents[0]), *signer_files(commit)]):
+    outside = [p for p in changed if not p.startswith(POLICY_DIR)]
+    if not changed or len(outside) > 2:  # at most the two signers files: no policy read for an ordinary commit
+        return None
+    if outside and not is_policy_change(outside, [*signer_files(parents[0]), *signer_files(commit)]):
         return None
     short = commit[:12]
     raw = _git(cwd, "cat-file", "commit", commit)
