@@ -96,3 +96,39 @@ def test_a_linked_worktree_on_the_target_is_moved_too(tmp_path: Path) -> None:
     assert doc["status"] == "complete"
     assert (other / "src" / "a.txt").read_text() == "a\n"
     assert subprocess.run(["git", "status", "--porcelain"], cwd=other, capture_output=True, text=True).stdout == ""
+
+
+def test_checkouts_follow_all_or_none_and_a_refusal_overwrites_nothing(tmp_path: Path) -> None:
+    """Invariant (the code both publish paths use): bringing the checkouts of a branch to a new tip moves every one
+    or none -- when one would overwrite an untracked file, the ones already moved go back, each checkout is left at
+    a tree matching a commit, and the person's file is intact."""
+    import pytest
+
+    from git_agentops.errors import AgentOpsError
+    from git_agentops.gitstore.checkout import dirty_checkouts, follow_checkouts
+
+    from .conftest import commit_files, make_repo
+
+    repo = make_repo(tmp_path / "repo", files={"src/base.txt": "hello\n"})
+    old = git(repo, "rev-parse", "HEAD")
+    other = tmp_path / "second"
+    git(repo, "worktree", "add", "-q", "-f", str(other), "main")  # a second checkout of the same branch
+    new = commit_files(other, {"src/new.txt": "new\n"}, "adds src/new.txt")
+    git(other, "reset", "-q", "--hard", old)
+    git(repo, "update-ref", "refs/heads/main", old)
+    (other / "src" / "new.txt").write_text("the person's own, untracked\n")
+    checked_out, dirty = dirty_checkouts(repo / ".git", "refs/heads/main")
+    assert sorted(map(str, checked_out)) == sorted([str(repo), str(other)]) and dirty == {}  # untracked: not dirty
+    with pytest.raises(AgentOpsError) as refused:
+        follow_checkouts([repo, other], old, new)
+    assert refused.value.code == "GIT_FAILED"
+    for checkout in (repo, other):
+        assert git(checkout, "status", "--porcelain", "--untracked-files=no") == ""
+        assert git(checkout, "write-tree") == git(checkout, "rev-parse", f"{old}^{{tree}}")
+    assert not (repo / "src" / "new.txt").exists()  # moved, then moved back
+    assert (other / "src" / "new.txt").read_text() == "the person's own, untracked\n"
+    (other / "src" / "new.txt").unlink()
+    follow_checkouts([repo, other], old, new)
+    for checkout in (repo, other):
+        assert git(checkout, "write-tree") == git(checkout, "rev-parse", f"{new}^{{tree}}")
+        assert (checkout / "src" / "new.txt").read_text() == "new\n"
