@@ -135,7 +135,9 @@ def _files(extra: dict[str, str]) -> dict[str, str]:
 
 
 def _uv_project(path: Path) -> Path:
-    return make_repo(path, files=_files({name: (FIXTURES / name).read_text() for name in ("pyproject.toml", "uv.lock")}))
+    return make_repo(
+        path, files=_files({name: (FIXTURES / name).read_text() for name in ("pyproject.toml", "uv.lock")})
+    )
 
 
 def _without_uv(tmp_path: Path) -> dict[str, str]:
@@ -224,7 +226,9 @@ def test_a_lock_older_than_pyproject_is_refused_before_anything_is_installed(run
     """pyproject.toml declares a dependency the lock does not pin: pip would pick its newest release. Refused,
     naming the lock and the command that fixes it, for uv and poetry alike (no network, no uv needed)."""
     stale = (FIXTURES / "pyproject.toml").read_text().replace('test = ["pytest>=8"]', 'test = ["pytest>=8", "attrs"]')
-    uv = make_repo(tmp_path / "uv", files=_files({"pyproject.toml": stale, "uv.lock": (FIXTURES / "uv.lock").read_text()}))
+    uv = make_repo(
+        tmp_path / "uv", files=_files({"pyproject.toml": stale, "uv.lock": (FIXTURES / "uv.lock").read_text()})
+    )
     done = run_cli("git", "agentops-env", "python", "--extra", "test", cwd=uv, env=_without_uv(tmp_path))
     assert done.returncode == 3, done.stderr
     assert "error[ENV_LOCK_UNUSABLE]: uv.lock does not pin attrs, which pyproject.toml declares" in done.stderr
@@ -241,7 +245,12 @@ def test_a_lock_older_than_pyproject_is_refused_before_anything_is_installed(run
 
 def test_uv_that_cannot_be_installed_or_cannot_read_the_lock_is_env_lock_unusable(run_cli: Any, tmp_path: Path) -> None:
     repo = _uv_project(tmp_path / "repo")
-    offline = {**_without_uv(tmp_path), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path), "PIP_CONFIG_FILE": os.devnull}
+    offline = {
+        **_without_uv(tmp_path),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path),
+        "PIP_CONFIG_FILE": os.devnull,
+    }
     done = run_cli("git", "agentops-env", "python", "--extra", "test", cwd=repo, env=offline, timeout=300)
     assert done.returncode == 3, done.stderr
     assert "error[ENV_LOCK_UNUSABLE]: the project pins its dependencies in uv.lock, which only uv reads" in done.stderr
@@ -325,7 +334,11 @@ def test_npm_ci_with_a_lock_out_of_sync_is_env_lock_unusable_and_never_npm_insta
             "packages": {"": {"name": "p", "version": "1.0.0"}}}  # fmt: skip
     repo = make_repo(
         tmp_path / "repo",
-        files={"package.json": json.dumps(package), "package-lock.json": json.dumps(lock), ".gitignore": "node_modules/\n"},
+        files={
+            "package.json": json.dumps(package),
+            "package-lock.json": json.dumps(lock),
+            ".gitignore": "node_modules/\n",
+        },
     )
     done = run_cli("git", "agentops-env", "node", cwd=repo, timeout=300)
     assert done.returncode == 3, done.stdout + done.stderr

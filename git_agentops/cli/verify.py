@@ -5,6 +5,13 @@ that it ran in this worktree and who ran it (a person, or an agent of a run); a 
 it verifies in a clean checkout of its own. A passing, authenticated result for the same tree, command, policy and
 environment is reused unless ``--fresh``. Exit 0 when every required command passed, 1 otherwise.
 
+Before the commands, the trusted policy's 'git agentops-env' setup steps whose environment is missing or stale
+here (.agentops/venv, node_modules: the lockfile, the declared dependencies, the step's options or the
+interpreter changed) are run, as pre-commit and tox make theirs on first use -- the first verification after
+init needs no manual step. Progress goes to stderr on a terminal; what was made is listed ("setup" in --json).
+A step that cannot make its environment is ENV_SETUP_FAILED, ENV_LOCK_UNUSABLE or ENV_PYTHON_MISSING naming the
+step; commands that run an interpreter nothing made are VERIFY_ENV_MISSING, naming the setup step to add.
+
 In a run's worker worktree (it holds .agentops/mailbox/instructions.json) this is the worker's own, advisory
 check before it hands off: it runs the commands of the policy the RUN IS BOUND TO (refs/agentops/runs/<run>/policy,
 not the worktree's policy file, not the trust store) and the acceptance runners of the worker's own task, on the
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import errno
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,6 +41,7 @@ from .common import Context, Parser, build, run
 
 if TYPE_CHECKING:
     from ..gitstore.checkout import Probe
+    from ..model.policy import Policy
     from ..verify.core import Outcome
     from ..verify.worker import WorkerCheck
 
@@ -184,7 +193,7 @@ def _verify_here(args: argparse.Namespace, ctx: Context, where: Probe) -> int:
     from ..gitstore.backend import GitCliBackend, git_config
     from ..gitstore.identity import DEFAULT_IDENTITY, Identity
     from ..policy.load import cache_dir_for, load_policy
-    from ..policy.trust import TrustStore, repo_identity
+    from ..policy.trust import TrustStore, repo_identity, require_trusted
     from ..verify.core import AGENT, PERSON, describe, verify_checkout
     from ..verify.evidence import EvidenceStore
 
@@ -210,6 +219,8 @@ def _verify_here(args: argparse.Namespace, ctx: Context, where: Probe) -> int:
     )
     in_agent = any(ctx.env.get(name) for name in AGENT_MARKS)
     provenance = AGENT if in_agent else PERSON
+    require_trusted(verdict)  # before the setup below: it is the policy's too
+    made = _make_environments(policy, worktree, ctx)
     outcome = verify_checkout(
         EvidenceStore(backend, common_dir / "agentops"),
         worktree=worktree,
@@ -226,12 +237,65 @@ def _verify_here(args: argparse.Namespace, ctx: Context, where: Probe) -> int:
         f"{'PASSED' if outcome.passed else 'FAILED'}: {outcome.commit[:12]} (tree {outcome.tree[:12]}), "
         f"verified in this worktree by {'an agent' if in_agent else 'you'} -- runs re-verify in a clean checkout"
     )
-    summary = [verdict_line] if ctx.interactive else [*map(describe, outcome.records), verdict_line]
+    summary = [verdict_line] if ctx.interactive else [*made.lines, *map(describe, outcome.records), verdict_line]
     for failure in outcome.failures():
         if failure["tail"]:
             summary.append(f"--- last output of {failure['commandId']} ---\n{failure['tail'].rstrip()[-2000:]}")
-    ctx.emit({**outcome.to_json(), "producer": provenance.producer, "checkout": provenance.checkout}, summary)
+    doc = {**outcome.to_json(), "producer": provenance.producer, "checkout": provenance.checkout, "setup": made.docs}
+    ctx.emit(doc, summary)
     return 0 if outcome.passed else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """The environments verification made before running the commands: a line and a document each."""
+
+    lines: tuple[str, ...] = ()
+    docs: tuple[dict[str, Any], ...] = ()
+
+
+def _make_environments(policy: Policy, worktree: Path, ctx: Context) -> Made:
+    """Run the policy's ``git agentops-env`` setup steps whose environment is missing or stale here, as pre-commit
+    and tox make theirs on first use: the first verification after init needs no manual step.
+
+    Only those steps: any other setup step is the person's to run in their own checkout. Each runs in process,
+    with the environment a run's setup gets (the scrubbed variables and the step's own ``env``), so what works here
+    works in a run. Progress on a terminal; a step that cannot make its environment raises its own code
+    (``ENV_SETUP_FAILED``, ``ENV_LOCK_UNUSABLE``, ``ENV_PYTHON_MISSING``), saying which step and why it ran.
+    """
+    import shlex
+    import time
+
+    from ..process.command import scrub_environment
+    from .env import env_state, make_env, parse_step
+
+    lines, docs = [], []
+    progress = ctx.progress if ctx.interactive else None
+    for index, step in enumerate(policy.setup):
+        args = parse_step(step.argv)
+        if args is None:
+            continue
+        env = scrub_environment(ctx.env, step.env)
+        state = env_state(args, worktree, env)
+        if state is None or state.ready:
+            continue
+        shown = step.argv if isinstance(step.argv, str) else shlex.join(step.argv)
+        ctx.progress(f"setup {index}: {state.why}; making it ({shown})")
+        start = time.monotonic()
+        try:
+            doc, line = make_env(args, worktree, env, ctx.clock, progress)
+        except AgentOpsError as exc:
+            code = "ENV_SETUP_FAILED" if exc.code == "USAGE" else exc.code
+            raise AgentOpsError(
+                code,
+                f"verification needs the environment the policy's setup step {index} makes ({state.why}), and "
+                f"'{shown}' could not make it: {exc.message}",
+                details={**exc.details, "step": index, "argv": step.argv},
+            ) from exc
+        ctx.progress(f"setup {index}: {line} ({time.monotonic() - start:.1f}s)")
+        lines.append(f"setup {index}: {state.why}; made it: {line}")
+        docs.append({"step": index, "argv": step.argv, "why": state.why, **doc})
+    return Made(tuple(lines), tuple(docs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
