@@ -240,28 +240,40 @@ def test_init_detects_project_and_writes_a_valid_policy(run_cli: Any, tmp_path: 
         tmp_path / "proj",
         files={
             "pyproject.toml": "[project]\nname='x'\n[tool.pytest.ini_options]\n[tool.ruff]\n",
-            "package.json": json.dumps({"scripts": {"test": "jest", "lint": "eslint ."}}),
+            "package.json": json.dumps(
+                {"scripts": {"test": "jest", "lint": "eslint ."}, "devDependencies": {"jest": "29", "eslint": "9"}}
+            ),
             "yarn.lock": "",
             "go.mod": "module x\n",
-            "Makefile": "check:\n\ttrue\nCC := cc\n",
+            "Makefile": "check:\n\tflake8 .\nCC := cc\n",
         },
     )
     dry = run_cli("git", "agentops-init", "--dry-run", "--json", cwd=repo)
     plan = json.loads(dry.stdout)
     assert dry.returncode == 0 and not (repo / ".agentops" / "policy.toml").exists()
-    assert [d["id"] for d in plan["detected"]] == ["tests", "lint", "go-test", "make-check"]
+    # two test suites, each once: the package's test script and pytest
+    assert [d["id"] for d in plan["detected"]] == ["tests", "tests-pytest", "go-test", "lint"]
     # ruff is configured but not installed by setup: commented out, so the yarn lint (installed by setup) gets the id
-    assert plan["detected"][0]["argv"] == [".agentops/venv/bin/python", "-m", "pytest", "-q"]
-    assert plan["detected"][1]["argv"] == ["yarn", "run", "lint"]
-    assert [(d["id"], d["argv"][2]) for d in plan["disabled"]] == [("lint-ruff", "ruff")]
+    assert plan["detected"][0]["argv"] == ["yarn", "run", "test"]
+    assert plan["detected"][1]["argv"] == [".agentops/venv/bin/python", "-m", "pytest", "-q"]
+    assert plan["detected"][3]["argv"] == ["yarn", "run", "lint"]
+    assert [(d["id"], d["argv"] if isinstance(d["argv"], str) else d["argv"][2]) for d in plan["disabled"]] == [
+        ("lint-ruff-check", "ruff"),
+        ("make-check", 'PATH="$PWD/.agentops/venv/bin:$PATH" make check'),  # flake8 is not installed
+    ]
+    assert 'add "--with flake8" to the setup step' in plan["disabled"][1]["reason"]
     assert plan["setup"] == [
         ["git", "agentops-env", "python", "--with", "pytest"],
         ["git", "agentops-env", "node"],
         ["git", "agentops-env", "go"],
     ]
-    assert plan["detected"][3]["argv"] == 'PATH="$PWD/.agentops/venv/bin:$PATH" make check'
     no_tty = run_cli("git", "agentops-init", cwd=repo)
     assert no_tty.returncode == 3 and "CONFIRMATION_REQUIRED" in no_tty.stderr
+    # what it stops at is after the policy and the setup it will need, not before
+    assert "[[verify.commands]]" in no_tty.stdout
+    assert "Its setup, to run once in this checkout (worker worktrees run it themselves): git agentops-env python " in (
+        no_tty.stdout
+    )
     assert not (repo / ".agentops" / "policy.toml").exists()
     done = run_cli("git", "agentops-init", "--yes", cwd=repo)
     assert done.returncode == 0, done.stderr
@@ -323,16 +335,17 @@ def test_init_python_project_uses_the_checkouts_venv_and_comments_out_tools_setu
     from git_agentops.policy.starter import propose, render, starter_policy
 
     plan = _init_plan(run_cli, tmp_path, SRC_LAYOUT)
-    assert plan["setup"] == [["git", "agentops-env", "python", "--extra", "test", "--extra", "dev"]]
-    assert plan["runHere"] == ["git agentops-env python --extra test --extra dev"]
+    assert plan["setup"] == [["git", "agentops-env", "python", "--extra", "test", "--group", "dev"]]
+    assert plan["runHere"] == ["git agentops-env python --extra test --group dev"]
     assert [(d["id"], d["argv"]) for d in plan["detected"]] == [
         ("tests", [".agentops/venv/bin/python", "-m", "pytest", "-q"]),
-        ("lint", [".agentops/venv/bin/python", "-m", "ruff", "check", "."]),  # ruff is in the dev group
+        ("lint", [".agentops/venv/bin/python", "-m", "ruff", "check", "--no-fix"]),  # ruff is in the dev group
     ]
     assert [(d["id"], d["reason"]) for d in plan["disabled"]] == [
         (
             "types",
-            'mypy is not installed in .agentops/venv (add it to the "dev" extra, or use --with mypy in the setup step)',
+            'mypy is not installed in .agentops/venv: add "--with mypy" to the setup step, or mypy to a dependency '
+            "group",
         )
     ]
     root = tmp_path / "proj"
@@ -376,7 +389,12 @@ def test_init_node_cargo_and_go_setups(run_cli: Any, tmp_path: Path) -> None:
         run_cli,
         tmp_path,
         {
-            "package.json": json.dumps({"scripts": {"test": "vitest", "typecheck": "tsc"}}),
+            "package.json": json.dumps(
+                {
+                    "scripts": {"test": "vitest", "typecheck": "tsc"},
+                    "devDependencies": {"vitest": "1", "typescript": "5"},
+                }
+            ),
             "pnpm-lock.yaml": "",
             "Cargo.toml": "[package]\nname = 'x'\n",
             "Cargo.lock": "",
@@ -392,10 +410,12 @@ def test_init_node_cargo_and_go_setups(run_cli: Any, tmp_path: Path) -> None:
     ]
     assert [(d["id"], d["argv"]) for d in plan["detected"]] == [
         ("tests", ["pnpm", "run", "test"]),
-        ("types", ["pnpm", "run", "typecheck"]),
         ("cargo-test", ["cargo", "test", "--locked"]),
         ("go-test", ["go", "test", "./..."]),
+        ("typecheck", ["pnpm", "run", "typecheck"]),
     ]
-    assert [(d["id"], d["reason"]) for d in plan["disabled"]] == [("go-lint", "golangci-lint is not on PATH")]
+    assert [(d["id"], d["reason"]) for d in plan["disabled"]] == [
+        ("go-lint", "golangci-lint is not on PATH (golangci-lint: https://golangci-lint.run/welcome/install/)")
+    ]
     library = _init_plan(run_cli, tmp_path / "lib", {"Cargo.toml": "[package]\nname = 'x'\n"})
     assert library["detected"][0]["argv"] == ["cargo", "test"]  # no Cargo.lock: --locked would fail

@@ -1,14 +1,17 @@
 """``git agentops-init``: write a starter ``.agentops/policy.toml`` for this project, or install its hooks.
 
-Detects the project's own test and check commands (pytest, ruff, mypy, package.json scripts with the package
-manager of its lockfile, Cargo, go.mod, Makefile test/check targets) and the setup steps that make each
-checkout's own environment ('git agentops-env python|node|cargo|go'): a Python project's commands run
-.agentops/venv/bin/python, with the project installed from that checkout, never the main checkout's editable
-install. A lint or type tool that setup will not install is written commented out, with the reason. Prints the
-policy and every change before making it, and adds .agentops/worktrees/, .agentops/mailbox/, .agentops/venv/
-(and the like) to info/exclude. An existing policy is never replaced without --force. Nothing in the policy runs
-until you commit it and 'git agentops-policy trust' it; run its setup steps once in your own checkout so that
-'git agentops-verify' works there too.
+Proposes what the project already runs -- its CI workflows (.github/workflows), package.json scripts, Makefile
+targets, tox environments, nox sessions and pre-commit hooks, followed down to the test runners and tools they
+start, and the configuration of pytest, unittest, ruff, mypy, Cargo and Go -- one command per test suite and per
+tool, with the parser for its output (pytest, unittest, TAP for node --test, JUnit where the tool writes a report),
+and the setup steps that make each checkout's own environment ('git agentops-env python|node|cargo|go'): a
+Python project's commands run .agentops/venv/bin/python, with the project installed from that checkout, never
+the main checkout's editable install. A tool that setup will not install is written commented out, with the fix
+(the dependency group or extra that holds it: add "--group typing" to the setup step). Prints the policy, its
+setup command and every change before making it (also when it then stops for confirmation), and adds
+.agentops/worktrees/, .agentops/mailbox/, .agentops/venv/ (and the like) to info/exclude. An existing policy
+is never replaced without --force. Nothing in the policy runs until you commit it and 'git agentops-policy
+trust' it; run its setup steps once in your own checkout so that 'git agentops-verify' works there too.
 
 --hooks installs the pre-commit, pre-merge-commit, post-merge, pre-push and reference-transaction shims into
 $GIT_COMMON_DIR/hooks, or into core.hooksPath when it is set (a relative one resolves against the top of the
@@ -102,6 +105,8 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
             ctx.out(f"No agent CLI ({known}) was found on PATH: the policy has only the scripted host.")
         if excludes:
             ctx.out(f"{'Would add' if args.dry_run else 'Will add'} to {exclude_file}: {', '.join(excludes)}")
+        for command in run_here:  # before the confirmation, so a person who stops here knows what verify needs
+            ctx.out(f"Its setup, to run once in this checkout (worker worktrees run it themselves): {command}")
     if args.dry_run:
         ctx.emit(plan)
         return 0

@@ -1,38 +1,39 @@
-"""A starter policy for a project, from what the project already declares -- run in the checkout's own environment.
+"""A starter policy for a project, from what the project already runs -- run in the checkout's own environment.
 
-``git agentops-init`` looks for the test and check commands a project already has -- pytest configuration,
-``package.json`` scripts run with the package manager its lockfile names, Cargo, Go modules, Makefile ``test`` and
-``check`` targets, ruff and mypy configuration -- and writes them as ``[[verify.commands]]``, with the
-``[[worktree.setup]]`` steps that make each checkout's environment (``git agentops-env``). It only proposes: the
-user reads the policy, commits it, and trusts it before anything in it runs.
+``git agentops-init`` follows what the project runs -- its CI workflows, package.json scripts, Makefile targets,
+tox environments, nox sessions, pre-commit hooks, and the configuration of pytest, unittest, ruff, mypy, Cargo and
+Go -- down to the test runners and tools themselves (:mod:`.commands`), keeps one command per test suite and per
+tool (:mod:`.proposal`), and writes them as ``[[verify.commands]]`` with the ``[[worktree.setup]]`` steps that
+make each checkout's environment (``git agentops-env``). It only proposes: the user reads the policy, commits it,
+and trusts it before anything in it runs.
 
 Why setup at all: a command that runs "whatever ``python3`` is on PATH" runs the person's virtualenv, where the
 project is typically installed editable *from the main checkout*; in a worker's worktree it then tests the main
 checkout's code, and a breaking change passes. So a Python project gets ``git agentops-env python`` as a setup
 step (the project installed editable from each checkout into ``.agentops/venv``, dependencies shared by lockfile)
 and its commands name ``.agentops/venv/bin/python``. A lint or type tool is written as a command only when it
-will be installed where the command runs -- among the dependencies that setup installs, or on PATH for tools
-outside a Python environment; otherwise the command is written *commented out* with the reason, so the first
-verification of the generated policy passes and enabling the tool is one edit away.
+will be installed where the command runs; otherwise the command is written *commented out* with the exact fix
+(the dependency group that holds the tool...), so the first verification of the generated policy passes and
+enabling the tool is one edit away.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from .. import __version__
-from ..envs.project import is_python_project, pyproject
-from ..envs.pydeps import declared, installed_names, setup_extras
-from ..envs.tools import ENV_COMMAND, VENV
+from ..envs.tools import VENV
 from ..model.hosts import agent_clis, default_argv, default_env, default_pass_env, default_writable, registry
+from .checkmode import VENV_PYTHON
+from .projectfiles import read_text
+from .proposal import Detected, Disabled, Proposal
+from .proposal import propose as _propose
+
+__all__ = ["VENV_PYTHON", "Detected", "Disabled", "Proposal", "detect", "propose", "render", "starter_policy"]
 
 EXCLUDES: Final = (
     ".agentops/worktrees/",
@@ -57,229 +58,17 @@ HEADER: Final = (
     "#     git agentops-policy check && git agentops-policy trust\n"
     "# Reference: the README of git-agentops, or schemas/policy.schema.json.\n\n"
 )
-VENV_PYTHON: Final = f"{VENV}/bin/python"
 SETUP_TIMEOUT: Final = 1800
 
 
-@dataclass(frozen=True, slots=True)
-class Detected:
-    id: str
-    argv: tuple[str, ...] | str
-    parser: str
-    why: str
-    timeout: int = 1800
-    shell: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "argv": self.argv if isinstance(self.argv, str) else list(self.argv),
-            "parser": self.parser,
-            "timeout": self.timeout,
-            "description": self.why,
-        }
-        if self.shell:
-            doc["shell"] = True
-        return doc
-
-
-@dataclass(frozen=True, slots=True)
-class Disabled:
-    """A command the project's configuration asks for but whose tool will not be there: written commented out."""
-
-    command: Detected
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.command.to_json(), "reason": self.reason}
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    """What init proposes: setup steps, commands, and the commands left commented out (with their reasons)."""
-
-    setup: tuple[tuple[str, ...], ...] = ()
-    commands: tuple[Detected, ...] = ()
-    disabled: tuple[Disabled, ...] = ()
-
-    def setup_commands(self) -> list[str]:
-        """The setup steps as a person types them in their own checkout (where ``git agentops-verify`` runs)."""
-        return [shlex.join(step) for step in self.setup]
-
-
-def _read(path: Path, limit: int = 1024 * 1024) -> str | None:
-    try:
-        if path.is_file() and not path.is_symlink():
-            return path.read_bytes()[:limit].decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return None
-
-
-def _which(program: str, path: str | None) -> str | None:
-    """``program`` on the PATH given (None: the OS default, never this process's environment)."""
-    return shutil.which(program, path=os.defpath if path is None else path)
-
-
-def _has_pytest(root: Path, tool: dict[str, Any]) -> bool:
-    text = _read(root / "pyproject.toml")
-    return (
-        "pytest" in tool
-        or (root / "pytest.ini").is_file()
-        or "[tool:pytest]" in (_read(root / "setup.cfg") or "")
-        or "[pytest]" in (_read(root / "tox.ini") or "")
-        or (text is not None and re.search(r"\bpytest\b", text) is not None)
-        or (root / "conftest.py").is_file()
-        or (root / "tests" / "conftest.py").is_file()
-    )
-
-
-def _python_tools(root: Path, tool: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...], str, int]]:
-    """(distribution, id, arguments after the program, why, timeout) of each lint/type tool configured."""
-    found: list[tuple[str, str, tuple[str, ...], str, int]] = []
-    if "ruff" in tool or (root / "ruff.toml").is_file() or (root / ".ruff.toml").is_file():
-        found.append(("ruff", "lint", ("check", "."), "ruff lint", 600))
-    if (
-        "mypy" in tool
-        or (root / "mypy.ini").is_file()
-        or (root / ".mypy.ini").is_file()
-        or "[mypy]" in (_read(root / "setup.cfg") or "")
-    ):
-        found.append(("mypy", "types", (), "mypy type check", 1200))
-    return found
-
-
-def _python(root: Path, path: str | None) -> Proposal:
-    """pytest, ruff and mypy: in the checkout's ``.agentops/venv`` for a Python project, else from PATH."""
-    config = pyproject(root)
-    tool = config.get("tool", {}) if isinstance(config.get("tool"), dict) else {}
-    has_pytest = _has_pytest(root, tool)
-    tools = _python_tools(root, tool)
-    commands: list[Detected] = []
-    disabled: list[Disabled] = []
-    # a pyproject.toml that only configures tools (no project, no tests) gets no environment: the tools on PATH
-    if not is_python_project(root) or not (has_pytest or declared(root).installable):
-        if has_pytest:
-            commands.append(Detected("tests", ("python3", "-m", "pytest", "-q"), "pytest", "pytest test suite"))
-        for name, cid, args, why, timeout in tools:
-            command = Detected(cid, (name, *args), "none", why, timeout)
-            if _which(name, path) is None:
-                disabled.append(Disabled(command, f"{name} is not on PATH"))
-            else:
-                commands.append(command)
-        return Proposal(commands=tuple(commands), disabled=tuple(disabled))
-    extras = setup_extras(root)
-    names = installed_names(root, extras, have=[t for t in ("uv", "poetry") if _which(t, path)])
-    with_ = ["pytest"] if has_pytest and "pytest" not in names else []
-    options = [a for e in extras for a in ("--extra", e)] + [a for w in with_ for a in ("--with", w)]
-    if has_pytest:
-        commands.append(Detected("tests", (VENV_PYTHON, "-m", "pytest", "-q"), "pytest", f"pytest in {VENV}"))
-    extra = "dev" if "dev" in extras or not extras else extras[-1]
-    for name, cid, args, why, timeout in tools:
-        command = Detected(cid, (VENV_PYTHON, "-m", name, *args), "none", f"{why} in {VENV}", timeout)
-        if name in names:
-            commands.append(command)
-        else:
-            reason = (
-                f"{name} is not installed in {VENV} (add it to the {json.dumps(extra)} extra, "
-                f"or use --with {name} in the setup step)"
-            )
-            disabled.append(Disabled(command, reason))
-    return Proposal(((*ENV_COMMAND, "python", *options),), tuple(commands), tuple(disabled))
-
-
-def _node(root: Path) -> Proposal:
-    text = _read(root / "package.json")
-    if text is None:
-        return Proposal()
-    try:
-        scripts = json.loads(text).get("scripts", {})
-    except (ValueError, AttributeError):
-        return Proposal()
-    if not isinstance(scripts, dict):
-        return Proposal()
-    if (root / "pnpm-lock.yaml").is_file():
-        runner: tuple[str, ...] = ("pnpm", "run")
-    elif (root / "yarn.lock").is_file():
-        runner = ("yarn", "run")
-    elif (root / "bun.lockb").is_file() or (root / "bun.lock").is_file():
-        runner = ("bun", "run")
-    else:
-        runner = ("npm", "run", "--silent")
-    found = []
-    for script, cid in (("test", "tests"), ("lint", "lint"), ("typecheck", "types")):
-        if isinstance(scripts.get(script), str) and "no test specified" not in scripts[script]:
-            found.append(Detected(cid, (*runner, script), "none", f"package.json script '{script}' via {runner[0]}"))
-    return Proposal(setup=((*ENV_COMMAND, "node"),) if found else (), commands=tuple(found))
-
-
-def _native(root: Path, path: str | None) -> Proposal:
-    """Cargo and Go: fetch in setup, test against the lockfile as it is."""
-    setup: list[tuple[str, ...]] = []
-    commands: list[Detected] = []
-    disabled: list[Disabled] = []
-    if (root / "Cargo.toml").is_file():
-        setup.append((*ENV_COMMAND, "cargo"))
-        locked = (root / "Cargo.lock").is_file()  # --locked without a Cargo.lock fails: a library may not commit one
-        argv = ("cargo", "test", "--locked") if locked else ("cargo", "test")
-        commands.append(Detected("cargo-test", argv, "none", "Cargo project"))
-    if (root / "go.mod").is_file():
-        setup.append((*ENV_COMMAND, "go"))
-        commands.append(Detected("go-test", ("go", "test", "./..."), "none", "Go module"))
-        if any((root / f".golangci.{ext}").is_file() for ext in ("yml", "yaml", "toml", "json")):
-            lint = Detected("go-lint", ("golangci-lint", "run"), "none", "golangci-lint (.golangci config)", 900)
-            if _which("golangci-lint", path) is None:
-                disabled.append(Disabled(lint, "golangci-lint is not on PATH"))
-            else:
-                commands.append(lint)
-    return Proposal(tuple(setup), tuple(commands), tuple(disabled))
-
-
-def _make_targets(root: Path) -> set[str]:
-    text = _read(root / "Makefile") or _read(root / "makefile") or _read(root / "GNUmakefile") or ""
-    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.MULTILINE))
-
-
-def _make(root: Path, python_env: bool) -> list[Detected]:
-    """Makefile ``test``/``check``; with the checkout's venv first on PATH when there is one, so that the
-    ``python``/``pytest`` a recipe calls are this checkout's and not the person's virtualenv."""
-    found = []
-    targets = _make_targets(root)
-    for target in ("test", "check"):
-        if target in targets and python_env:
-            argv = f'PATH="$PWD/{VENV}/bin:$PATH" make {target}'
-            why = f"Makefile target '{target}', {VENV}/bin first on PATH"
-            found.append(Detected(f"make-{target}", argv, "none", why, shell=True))  # noqa: S604 -- a policy entry
-        elif target in targets:
-            found.append(Detected(f"make-{target}", ("make", target), "none", f"Makefile target '{target}'"))
-    return found
-
-
 def propose(root: Path, *, path: str | None = None) -> Proposal:
-    """Setup steps and verification commands for the project at ``root``; ``path`` is the PATH tools are found on.
-
-    Commands are most specific first with unique ids (the first of an id wins); a commented-out command whose id
-    is taken is renamed after its tool, so uncommenting it never makes a duplicate.
-    """
-    parts = [_python(root, path), _node(root), _native(root, path)]
-    python_env = bool(parts[0].setup)
-    unique: dict[str, Detected] = {}
-    for item in [c for part in parts for c in part.commands] + _make(root, python_env):
-        unique.setdefault(item.id, item)
-    disabled: list[Disabled] = []
-    for off in (d for part in parts for d in part.disabled):
-        command = off.command
-        if command.id in unique or command.id in {d.command.id for d in disabled}:
-            words = command.argv.split() if isinstance(command.argv, str) else list(command.argv)
-            program = words[2] if words[0] == VENV_PYTHON else Path(words[0]).name
-            command = replace(command, id=f"{command.id}-{program}")
-        disabled.append(Disabled(command, off.reason))
-    setup = tuple(step for part in parts for step in part.setup)
-    return Proposal(setup, tuple(unique.values()), tuple(disabled))
+    """Setup steps and verification commands for the project at ``root`` (see :mod:`.proposal`); ``path`` is the
+    PATH tools are found on."""
+    return _propose(root, path=path)
 
 
 def detect(root: Path, path: str | None = None) -> list[Detected]:
-    """Verification commands the project already declares, most specific first, ids unique (see :func:`propose`)."""
+    """Verification commands the project already declares, ids unique (see :func:`propose`)."""
     return list(propose(root, path=path).commands)
 
 
@@ -370,7 +159,7 @@ def render(doc: dict[str, Any], disabled: Sequence[Disabled] = ()) -> str:
 
 
 def missing_excludes(exclude_file: Path) -> list[str]:
-    present = set((_read(exclude_file) or "").splitlines())
+    present = set((read_text(exclude_file) or "").splitlines())
     return [line for line in EXCLUDES if line not in present]
 
 
@@ -378,7 +167,7 @@ def add_excludes(exclude_file: Path, lines: list[str]) -> None:
     if not lines:
         return
     exclude_file.parent.mkdir(parents=True, exist_ok=True)
-    current = _read(exclude_file) or ""
+    current = read_text(exclude_file) or ""
     prefix = "" if not current or current.endswith("\n") else "\n"
     with exclude_file.open("a", encoding="utf-8") as handle:
         handle.write(

@@ -14,7 +14,12 @@ output, never from the agent's account of it, so the parsers read the formats ru
   untrusted input: size-limited, and read by expat with handlers that refuse a DTD, any entity declaration or
   external entity the moment the parser meets one (a DTD is the only place entities, and so billion-laughs
   expansion or external entities, can come from), and an encoding outside the ASCII-compatible ones.
+* **unittest** -- the closing ``Ran 5 tests in 0.012s`` line and the verdict after it (``OK``, ``OK (skipped=1)``,
+  ``FAILED (failures=1, errors=2)``, ``NO TESTS RAN``), as ``python -m unittest`` and Django's runner print them.
+  Only the last such pair counts, for the same reason as pytest's summary.
 * **TAP** 12/13/14 -- top-level ``ok``/``not ok`` lines, ``# SKIP``/``# TODO`` directives, the plan, ``Bail out!``.
+  ``node --test`` prints it when its reporter is ``tap`` (the starter policy sets ``--test-reporter=tap``); its
+  closing totals (``# tests``, ``# pass``, ``# fail``...) count tests inside suites, so they win when present.
 
 Counting rules, chosen so that a run counts the same through pytest's summary and through its JUnit report:
 
@@ -22,12 +27,15 @@ Counting rules, chosen so that a run counts the same through pytest's summary an
 counted as                from
 ========================  =========================================================================
 ``passed``                pytest ``passed`` + ``xpassed``; a JUnit testcase with no failure/error/skipped
-                          child; TAP ``ok`` (also ``ok ... # TODO``, a TODO that unexpectedly passed)
-``failed``                pytest ``failed``; JUnit ``<failure>``; TAP ``not ok``
+                          child; TAP ``ok`` (also ``ok ... # TODO``, a TODO that unexpectedly passed);
+                          unittest's ``Ran`` count less every other outcome it names
+``failed``                pytest ``failed``; JUnit ``<failure>``; TAP ``not ok``; unittest ``failures`` +
+                          ``unexpected successes`` (unittest itself fails the run for those)
 ``skipped``               pytest ``skipped`` + ``xfailed``; JUnit ``<skipped>``; TAP ``# SKIP``, and
-                          ``not ok ... # TODO`` (a failing TODO is expected, not a failure)
+                          ``not ok ... # TODO`` (a failing TODO is expected, not a failure); unittest
+                          ``skipped`` + ``expected failures``
 ``errors``                pytest ``error(s)``; JUnit ``<error>``; TAP ``Bail out!`` and planned tests that
-                          never reported (see :func:`parse_tap`)
+                          never reported (see :func:`parse_tap`); unittest ``errors``
 not counted               pytest ``deselected`` (not run by request), ``warning(s)``, ``rerun(s)`` and any
                           other word a plugin adds
 ========================  =========================================================================
@@ -49,7 +57,7 @@ from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained
 
 MAX_JUNIT_BYTES: Final = 16 * 1024 * 1024
-SPECS: Final = ("pytest", "tap", "none", "junit:<relative path>")
+SPECS: Final = ("pytest", "unittest", "tap", "none", "junit:<relative path>")
 
 # CSI sequences (colours, cursor movement) and the two-byte escapes; pytest colours each word of its summary.
 _ANSI: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
@@ -119,6 +127,46 @@ def parse_pytest(output: str) -> TestCounts | None:
                 if field is not None:
                     totals[field] += int(number)
         return TestCounts(**totals)
+    return None
+
+
+# -- unittest --------------------------------------------------------------------------------------------------
+
+_UNITTEST_RAN: Final = re.compile(r"Ran (\d+) tests? in \d+(?:\.\d+)?s")
+_UNITTEST_VERDICT: Final = re.compile(r"(OK|FAILED|NO TESTS RAN)(?: \((?P<items>[a-z ]+=\d+(?:, [a-z ]+=\d+)*)\))?")
+_UNITTEST_WORDS: Final = {
+    "failures": "failed",
+    "unexpected successes": "failed",
+    "errors": "errors",
+    "skipped": "skipped",
+    "expected failures": "skipped",
+}
+
+
+def parse_unittest(output: str) -> TestCounts | None:
+    """Counts from the last ``Ran N tests in Ts`` line of ``output`` and the verdict that follows it (blank lines
+    between them allowed); None if unittest printed none.
+
+    A failing ``subTest`` is one failure of its own, so failures can outnumber the tests run: ``passed`` is never
+    below zero, and ``total`` is then more than ``Ran`` says.
+    """
+    lines = [line.strip() for line in _lines(output)]
+    for index in range(len(lines) - 1, -1, -1):
+        ran = _UNITTEST_RAN.fullmatch(lines[index])
+        if ran is None:
+            continue
+        after = next((line for line in lines[index + 1 :] if line), "")
+        verdict = _UNITTEST_VERDICT.fullmatch(after)
+        if verdict is None:
+            continue
+        totals = {"failed": 0, "skipped": 0, "errors": 0}
+        for item in (verdict.group("items") or "").split(", ") if verdict.group("items") else []:
+            word, number = item.rsplit("=", 1)
+            field = _UNITTEST_WORDS.get(word)
+            if field is not None:
+                totals[field] += int(number)
+        passed = max(0, int(ran.group(1)) - sum(totals.values()))
+        return TestCounts(passed=passed, **totals)
     return None
 
 
@@ -226,6 +274,9 @@ _TAP_TEST: Final = re.compile(r"(not )?ok\b(.*)")
 # The directive follows an unescaped '#'; Test::Harness accepts "# skip", "# SKIPPED: why", "# TODO later".
 _TAP_DIRECTIVE: Final = re.compile(r"(?<!\\)#\s*(SKIP\S*|TODO)\b", re.IGNORECASE)
 _TAP_BAIL: Final = re.compile(r"Bail out!")
+# node --test ends its TAP with totals as comments; they count the tests inside suites, which the top-level lines
+# (one per suite) do not
+_NODE_TOTAL: Final = re.compile(r"# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) (\d+(?:\.\d+)?)")
 
 
 def parse_tap(output: str) -> TestCounts | None:
@@ -236,10 +287,14 @@ def parse_tap(output: str) -> TestCounts | None:
     missing one is an error; ``Bail out!`` ends the stream and counts as an error -- as many as the planned tests
     it left unrun, at least one. ``1..0 # SKIP`` is a valid stream of zero tests.
     """
+    lines = _lines(output)
+    node = _node_totals(lines)
+    if node is not None:
+        return node
     passed = failed = skipped = 0
     planned: int | None = None
     seen_test = bailed = False
-    for line in _lines(output):
+    for line in lines:
         if _TAP_BAIL.match(line):
             bailed = True
             break
@@ -267,11 +322,27 @@ def parse_tap(output: str) -> TestCounts | None:
     return TestCounts(passed, failed, skipped, errors)
 
 
+def _node_totals(lines: list[str]) -> TestCounts | None:
+    """node's closing totals (``# tests 5``, ``# pass 4``, ``# fail 0``...) when they are the last lines after the
+    last plan: ``todo`` counts as skipped, ``cancelled`` (a test cut short by a timeout or its file's crash) as an
+    error. None when the stream does not end with them."""
+    totals: dict[str, int] = {}
+    for line in reversed(lines):
+        found = _NODE_TOTAL.fullmatch(line.strip())
+        if found is None:
+            break
+        totals.setdefault(found.group(1), int(float(found.group(2))))
+    if not {"tests", "pass", "fail"} <= set(totals):
+        return None
+    skipped = totals.get("skipped", 0) + totals.get("todo", 0)
+    return TestCounts(totals["pass"], totals["fail"], skipped, totals.get("cancelled", 0))
+
+
 # -- dispatch --------------------------------------------------------------------------------------------------
 
 
 def parse_counts(spec: str, output: str, *, worktree: Path) -> TestCounts | None:
-    """Counts for a policy's ``counts`` spec: ``pytest`` or ``tap`` (parsed from ``output``), ``none``, or
+    """Counts for a policy's ``counts`` spec: ``pytest``, ``unittest`` or ``tap`` (parsed from ``output``), ``none``, or
     ``junit:<path>`` (a report the command wrote, relative to ``worktree``).
 
     The report path comes from the policy and the file from the command, so it is resolved inside the worktree
@@ -281,6 +352,8 @@ def parse_counts(spec: str, output: str, *, worktree: Path) -> TestCounts | None
     """
     if spec == "pytest":
         return parse_pytest(output)
+    if spec == "unittest":
+        return parse_unittest(output)
     if spec == "tap":
         return parse_tap(output)
     if spec == "none":
