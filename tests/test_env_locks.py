@@ -194,14 +194,14 @@ def test_a_uv_lock_is_followed_exactly_and_uv_is_installed_once_for_it_when_path
         "pluggy": "1.5.0",
         "six": None,  # uv's default group "dev": not asked for, not installed
     }
-    tool = Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "tools" / f"uv-{UV_VERSION}"
+    tool = repo / ".git" / "agentops" / "envs" / "tools" / f"uv-{UV_VERSION}"  # read-only to agents
     marker = tool / "agentops-complete.json"
     assert json.loads(marker.read_text())["version"] == UV_VERSION and (tool / "bin" / "uv").is_file()
     installed_at = marker.stat().st_mtime_ns
     other = _setup(run_cli, tmp_path / "wt", env, "--extra", "test", "--group", "lint")
     assert other["base"]["reused"] is True and other["base"]["path"] == first["base"]["path"]
     assert _versions(tmp_path / "wt", "pytest")["pytest"] == PYTEST_LOCKED
-    # another selection builds another base, with the same uv: installed once per machine, not per base
+    # another selection builds another base, with the same uv: installed once per repository, not per base
     _setup(run_cli, tmp_path / "wt", env, "--extra", "test")
     assert marker.stat().st_mtime_ns == installed_at
     assert _versions(tmp_path / "wt", "pytest", "tomli") == {"pytest": PYTEST_LOCKED, "tomli": None}
@@ -234,7 +234,7 @@ def test_a_lock_older_than_pyproject_is_refused_before_anything_is_installed(run
     assert "error[ENV_LOCK_UNUSABLE]: uv.lock does not pin attrs, which pyproject.toml declares" in done.stderr
     assert "Run 'uv lock' and commit uv.lock; nothing was installed" in done.stderr
     assert not (uv / ".agentops" / "venv").exists()
-    assert not (Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "tools").exists()  # uv was not even fetched
+    assert not (uv / ".git" / "agentops" / "envs" / "tools").exists()  # uv was not even fetched
     poetry_stale = POETRY_PYPROJECT.replace('pytest = ">=8"', 'pytest = ">=8"\nattrs = "*"')
     poetry = make_repo(tmp_path / "poetry", files=_files({"pyproject.toml": poetry_stale, "poetry.lock": POETRY_LOCK}))
     done = run_cli("git", "agentops-env", "python", "--extra", "test", "--json", cwd=poetry)
@@ -255,7 +255,7 @@ def test_uv_that_cannot_be_installed_or_cannot_read_the_lock_is_env_lock_unusabl
     assert done.returncode == 3, done.stderr
     assert "error[ENV_LOCK_UNUSABLE]: the project pins its dependencies in uv.lock, which only uv reads" in done.stderr
     assert "Put uv on PATH" in done.stderr and f"uv=={UV_VERSION}" in done.stderr
-    tool = Path(os.environ["XDG_CACHE_HOME"]) / "git-agentops" / "tools" / f"uv-{UV_VERSION}"
+    tool = repo / ".git" / "agentops" / "envs" / "tools" / f"uv-{UV_VERSION}"
     assert not (tool / "agentops-complete.json").exists()  # a failed install is never taken for a finished one
     fake = tmp_path / "bin"
     fake.mkdir()

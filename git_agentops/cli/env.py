@@ -5,8 +5,8 @@ python [--extra NAME]... [--group NAME]... [--with PKG]... [--venv PATH] [--pyth
         checkout; its dependencies live in a base shared by every checkout on the same lockfile
         ($GIT_COMMON_DIR/agentops/envs/python-<key>/), built once and reused. The base installs what the lock
         pins: uv.lock (through 'uv export'; a uv of the toolkit's own is installed into
-        ~/.cache/git-agentops/tools/ when PATH has none), poetry.lock, pdm.lock, Pipfile.lock, else a pinned
-        requirements file -- never the newest releases instead
+        $GIT_COMMON_DIR/agentops/envs/tools/ when PATH has none), poetry.lock, pdm.lock, Pipfile.lock, else a
+        pinned requirements file -- never the newest releases instead
 node    node_modules by the lockfile's package manager, ci-style (npm ci, pnpm/yarn/bun frozen), shared caches
 cargo   cargo fetch --locked into the shared cargo registry
 go      go mod download into the shared module cache

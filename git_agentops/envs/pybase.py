@@ -287,7 +287,8 @@ def _pins(
 
         pins = Pins("uv", source.file)
         check_declared(pins, declared_names, in_lock=lock_names(source.file))
-        uv = ensure_uv(python=python.executable, environ=environ, cwd=root, clock=clock, progress=progress)
+        tools = path.parent / "tools"  # beside the bases: read-only to agents (:mod:`.uv` says why)
+        uv = ensure_uv(tools, python=python.executable, environ=environ, cwd=root, clock=clock, progress=progress)
         exported = path / "agentops-uv-export.txt"
         groups = [g for g in selection[1] if g in decl.groups]  # a poetry group of the same name is not uv's
         export_uv_lock(uv, root, extras=selection[0], groups=groups, output=exported, environ=environ, clock=clock)
@@ -317,7 +318,11 @@ def _build_base(
 ) -> dict[str, str]:
     """Make the base at ``path``; returns what the lock pinned, as installed (empty without a lock)."""
     env = tool_environment(environ, PIP_ENV)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True)
+    selection = split_selection(decl, extras, groups)
+    pins = None
+    if source is not None:  # first: a lock that cannot be followed is refused before anything is made
+        pins = _pins(root, path, decl, python, selection, source, environ, clock, progress)
     run_tool(
         [python.executable, "-m", "venv", str(path)],
         cwd=root,
@@ -327,10 +332,6 @@ def _build_base(
         what="creating the base environment",
     )
     pip = [str(path / "bin" / "python"), "-m", "pip", "install"]
-    selection = split_selection(decl, extras, groups)
-    pins = None
-    if source is not None:
-        pins = _pins(root, path, decl, python, selection, source, environ, clock, progress)
     declared_part = [] if pins is not None and pins.complete else selection_requirements(decl, *selection)
     wanted = [*declared_part, *decl.build_requires, *with_]
     files: dict[str, Path] = {}

@@ -7,10 +7,11 @@ committed) and pip installs those. pip stays the installer: it is what the base 
 reads the person's ``pip.conf`` (a mirror, ``find-links``), which uv does not.
 
 When no uv is on PATH, or the one there predates what the export needs, the toolkit installs its own: uv is a
-wheel on PyPI, so ``pip install uv==<UV_VERSION>`` into a virtualenv in the toolkit's cache
-(``$XDG_CACHE_HOME/git-agentops/tools/uv-<version>/``), made once per machine under a file lock and marked
-complete last -- a killed install leaves no marker, and the next caller starts over. That cache is out of an
-agent's reach (the sandbox covers ``~/.cache/git-agentops/``), since the supervisor runs what is in it.
+wheel on PyPI, so ``pip install uv==<UV_VERSION>`` into a virtualenv of the repository's shared environments
+(``$GIT_COMMON_DIR/agentops/envs/tools/uv-<version>/``, next to the bases), made once under a file lock and
+marked complete last -- a killed install leaves no marker, and the next caller starts over. Not in ``~/.cache``:
+the supervisor runs this uv when it sets up a clean checkout, and an agent may write ``~/.cache`` (a host's own
+cache) -- whereas the shared environments are read-only to agents, like the bases the supervisor also runs.
 """
 
 from __future__ import annotations
@@ -38,13 +39,6 @@ INSTALL_TIMEOUT: Final = 900.0
 Progress = Callable[[str], None]
 
 
-def tools_dir(environ: Mapping[str, str]) -> Path:
-    """``$XDG_CACHE_HOME/git-agentops/tools`` (default ``~/.cache/git-agentops/tools``): tools the toolkit installs
-    for itself, shared by every repository of the user."""
-    cache = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(cache) / "git-agentops" / "tools"
-
-
 def _version(text: str) -> tuple[int, ...] | None:
     found = re.search(r"\buv (\d+)\.(\d+)\.(\d+)", text)
     return tuple(int(part) for part in found.groups()) if found else None
@@ -68,17 +62,22 @@ def uv_on_path(environ: Mapping[str, str], *, cwd: Path, clock: Clock) -> str | 
 
 
 def ensure_uv(
-    *, python: str, environ: Mapping[str, str], cwd: Path, clock: Clock, progress: Progress | None = None
+    tools: Path,
+    *,
+    python: str,
+    environ: Mapping[str, str],
+    cwd: Path,
+    clock: Clock,
+    progress: Progress | None = None,
 ) -> Path:
-    """A usable ``uv``: the one on PATH (:func:`uv_on_path`), else the toolkit's own, installed when missing.
-
-    ``python`` makes the virtualenv the toolkit's uv is installed into (any Python 3 will do: uv is one binary).
+    """A usable ``uv``: the one on PATH (:func:`uv_on_path`), else the toolkit's own in ``tools``, installed when
+    missing. ``python`` makes its virtualenv (any Python 3 will do: uv is one binary).
     Raises ``ENV_LOCK_UNUSABLE`` when it cannot be installed (no index reachable...), naming both fixes.
     """
     found = uv_on_path(environ, cwd=cwd, clock=clock)
     if found is not None:
         return Path(found)
-    home = tools_dir(environ) / f"uv-{UV_VERSION}"
+    home = tools / f"uv-{UV_VERSION}"
     program = home / "bin" / "uv"
     if _complete(home):
         return program
@@ -88,7 +87,7 @@ def ensure_uv(
         if home.exists():  # a killed install: nothing in it is trusted
             shutil.rmtree(home)
         if progress:
-            progress(f"installing uv {UV_VERSION} into {home} (uv.lock needs it; once per machine)")
+            progress(f"installing uv {UV_VERSION} into {home} (uv.lock needs it; once per repository)")
         env = tool_environment(environ, {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
         try:
             run_tool(
