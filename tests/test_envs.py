@@ -209,7 +209,7 @@ def test_init_policy_first_verify_passes_without_lint_tools(
     repo = _project(tmp_path / "repo")
     done = run_cli("git", "agentops-init", "--yes", cwd=repo, env=offline)
     assert done.returncode == 0, done.stderr
-    assert "run the setup once here (worker worktrees run it themselves): git agentops-env python --extra test" in (
+    assert "setup ('git agentops-verify' runs it here on first use; workers' worktrees too): git agentops-env python --extra test" in (
         done.stdout
     )
     text = (repo / ".agentops" / "policy.toml").read_text()

@@ -11,7 +11,8 @@ the main checkout's editable install. A tool that setup will not install is writ
 setup command and every change before making it (also when it then stops for confirmation), and adds
 .agentops/worktrees/, .agentops/mailbox/, .agentops/venv/ (and the like) to info/exclude. An existing policy
 is never replaced without --force. Nothing in the policy runs until you commit it and 'git agentops-policy
-trust' it; run its setup steps once in your own checkout so that 'git agentops-verify' works there too.
+trust' it; then the first 'git agentops-verify' makes this checkout's environment itself (its
+'git agentops-env' steps; any other setup step is yours to run once).
 
 --hooks installs the pre-commit, pre-merge-commit, post-merge, pre-push and reference-transaction shims into
 $GIT_COMMON_DIR/hooks, or into core.hooksPath when it is set (a relative one resolves against the top of the
@@ -106,7 +107,7 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         if excludes:
             ctx.out(f"{'Would add' if args.dry_run else 'Will add'} to {exclude_file}: {', '.join(excludes)}")
         for command in run_here:  # before the confirmation, so a person who stops here knows what verify needs
-            ctx.out(f"Its setup, to run once in this checkout (worker worktrees run it themselves): {command}")
+            ctx.out(f"Its setup ('git agentops-verify' runs it here on first use; workers' worktrees too): {command}")
     if args.dry_run:
         ctx.emit(plan)
         return 0
@@ -121,7 +122,10 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         [
             f"wrote {policy_file}",
             f"next: review it, 'git add {POLICY_PATH} && git commit', then 'git agentops-policy trust'",
-            *(f"run the setup once here (worker worktrees run it themselves): {c}" for c in run_here),
+            *(
+                f"setup ('git agentops-verify' runs it here on first use; workers' worktrees too): {c}"
+                for c in run_here
+            ),
         ],
     )
     return 0
