@@ -14,9 +14,10 @@ process again later.
   goes to ``/dev/null`` so no pipe closing tells when it is gone, was still alive (issue 25).
 * **Why again.** The kernel delivers a group signal atomically with ``fork`` (a child forked meanwhile gets it
   too, or the fork is restarted), so one SIGKILL reaches every member there is. Sending it again each tick also
-  reaches a process that joined the group after it, or a stray found later, and costs nothing. Before each
-  SIGKILL the group is frozen (SIGSTOP) and scanned: a member cannot move a child out of the group between the
-  scan and the kill, and its parent's death cannot orphan a stray before it was found.
+  reaches a process that joined the group after it, or a stray found later, and costs nothing. Before the
+  SIGKILL the group is frozen (SIGSTOP) and scanned once what was found is seen stopped: a member cannot move a
+  child out of the group between the scan and the kill, and its parent's death cannot orphan a stray before it
+  was found.
 * **Never a hang.** A process SIGKILL does not end within :data:`KILL_SETTLE` (asleep in the kernel, ``D``
   state) is reported -- :attr:`GroupStop.survivors`, :class:`GroupSurvived` (``PROCESS_SURVIVED_KILL``) -- never
   waited for without bound.
@@ -52,7 +53,10 @@ process to its end, and one asleep in the kernel (a hung NFS or FUSE call) canno
 
 TICK: Final = 0.02  # how often a group is looked at (and SIGKILLed again) while it is being stopped
 _DEAD_STATES: Final = frozenset("ZXx")  # zombie, dead: exited, only waiting to be reaped
-_FREEZE_ROUNDS: Final = 8  # scans of a frozen group for strays that stopped-but-alive parents still link to it
+FREEZE_WAIT: Final = 0.25
+"""Seconds a SIGKILL round waits for the processes it found to be stopped (SIGSTOP takes effect when a process
+next runs: on a loaded machine, a moment later) before it kills them all the same."""
+_STOPPED: Final = frozenset("Tt")
 
 
 class GroupSurvived(AgentOpsError):
@@ -107,6 +111,7 @@ class _Proc:
     """One live process as a ``/proc`` scan saw it."""
 
     pid: int
+    state: str
     ppid: int
     pgrp: int
     start_time: int
@@ -123,7 +128,8 @@ def _scan() -> dict[int, _Proc]:
             if fields is None or fields[0] in _DEAD_STATES:
                 continue
             with contextlib.suppress(ValueError):
-                found[int(entry.name)] = _Proc(int(entry.name), int(fields[1]), int(fields[2]), int(fields[19]))
+                pid = int(entry.name)
+                found[pid] = _Proc(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
     return found
 
 
@@ -177,6 +183,7 @@ class GroupStop:
         "give_up_at",
         "group_termed",
         "kill_at",
+        "killed",
         "pgid",
         "settle",
         "strays",
@@ -208,6 +215,7 @@ class GroupStop:
         self.strays: dict[int, int] = {identity.pid: identity.start_time for identity in also}  # pid -> start
         self.group_termed = False
         self.termed: set[int] = set()  # strays that had their SIGTERM
+        self.killed: set[tuple[int, int]] = set()  # (pid, start time) of what had SIGKILL: it can run no more
         self.survivors: tuple[int, ...] = ()
         self.finished = False
         self.due = now  # when the next step is due: a step taken sooner only costs a scan of /proc
@@ -219,7 +227,7 @@ class GroupStop:
             return True
         now = time.monotonic() if now is None else now
         if now < self.kill_at:
-            live = self._find()
+            live = set(self._find(_scan()))
             if live:
                 self._terminate()
         else:
@@ -243,27 +251,26 @@ class GroupStop:
             return 0.0
         return max(0.0, self.due - (time.monotonic() if now is None else now))
 
-    def _find(self) -> set[int]:
-        """Scan ``/proc`` once: record the strays now linked to the group; return the pids alive of the group and
-        of every stray."""
-        procs = _scan()
+    def _find(self, procs: dict[int, _Proc]) -> dict[int, _Proc]:
+        """Record the strays a scan of ``/proc`` links to the group; return the live processes of the group and of
+        every stray."""
         children: dict[int, list[_Proc]] = {}
         for proc in procs.values():
             children.setdefault(proc.ppid, []).append(proc)
         roots = [proc for proc in procs.values() if self.pgid is not None and proc.pgrp == self.pgid]
         roots += [procs[pid] for pid, start in self.strays.items() if pid in procs and procs[pid].start_time == start]
-        live = {proc.pid for proc in roots}
+        live = {proc.pid: proc for proc in roots}
         while roots:
             for child in children.get(roots.pop().pid, ()):
                 if child.pid not in live:
-                    live.add(child.pid)
+                    live[child.pid] = child
                     roots.append(child)
                     if child.pgrp != self.pgid:
                         self.strays.setdefault(child.pid, child.start_time)
         return live
 
-    def _live_strays(self, live: set[int]) -> list[tuple[int, int]]:
-        return [(pid, start) for pid, start in self.strays.items() if pid in live]
+    def _live_strays(self, live: Iterable[int]) -> list[tuple[int, int]]:
+        return [(pid, self.strays[pid]) for pid in live if pid in self.strays]
 
     def _signal_group(self, sig: int) -> None:
         if self.pgid is not None:
@@ -280,24 +287,29 @@ class GroupStop:
                 self.termed.add(pid)
 
     def _kill(self) -> set[int]:
-        """Freeze the group, then every stray as it is found (a stopped parent can neither fork nor move a child
-        out, and is still there to link its strays to the group), and SIGKILL them all. Returns what was alive
-        before this round's SIGKILL."""
+        """Freeze the group, then every stray as it is found, and wait (up to :data:`FREEZE_WAIT`) until what was
+        found is stopped -- a stopped parent can neither fork nor move a child out, and is still there to link its
+        strays to the group -- then SIGKILL it all. What had SIGKILL already needs no freezing: it runs no more.
+        Returns what was alive before this round's SIGKILL."""
         self._signal_group(signals.SIGSTOP)
         frozen: set[int] = set()
-        live: set[int] = set()
-        for _ in range(_FREEZE_ROUNDS):
-            live = self._find()
+        give_up = time.monotonic() + FREEZE_WAIT
+        while True:
+            live = self._find(_scan())
             fresh = [(pid, start) for pid, start in self._live_strays(live) if pid not in frozen]
-            if not fresh:
-                break
             for pid, start in fresh:
                 _signal_stray(pid, start, signals.SIGSTOP)
                 frozen.add(pid)
+            running = [p for p in live.values() if p.state not in _STOPPED and (p.pid, p.start_time) not in self.killed]
+            if (not fresh and not running) or time.monotonic() >= give_up:
+                break
+            if not fresh:
+                time.sleep(TICK / 20)  # a stop signal takes effect when its process next runs
         for pid, start in self._live_strays(live):
             _signal_stray(pid, start, signals.SIGKILL)
         self._signal_group(signals.SIGKILL)
-        return live
+        self.killed.update((proc.pid, proc.start_time) for proc in live.values())
+        return set(live)
 
 
 def terminate_group(pgid: int, *, grace: float, settle: float | None = None) -> tuple[int, ...]:
