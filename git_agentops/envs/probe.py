@@ -20,7 +20,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -28,7 +28,7 @@ from typing import Any, Final
 from ..canonical import digest
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..process.command import run_command
+from ..process.command import CommandResult, run_command
 from .project import lock_digest, python_packages
 
 VENV: Final = ".agentops/venv"
@@ -91,8 +91,16 @@ def interpreter(checkout: Path, argvs: Sequence[Sequence[str] | str], env: Mappi
     return shutil.which("python3", path=env.get("PATH"))
 
 
-def probe(checkout: Path, argvs: Sequence[Sequence[str] | str], env: Mapping[str, str], *, clock: Clock) -> Environment:
-    """The environment of ``checkout``; ``VERIFY_ENV_OUTSIDE`` when a project package resolves outside it."""
+def probe(
+    checkout: Path,
+    argvs: Sequence[Sequence[str] | str],
+    env: Mapping[str, str],
+    *,
+    clock: Clock,
+    run: Callable[..., CommandResult] = run_command,
+) -> Environment:
+    """The environment of ``checkout``; ``VERIFY_ENV_OUTSIDE`` when a project package resolves outside it. ``run``
+    starts the interpreter (whose ``.pth`` files are the checkout's code): a supervisor's confines it."""
     locks = lock_digest(checkout)
     packages = python_packages(checkout)
     if not packages:
@@ -103,7 +111,7 @@ def probe(checkout: Path, argvs: Sequence[Sequence[str] | str], env: Mapping[str
     if not os.path.exists(python):
         raise _missing(checkout, python)
     # -c, like -m, puts the checkout first on sys.path: "python -m pytest" sees a flat-layout package there too
-    result = run_command([python, "-c", _SCRIPT, *packages], cwd=checkout, env=env, timeout=60, clock=clock)
+    result = run([python, "-c", _SCRIPT, *packages], cwd=checkout, env=env, timeout=60, shell=False, clock=clock)
     try:
         answer = json.loads(result.output.decode("utf-8", errors="replace").strip().splitlines()[-1])
     except (ValueError, IndexError):

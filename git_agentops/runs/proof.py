@@ -24,6 +24,15 @@ handoffs, final gates and a person's ``git agentops-verify`` never run more suit
    ``pytest.ini``, ``node_modules``...) was planted in the directories above the checkout (:func:`_guard_above`);
 4. **verify** (:func:`git_agentops.verify.core.verify_clean`): the commands, then the tracked files re-hashed.
 
+Setup (2) and the commands (4) run the commit's own code -- its tests, ``conftest.py``, build backend, npm
+scripts -- so both run **confined** (:func:`confinement`, :mod:`git_agentops.sandbox.checkout`: the agents'
+launcher at the level the policy's ``[sandbox]`` gives agents): they write the checkout, a TMPDIR emptied per
+verification and the slot's cache (``<run>/.sandbox/<slot>/``), never the supervisor's private dir, refs, trust
+store or the person's HOME; the checkout's own ``.git`` is read-only to them (its alternates and the setup record
+decide what the next proof checks out). The repository's shared environments (the Python bases, npm's cache) are
+read-only to the commands -- a test replacing ``pytest`` there would pass every later verification -- while setup,
+which builds a missing base under the env tool's lock, may add to them but finds every complete base read-only.
+
 Why the cache is safe: what setup installs depends on the setup steps and on the files that declare dependencies,
 which are all in the key; the project's own code is installed editable, so its changes need no new setup. A
 change the key cannot see (a ``setup.py`` that reads another file, say) is what ``git agentops-run resume``
@@ -45,7 +54,8 @@ from typing import Any, Final
 
 from ..canonical import canonical_bytes, digest, sha256_hex
 from ..envs.project import LOCKFILES, python_packages
-from ..envs.tools import setup_venvs
+from ..envs.pybase import COMPLETE
+from ..envs.tools import setup_venvs, shared_dir
 from ..errors import AgentOpsError
 from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
 from ..gitstore.private import file_lock, read_private, write_private
@@ -53,6 +63,8 @@ from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
 from ..model.run import RunStatus
 from ..model.task import Task
+from ..sandbox.checkout import Wall, scratch_for, wall
+from ..sandbox.plan import choose_mode
 from ..schema import documents
 from ..verify.core import Outcome, verify_clean
 from ..verify.evidence import EvidenceStore
@@ -129,7 +141,12 @@ def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task 
     if key is not None and (record is None or record["key"] != key):
         _forget_setup(checkout)
         run_setup_steps(
-            checkout.root, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, extra_env=checkout.command_git_env()
+            checkout.root,
+            ctx.policy.setup,
+            environ=ctx.environ,
+            clock=ctx.clock,
+            extra_env=checkout.command_git_env(),
+            wall=confinement(ctx, store, checkout, slot, setup=True),
         )
         drift = checkout.inspect(commit)
         if drift.changed:
@@ -161,7 +178,62 @@ def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task 
         environ=ctx.environ,
         clock=ctx.clock,
         task=task,
+        wall=confinement(ctx, store, checkout, slot, setup=False),
     )
+
+
+def confinement(ctx: JobContext, store: Store, checkout: CleanCheckout, slot: str, *, setup: bool) -> Wall:
+    """The sandbox of the setup steps (``setup``) or the verification commands in ``slot``'s clean checkout
+    (:mod:`git_agentops.sandbox.checkout`), at the level the policy's ``[sandbox]`` gives agents on this machine;
+    ``RUN_SANDBOX_UNAVAILABLE`` when the policy requires more than the machine gives. Setup may also write the
+    shared environments (a missing base is built there), with every complete base in them read-only; the commands
+    may not write them at all."""
+    mode, reason = choose_mode(ctx.policy.sandbox_mode, ctx.policy.sandbox_required, ctx.policy.sandbox_level)
+    shared = shared_dir(store.common_dir) if setup else None
+    if shared is not None:
+        shared.mkdir(parents=True, exist_ok=True)
+    confined = wall(
+        mode=mode,
+        reason=reason,
+        checkout=checkout.root,
+        scratch=scratch_for(slots_dir(ctx.environ, store, ctx.run_id), slot),
+        common_dir=store.common_dir,
+        environ=ctx.environ,
+        signing_key=store.config_value("agentops.signingKey"),
+        policy_writable=ctx.policy.sandbox_writable,
+        deny_read=ctx.policy.sandbox_deny_read,
+        shared=shared,
+        protect=_complete_bases(shared) if shared is not None else (),
+    )
+    _say_level(ctx, confined)
+    return confined
+
+
+_SAID: set[tuple[str, str]] = set()
+
+
+def _say_level(ctx: JobContext, confined: Wall) -> None:
+    """Log, once per run and process, a level below ``namespace`` and what it leaves open."""
+    if confined.level == "namespace" or (ctx.run_id, confined.level) in _SAID:
+        return
+    _SAID.add((ctx.run_id, confined.level))
+    why = f": {confined.sandbox.reason}" if confined.sandbox.reason else ""
+    gaps = f"; {'; '.join(confined.gaps)}" if confined.gaps else ""
+    ctx.log(f"warning: verification commands and setup run at sandbox level {confined.level}{why}{gaps}")
+
+
+def _complete_bases(shared: Path) -> list[Path]:
+    """The entries of the shared environments a setup step must not change: every complete base (its completion
+    marker written) -- an interrupted one stays writable, the env tool removes and rebuilds it."""
+    try:
+        entries = sorted(os.scandir(shared), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    return [
+        Path(e.path)
+        for e in entries
+        if e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, COMPLETE))
+    ]
 
 
 ENV_DIRS: Final = frozenset({"node_modules", ".git"})

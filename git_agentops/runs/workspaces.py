@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__
 from ..canonical import digest
@@ -32,6 +32,9 @@ from ..gitstore.repo import Store
 from ..gitstore.worktree import add_worktree, admin_dir, detach_head, head_of
 from ..model.policy import CommandSpec
 from ..process.command import run_command, scrub_environment
+
+if TYPE_CHECKING:
+    from ..sandbox.checkout import Wall
 
 RECORD: Final = "agentops/worktree.json"
 SETUP_ATTEMPT: Final = "agentops/setup-attempt.json"
@@ -158,17 +161,16 @@ def run_setup_steps(
     environ: Mapping[str, str],
     clock: Clock,
     extra_env: Mapping[str, str] | None = None,
+    wall: Wall | None = None,
 ) -> None:
-    """Run each setup step in ``path``, in order; ``RUN_SETUP_FAILED`` naming the first that failed."""
+    """Run each setup step in ``path``, in order -- under ``wall`` when given (a supervisor's clean checkout:
+    :mod:`git_agentops.sandbox.checkout`); ``RUN_SETUP_FAILED`` naming the first that failed."""
     for index, step in enumerate(steps):
-        result = run_command(
-            step.argv,
-            cwd=path,
-            env={**scrub_environment(environ, step.env), **(extra_env or {})},
-            timeout=step.timeout,
-            shell=step.shell,
-            clock=clock,
-        )
+        env = {**scrub_environment(environ, step.env), **(extra_env or {})}
+        if wall is not None:
+            result = wall.run(step.argv, cwd=path, env=env, timeout=step.timeout, shell=step.shell, clock=clock)
+        else:
+            result = run_command(step.argv, cwd=path, env=env, timeout=step.timeout, shell=step.shell, clock=clock)
         if not result.ok:
             why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
             tail = result.tail.decode(errors="replace")[-1500:]

@@ -7,15 +7,15 @@ little more than the interpreter's start. ``SPEC`` names a JSON file (read, neve
      "rules": [{"path": "/abs/worktree", "access": ["read", "write"]}, ...],
      "scope_signals": true, "scope_abstract_unix": true, "grace": 0.5, "mode": "landlock"}
 
-``rules``, the scopes, ``grace`` (seconds, default 0.5), ``mode`` (``"landlock"``, the default, or ``"none"``:
-no sandbox, still a reaper) and ``namespace`` (null, the default, or ``{"hide": [...], "keep": [...], "own":
-[...], "network": true}``: the agent's own user, mount and IPC namespaces, entered before Landlock -- see
-:mod:`.namespace`) may be left out; any other key is refused. The launcher makes itself a child
-subreaper, forks the agent -- which applies the sandbox, enters ``cwd`` and ``exec``s ``argv`` with the
+``rules``, the scopes, ``grace`` (seconds, default 0.5), ``mode`` (``"landlock"``, the default, or ``"none"``: no
+sandbox, still a reaper) and ``namespace`` (null, the default, or ``{"hide": [...], "keep": [...], "own": [...],
+"network": true}``, optionally with ``"readonly": [...]``: the agent's own user, mount and IPC namespaces, entered
+before Landlock -- see :mod:`.namespace`) may be left out; any other key is refused. The launcher makes itself a
+child subreaper, forks the agent -- which applies the sandbox, enters ``cwd`` and ``exec``s ``argv`` with the
 launcher's environment and stdio -- and then, unsandboxed, reaps every child it gets (:mod:`.reaper`). When the
 agent's main process exits, what is left of the tree gets SIGTERM, ``grace`` seconds, SIGKILL, and the launcher
-exits with the agent's status (128 + signal when a signal ended it). SIGTERM, SIGINT or SIGHUP to the launcher
-stops the tree the same way and exits 128 + that signal; a second one skips the rest of the grace.
+exits with the agent's status (128 + signal when a signal ended it). SIGTERM, SIGINT or SIGHUP to the launcher stops
+the tree the same way and exits 128 + that signal; a second one skips the rest of the grace.
 
 When the sandbox cannot be applied or ``argv`` cannot be executed, the child says why through a close-on-exec pipe
 and the launcher exits 126 (127: no such program) with ``sandbox: <reason>`` on stderr; a bad spec is 126 too.
@@ -56,6 +56,7 @@ SPEC_KEYS = frozenset(
     {"version", "argv", "cwd", "rules", "scope_signals", "scope_abstract_unix", "grace", "mode", "namespace"}
 )
 NAMESPACE_KEYS = frozenset({"hide", "keep", "own", "network"})
+NAMESPACE_OPTIONAL = frozenset({"readonly"})
 MODES = ("landlock", "none")
 EXIT_CANNOT_RUN = 126
 EXIT_NOT_FOUND = 127
@@ -144,12 +145,17 @@ def load_spec(path: str) -> dict[str, Any]:
 
 
 def _check_namespace(ns: Any) -> None:
-    """``namespace``: null, or ``{"hide": [dir...], "keep": [path...], "own": [dir...], "network": bool}``."""
+    """``namespace``: null, or ``{"hide": [dir...], "keep": [path...], "own": [dir...], "network": bool}`` and
+    optionally ``"readonly": [path...]`` (filled in as empty)."""
     if ns is None:
         return
-    if not isinstance(ns, dict) or set(ns) != NAMESPACE_KEYS:
-        raise SpecError(f"namespace must be null or an object with exactly the keys {sorted(NAMESPACE_KEYS)}")
-    for key in ("hide", "keep", "own"):
+    if not isinstance(ns, dict) or not NAMESPACE_KEYS <= set(ns) <= NAMESPACE_KEYS | NAMESPACE_OPTIONAL:
+        raise SpecError(
+            f"namespace must be null or an object with the keys {sorted(NAMESPACE_KEYS)} "
+            f"(and optionally {sorted(NAMESPACE_OPTIONAL)})"
+        )
+    ns.setdefault("readonly", [])
+    for key in ("hide", "keep", "own", "readonly"):
         paths = ns[key]
         if not isinstance(paths, list) or not all(
             isinstance(p, str) and p.startswith("/") and "\0" not in p for p in paths
@@ -168,7 +174,9 @@ def _agent(spec: dict[str, Any], report: int, mask: set[int | signal.Signals]) -
         search = os.get_exec_path()  # now: it imports a module, which the sandbox may forbid
         ns = spec["namespace"]
         if ns is not None:  # first: the directories it covers and binds back are then the ones cwd names
-            _load("namespace").enter(hide=ns["hide"], keep=ns["keep"], own=ns["own"], network=ns["network"])
+            _load("namespace").enter(
+                hide=ns["hide"], keep=ns["keep"], own=ns["own"], network=ns["network"], readonly=ns["readonly"]
+            )
         try:
             os.chdir(spec["cwd"])
         except OSError as exc:

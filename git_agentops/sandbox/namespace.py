@@ -16,6 +16,8 @@ helper program to install, and it costs a few hundred microseconds, not a ``bwra
   same place (``keep``: its worktree, the repository, the interpreter...), and **every other
   pathname socket** still visible (from ``/proc/net/unix``, read before the namespaces are entered) covered by a
   bind mount of ``/dev/null``, so ``connect()`` is refused; the agent's own directories (``own``) keep theirs;
+* **read-only binds** (``readonly``) of paths beneath what the agent may write -- a clean checkout's own ``.git``,
+  the shared environments a setup step must not change -- so a write there is ``EROFS`` whatever Landlock grants;
 * an **IPC namespace** (System V IPC and POSIX message queues of the person's session out of reach), and, for hosts
   that need no network, a **network namespace** with nothing in it.
 
@@ -44,8 +46,14 @@ CLONE_NEWUSER: Final = 0x10000000
 CLONE_NEWNET: Final = 0x40000000
 MS_NOSUID: Final = 0x2
 MS_NODEV: Final = 0x4
+MS_RDONLY: Final = 0x1
+MS_NOEXEC: Final = 0x8
+MS_REMOUNT: Final = 0x20
+MS_NOATIME: Final = 0x400
+MS_NODIRATIME: Final = 0x800
 MS_BIND: Final = 0x1000
 MS_REC: Final = 0x4000
+MS_RELATIME: Final = 1 << 21
 MS_PRIVATE: Final = 1 << 18
 PR_SET_DUMPABLE: Final = 4
 PR_CAPBSET_DROP: Final = 24
@@ -145,6 +153,7 @@ def enter(
     keep: Sequence[str],
     own: Sequence[str],
     network: bool,
+    readonly: Sequence[str] = (),
 ) -> list[str]:
     """Enter new user, mount and IPC (and, without ``network``, network) namespaces and lay out the agent's view
     (see the module docstring). Call in the single-threaded child, before Landlock. Returns the sockets masked."""
@@ -185,8 +194,33 @@ def enter(
             continue  # hidden by a tmpfs already, or gone
         _mount("/dev/null", path, None, MS_BIND)
         masked.append(path)
+    for path in _outermost(os.path.realpath(p) for p in readonly if os.path.lexists(p)):
+        _bind_readonly(path)
     _drop_capabilities()
     return masked
+
+
+_LOCKED: Final = (
+    (os.ST_NOSUID, MS_NOSUID),
+    (os.ST_NODEV, MS_NODEV),
+    (os.ST_NOEXEC, MS_NOEXEC),
+    (os.ST_NOATIME, MS_NOATIME),
+    (os.ST_NODIRATIME, MS_NODIRATIME),
+    (os.ST_RELATIME, MS_RELATIME),
+)
+"""statvfs flags -> mount flags: a remount in a user namespace must repeat the flags the mount it copies has (the
+kernel locks them), or it is refused with EPERM."""
+
+
+def _bind_readonly(path: str) -> None:
+    """Bind ``path`` onto itself and remount that bind read-only (what lies beneath is read-only too)."""
+    _mount(path, path, None, MS_BIND | MS_REC)
+    kept = os.statvfs(path).f_flag
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+    for seen, flag in _LOCKED:
+        if kept & seen:
+            flags |= flag
+    _mount(None, path, None, flags)
 
 
 def probe() -> str | None:

@@ -47,16 +47,26 @@ class Rule:
 @dataclass(frozen=True, slots=True)
 class Namespace:
     """The agent's namespaces (:mod:`.namespace`): directories covered by an empty tmpfs, paths bound back from
-    beneath them, the agent's own directories (their sockets are not masked), and whether it keeps the network."""
+    beneath them, the agent's own directories (their sockets are not masked), whether it keeps the network, and
+    paths it sees read-only whatever its rules grant (a clean checkout's ``.git``)."""
 
     hide: tuple[str, ...]
     keep: tuple[str, ...]
     own: tuple[str, ...]
     network: bool = True
+    readonly: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        """The spec's ``namespace`` object."""
-        return {"hide": list(self.hide), "keep": list(self.keep), "own": list(self.own), "network": self.network}
+        """The spec's ``namespace`` object (``readonly`` only when there is one: older launchers' form)."""
+        doc: dict[str, object] = {
+            "hide": list(self.hide),
+            "keep": list(self.keep),
+            "own": list(self.own),
+            "network": self.network,
+        }
+        if self.readonly:
+            doc["readonly"] = list(self.readonly)
+        return doc
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ from .slots import verification_slot
 
 if TYPE_CHECKING:
     from ..model.task import Task
+    from ..sandbox.checkout import Wall
 
 Progress = Callable[[str], None]
 PERSON: Final = Provenance("person", "worktree")
@@ -270,12 +271,16 @@ def verify_clean(
     task: Task | None = None,
     progress: Progress | None = None,
     grace: float = 3.0,
+    wall: Wall | None = None,
 ) -> Outcome:
     """Run (or reuse) every planned command in a supervisor-owned clean checkout of ``commit``; record evidence.
 
     The checkout must hold exactly ``commit`` (:meth:`CleanCheckout.inspect` was clean); afterwards its tracked
     files are re-hashed and must be unchanged (``VERIFY_CHECKOUT_CHANGED``, nothing recorded). Only records the
     supervisor produced in a clean checkout are reused. The commands' git reads no global or system config.
+    With ``wall`` (a run's proofs always give one: :func:`git_agentops.runs.proof.confinement`) the commands -- and
+    the pre-flight, which starts the checkout's interpreter and so its ``.pth`` files -- run confined
+    (:mod:`git_agentops.sandbox.checkout`): they write the checkout, their TMPDIR and the slot's cache, nothing else.
     """
     require_trusted(trust)
     planned = _planned(policy, task)
@@ -295,6 +300,7 @@ def verify_clean(
         provenance=SUPERVISOR,
         accept=FOR_RUNS,
         git_env=checkout.command_git_env(),
+        wall=wall,
     )
     if any(not r["cached"] for r in outcome.records):
         drift = checkout.inspect(commit)
@@ -344,10 +350,15 @@ def _run_all(
     accept: frozenset[Provenance] | None,
     git_env: Mapping[str, str] | None = None,
     before_run: Callable[[], None] | None = None,
+    wall: Wall | None = None,
 ) -> Outcome:
     """The pre-flight, then each planned command run or reused, as records (not yet stored); ``before_run`` is
     called once, before the first command that is not reused (a person's verification takes its slot there)."""
-    environment = probe(cwd, [p.command.argv for p in planned], scrub_environment(environ), clock=clock)
+    argvs = [p.command.argv for p in planned]
+    if wall is not None:
+        environment = probe(cwd, argvs, {**scrub_environment(environ), **(git_env or {})}, clock=clock, run=wall.run)
+    else:
+        environment = probe(cwd, argvs, scrub_environment(environ), clock=clock)
     outcome = Outcome(commit, tree, environment=environment.to_json())
     total = len(planned)
     task_id = task.id if task is not None else None
@@ -387,6 +398,7 @@ def _run_all(
                 clock=clock,
                 grace=grace,
                 provenance=provenance,
+                wall=wall,
             )
         outcome.records.append(record)
         if progress:
@@ -408,11 +420,11 @@ def _run_one(
     clock: Clock,
     grace: float,
     provenance: Provenance,
+    wall: Wall | None = None,
 ) -> dict[str, Any]:
     command = item.command
-    result = run_command(
-        command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock
-    )
+    run = wall.run if wall is not None else run_command
+    result = run(command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
     tests, parse_error = None, None
     try:
         seen = result.output + result.tail if result.truncated else result.output
