@@ -553,9 +553,19 @@ def test_a_command_forking_all_the_while_is_gone_when_it_times_out(tmp_path: Pat
     assert _running(f"60.{token}".encode()) == []
 
 
-def test_a_child_moved_to_its_own_group_is_stopped_with_the_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pidfds", [True, False])
+def test_a_child_moved_to_its_own_group_is_stopped_with_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfds: bool
+) -> None:
     """``timeout(1)`` and ``setsid`` move a child out of the group; while its parent is there it is found from the
-    group and stopped with it: on a timeout, and after the main process exited (its parent is another member)."""
+    group and stopped with it: on a timeout, and after the main process exited (its parent is another member).
+    Without pidfds (old kernels, seccomp) the stray is checked by start time, then signalled."""
+    if not pidfds:
+
+        def refused(pid: int, flags: int = 0) -> int:
+            raise OSError(38, "Function not implemented")
+
+        monkeypatch.setattr(os, "pidfd_open", refused)
     token = str(time.monotonic_ns())
     timed = sh(f"setsid sleep 60.{token}1 & echo pid=$!; sleep 60", tmp_path, timeout=0.5, grace=0.3)
     assert timed.timed_out and pids_in(timed.output)
