@@ -411,3 +411,32 @@ def _context(proof: Proof) -> Any:
     policy = Policy.from_effective(effective({"verify": {"commands": [{"id": "x", "argv": ["true"]}]}}))
     trust = Verdict(TrustStatus.TRUSTED, RepoIdentity(str(proof.repo), f"local:{proof.repo}"), policy.config_hash)
     return JobContext("run-confined", policy, trust, dict(os.environ), FixedClock(), proof.tmp / "run", print, print)
+
+
+@pytest.mark.parametrize("level", ["landlock", "none"])
+def test_where_no_namespace_can_make_it_read_only_a_write_to_the_checkouts_repository_is_refused_and_undone(
+    proof: Proof, monkeypatch: pytest.MonkeyPatch, level: str
+) -> None:
+    """At ``level = "landlock"`` (no namespaces on this machine) or without any wall, the checkout's ``.git`` cannot
+    be bound read-only: a command that rewrites its alternates is found by stat right after the commands, before
+    the checkout is inspected through that ``.git``, refused (``VERIFY_CHECKOUT_CHANGED``, nothing recorded) and the
+    checkout wiped, so the next proof starts from the commit again."""
+    from git_agentops.sandbox import plan
+
+    monkeypatch.setattr(plan, "namespace_problem", lambda: "Operation not permitted")
+    if level == "none":
+        monkeypatch.setattr(plan, "kernel_abi", lambda: 0)
+    sandbox = {"level": "landlock"}
+    proof.prove([_py("pass")], sandbox=sandbox)
+    alternates = proof.checkout() / ".git" / "objects" / "info" / "alternates"
+    before = alternates.read_text()
+    fake = proof.tmp / "fake"
+    code = f"open('.git/objects/info/alternates', 'w').write({str(fake) + '/objects'!r} + '\\n')\n"
+    with pytest.raises(AgentOpsError) as caught:
+        proof.prove([_py(code, "tamper")], sandbox=sandbox)
+    assert caught.value.code == "VERIFY_CHECKOUT_CHANGED"
+    assert "objects/info/alternates" in caught.value.message
+    assert not proof.checkout().exists()
+    outcome = proof.prove([_py("pass", "after")], sandbox=sandbox)
+    assert outcome.passed and alternates.read_text() == before
+    assert any(f"sandbox level {level}" in line for line in proof.logged), proof.logged

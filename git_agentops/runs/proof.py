@@ -127,6 +127,17 @@ def prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task |
 
 def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task | None) -> Outcome:
     checkout = slot_checkout(ctx, store, slot)
+    try:
+        return _prove_in(ctx, store, checkout, slot=slot, commit=commit, task=task)
+    except AgentOpsError as error:
+        if error.code == "VERIFY_CHECKOUT_CHANGED" and "written" in error.details:
+            checkout.wipe()  # its own repository was written: the next proof starts from nothing
+        raise
+
+
+def _prove_in(
+    ctx: JobContext, store: Store, checkout: CleanCheckout, *, slot: str, commit: str, task: Task | None
+) -> Outcome:
     tree = str(store.resolve_commit(commit).tree_id)
     record = _setup_record(checkout)
     checkout.kept = tuple(record["kept"]) if record else ()
@@ -140,14 +151,19 @@ def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task 
     _guard_above(ctx, store, checkout)
     if key is not None and (record is None or record["key"] != key):
         _forget_setup(checkout)
+        wall = confinement(ctx, store, checkout, slot, setup=True)
+        git_env = checkout.command_git_env()
+        guarded = wall.snapshot()
         run_setup_steps(
-            checkout.root,
-            ctx.policy.setup,
-            environ=ctx.environ,
-            clock=ctx.clock,
-            extra_env=checkout.command_git_env(),
-            wall=confinement(ctx, store, checkout, slot, setup=True),
+            checkout.root, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, extra_env=git_env, wall=wall
         )
+        if written := wall.written(guarded):  # before inspect, which reads the checkout's .git
+            raise AgentOpsError(
+                "VERIFY_CHECKOUT_CHANGED",
+                f"a setup step wrote what it may only read ({', '.join(written[:8])}): the checkout's own repository "
+                "or a complete shared base",
+                details={"written": written},
+            )
         drift = checkout.inspect(commit)
         if drift.changed:
             raise AgentOpsError(
@@ -214,9 +230,10 @@ _SAID: set[tuple[str, str]] = set()
 
 def _say_level(ctx: JobContext, confined: Wall) -> None:
     """Log, once per run and process, a level below ``namespace`` and what it leaves open."""
-    if confined.level == "namespace" or (ctx.run_id, confined.level) in _SAID:
+    said = (str(ctx.run_dir), confined.level)
+    if confined.level == "namespace" or said in _SAID:
         return
-    _SAID.add((ctx.run_id, confined.level))
+    _SAID.add(said)
     why = f": {confined.sandbox.reason}" if confined.sandbox.reason else ""
     gaps = f"; {'; '.join(confined.gaps)}" if confined.gaps else ""
     ctx.log(f"warning: verification commands and setup run at sandbox level {confined.level}{why}{gaps}")

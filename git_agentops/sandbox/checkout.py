@@ -22,7 +22,8 @@ Setup steps get one more write: the shared environments (``$GIT_COMMON_DIR/agent
 is built under the env tool's file lock -- but every base already complete there is bound read-only (``protect``),
 so a build backend run during setup may add a base, never change one another checkout uses. Landlock alone (level
 ``landlock``) cannot make a directory beneath a writable one read-only: there the checkout's ``.git`` and the
-complete bases stay writable to setup, which :func:`wall` says in :attr:`Wall.gaps`.
+complete bases stay writable, which :func:`wall` says in :attr:`Wall.gaps`, and a write to them is found after the
+fact (:meth:`Wall.written`, by stat, change time included) and refused -- so is one without any wall (``none``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,29 @@ class Wall:
     sandbox: Sandbox
     scratch: Scratch
     gaps: tuple[str, ...] = ()
+    guarded: tuple[Path, ...] = ()  # what it may only read but this level cannot make read-only: checked after
+
+    def snapshot(self) -> dict[str, tuple[int, ...]]:
+        """Every file and directory under :attr:`guarded`, by its stat (change time included: no process sets it),
+        but a repository's ``index`` (a test's ``git status`` refreshes it; the proof never trusts it)."""
+        found: dict[str, tuple[int, ...]] = {}
+        for root in self.guarded:
+            for directory, dirnames, filenames in os.walk(root):
+                for name in (*dirnames, *filenames):
+                    path = os.path.join(directory, name)
+                    if name == "index" and directory == str(root):
+                        continue
+                    try:
+                        st = os.lstat(path)
+                    except OSError:
+                        continue
+                    found[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        return found
+
+    def written(self, before: Mapping[str, tuple[int, ...]]) -> list[str]:
+        """The guarded paths made, changed or removed since ``before`` (:meth:`snapshot`)."""
+        after = self.snapshot()
+        return sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
 
     @property
     def level(self) -> str:
@@ -183,7 +207,8 @@ def wall(
     environments, writable (setup), with ``protect`` (the complete bases in it) read-only at ``namespace``."""
     scratch.prepare()
     if mode == "none":
-        return Wall(Sandbox("none", reason, (), scratch.tmp, grace=GRACE), scratch)
+        guarded = (checkout / ".git", *protect)
+        return Wall(Sandbox("none", reason, (), scratch.tmp, grace=GRACE), scratch, guarded=guarded)
     places = Places(checkout, scratch.root, common_dir, scratch.tmp, *_private(common_dir, environ, signing_key))
     own = [checkout, scratch.tmp, scratch.cache, *([shared] if shared is not None else [])]
     writable = [expand(p, environ) for p in policy_writable]
@@ -202,7 +227,7 @@ def wall(
         )
     else:
         gaps = tuple(
-            f"{p} is writable (Landlock alone cannot wall it off beneath a writable directory)" for p in readonly
+            f"{p} stays writable (Landlock alone cannot make it read-only; a write is refused after)" for p in readonly
         )
     sandbox = Sandbox(mode, reason, tuple(rules), scratch.tmp, grace=GRACE, namespace=namespace)
-    return Wall(sandbox, scratch, gaps)
+    return Wall(sandbox, scratch, gaps, guarded=() if namespace is not None else tuple(readonly))

@@ -284,6 +284,8 @@ def verify_clean(
     """
     require_trusted(trust)
     planned = _planned(policy, task)
+    git_env = checkout.command_git_env()  # (re)written now: before the snapshot, not during the commands
+    guarded = wall.snapshot() if wall is not None else {}
     outcome = _run_all(
         evidence,
         planned,
@@ -299,9 +301,15 @@ def verify_clean(
         grace=grace,
         provenance=SUPERVISOR,
         accept=FOR_RUNS,
-        git_env=checkout.command_git_env(),
+        git_env=git_env,
         wall=wall,
     )
+    if wall is not None and (written := wall.written(guarded)):  # before inspect: it reads the checkout's .git
+        raise AgentOpsError(
+            "VERIFY_CHECKOUT_CHANGED",
+            f"the verification commands wrote what they may only read ({', '.join(written[:8])}); nothing was recorded",
+            details={"written": written},
+        )
     if any(not r["cached"] for r in outcome.records):
         drift = checkout.inspect(commit)
         if drift.changed:
