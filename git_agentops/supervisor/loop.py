@@ -464,15 +464,11 @@ class Supervisor:
                 response = requests.refuse_accepted(self, worker_id, request, AgentOpsError(code, message[:8000]))
                 worker = self.state.workers().get(worker_id)
                 if worker is not None:
-                    try:
+                    with contextlib.suppress(AgentOpsError):  # a worktree that is gone has no one to tell
                         mailbox.write_response(Path(worker.worktree), response)
-                    except AgentOpsError:
-                        pass
                 self.workers.fail(worker_id, code, message, detail, head=head)
             case Delivered(task_id, commit):
                 self.log(f"{worker_id}: {task_id} delivered as {commit[:12]}")
-            case _:
-                pass
 
     def _wait_jobs(self) -> None:
         for future in list(self.jobs.values()):
