@@ -211,6 +211,7 @@ STEPS = [
     "integration:prepared",
     "integration:verified",
     "integration:reviewed",
+    "integration:moved",
     "integration:published",
     "integration:receipted",
 ]
@@ -233,7 +234,7 @@ def test_kill_9_after_each_step_then_resume_moves_the_target_once_with_a_receipt
     assert "fault injection" in (repo / ".git" / "agentops" / "runs" / run_id / "supervisor.log").read_text()
     moved = git(repo, "rev-parse", "main") != base
     has_receipt = git(repo, "notes", "--ref=agentops/receipts", "list", "main", check=False) != ""
-    assert moved == (step in ("integration:published", "integration:receipted"))
+    assert moved == (step in ("integration:moved", "integration:published", "integration:receipted"))
     resumed = cli(repo, "agentops-run", "resume", run_id)
     assert resumed.returncode == 0, resumed.stderr
     doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=120)
@@ -243,4 +244,5 @@ def test_kill_9_after_each_step_then_resume_moves_the_target_once_with_a_receipt
     assert git(repo, "rev-parse", "main") == doc["integration"]["candidate"]
     assert _verify(repo, "main", "--allowed-signers", str(signers), "--require-signature")[0] == 0
     assert has_receipt == (step == "integration:receipted")  # before the resume: a receipt only once receipted
+    assert git(repo, "status", "--porcelain") == ""  # the checkout of main followed: never the move reversed, staged
     git(repo, "fsck", "--strict")

@@ -37,7 +37,7 @@ import pygit2
 
 from ..canonical import digest, sha256_hex
 from ..errors import AgentOpsError
-from ..gitstore.checkout import dirty_checkouts, move_checkout
+from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
@@ -113,6 +113,8 @@ def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
         if tip is not None and _contains(store, tip, integration.candidate):
             if ctx.policy.remote and integration.base:  # pushed before a crash: the local target follows now
                 follow(ctx, store, ctx.policy.remote, run.target, integration.base, integration.candidate)
+            elif integration.base:  # the CAS moved it before a crash: its checkouts follow now
+                _follow_local(ctx, store, run.target, integration.base, integration.candidate)
             advance(
                 ctx,
                 store,
@@ -245,11 +247,8 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
         update_ref(store, target_ref, candidate, base, f"agentops: integrate run {ctx.run_id}")
     except RefConflict:
         return False
-    for worktree in checked_out:
-        try:
-            move_checkout(worktree, base, candidate)
-        except AgentOpsError as exc:  # changed between the check and the CAS: git refused to overwrite anything
-            ctx.log(f"{target} moved, but its checkout {worktree} could not follow: {exc.message}")
+    ctx.fault("integration:moved")  # the branch moved, its checkouts not yet: a restart brings them (_follow_local)
+    _follow_local(ctx, store, target, base, candidate, checked_out)
     advance(
         ctx,
         store,
@@ -259,6 +258,24 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
         published_at=ctx.clock.now(),
     )
     return True
+
+
+def _follow_local(
+    ctx: JobContext, store: Store, target: str, base: str, candidate: str, checked_out: list[Path] | None = None
+) -> None:
+    """Bring the checkouts of a local target the CAS moved from ``base`` to ``candidate`` up to it (index and files).
+
+    Safe to repeat, as a restart after a crash between the CAS and this does: a checkout already at the candidate's
+    tree is left as it is (two-way ``read-tree``), one changed since is refused by git and logged, never overwritten.
+    """
+    for worktree in checkouts_of(store.common_dir, f"refs/heads/{target}") if checked_out is None else checked_out:
+        try:
+            move_checkout(worktree, base, candidate)
+        except AgentOpsError as exc:  # changed between the check and the CAS: git refused to overwrite anything
+            ctx.log(
+                f"{target} moved, but its checkout {worktree} could not follow: {exc.message}; commit or stash "
+                f"there, then 'git read-tree -m -u {base[:12]} {candidate[:12]}'"
+            )
 
 
 def _publish_remote(ctx: JobContext, store: Store, remote: str, target: str, base: str, candidate: str) -> bool:
