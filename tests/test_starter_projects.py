@@ -224,6 +224,10 @@ def _ci_lines(root: Path) -> list[str]:
     return lines
 
 
+REWRITES = frozenset({"--fix", "--write", "-w", "--write-changes", "--unsafe-fixes", "--in-place", "-i"})
+"""Options that make a tool rewrite files (ruff, prettier, codespell, autopep8...): never in a verification."""
+
+
 def _checkout(name: str, tmp_path: Path) -> Path:
     repo = tmp_path / name
     shutil.copytree(FIXTURES / name, repo, ignore=shutil.ignore_patterns("__pycache__", ".ruff_cache", "target"))
@@ -254,6 +258,8 @@ def test_init_proposes_what_ci_runs_and_the_first_verify_passes(
         assert expect.disabled[off["id"]] in off["reason"], off
     for ident, parser in expect.parsers.items():
         assert next(d for d in plan["detected"] if d["id"] == ident)["parser"] == parser
+    for proposed in (*plan["detected"], *plan["disabled"]):  # a verification checks; it never rewrites the checkout
+        assert not REWRITES.intersection(proposed["argv"] if isinstance(proposed["argv"], list) else []), proposed
 
     # the policy's commands are what the project's own CI runs: every run: line maps to the commands standing for
     # it, and every command stands for one of them

@@ -25,6 +25,8 @@ from .projectfiles import read_text
 from .toolkinds import Tool
 
 VENV_PYTHON = f"{VENV}/bin/python"
+FIXING = frozenset({"--fix", "--write", "-w", "--write-changes", "--unsafe-fixes"})
+"""Options that make a tool rewrite the checkout (ruff, prettier, codespell): a verification only checks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ def _positional(args: tuple[str, ...]) -> list[str]:
 
 def check_argv(leaf: Leaf, env: RunEnv) -> tuple[str, ...] | str:
     """The check-mode command line for one tool invocation, where setup installs the tool."""
-    kind, args = leaf.tool.kind, tuple(a for a in leaf.args if a not in ("--fix", "--write", "-w", "--unsafe-fixes"))
+    kind, args = leaf.tool.kind, tuple(a for a in leaf.args if a not in FIXING)
     if kind == "pytest":
         kept: list[str] = []
         for index, arg in enumerate(args):
