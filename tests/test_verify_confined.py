@@ -317,28 +317,39 @@ def test_a_verify_command_cannot_reach_the_persons_unix_sockets_nor_signal_the_s
     assert hits == []
 
 
-def test_setup_may_add_to_the_shared_environments_but_never_change_a_complete_base(proof: Proof) -> None:
-    """Setup builds a missing base in the shared environments (it may write there), but a build backend run during
-    setup cannot touch a base another checkout uses: every complete one is read-only. The failing step is
-    ``RUN_SETUP_FAILED`` and the base is byte for byte what it was."""
+def test_a_setup_step_can_neither_change_a_complete_base_nor_plant_a_base_in_the_shared_environments(
+    proof: Proof,
+) -> None:
+    """A setup step runs the commit's code (a build backend, npm scripts) and sees the shared environments read-only:
+    it cannot change a base another checkout uses, nor make a directory there -- a base of another key with a forged
+    completion marker, which a later checkout would trust (the supervisor builds bases itself, before the steps).
+    npm's cache there stays writable. The failing step is ``RUN_SETUP_FAILED``; the shared environments are byte
+    for byte what they were."""
     base = proof.base()
-    before = _digest(base)
-    new_base = proof.shared / "python-fedcba9876543210"
-    add = f"import os\nos.makedirs({str(new_base)!r})\nopen({str(new_base / 'made')!r}, 'w').write('x')\n"
-    outcome = proof.prove([_py("pass")], setup=[[sys.executable, "-c", ALLOWED + add]])
+    forged = proof.shared / "python-fedcba9876543210"
+    plant = (
+        f"import os\nos.makedirs({str(forged / 'bin')!r})\n"
+        f"open({str(forged / 'agentops-complete.json')!r}, 'w').write('{{\"key\": \"x\"}}')\n"
+    )
+    poison = f"open({str(base / 'lib' / 'site-packages' / 'pytest.py')!r}, 'w').write('')\n"
+    npm = f"open({str(proof.shared / 'npm-cache' / 'entry')!r}, 'w').write('cached')\nprint('NPM-CACHE-WRITTEN')\n"
+    outcome = proof.prove([_py("pass")], setup=[[sys.executable, "-c", ALLOWED + npm]])
     assert outcome.passed
-    assert (new_base / "made").is_file()
-    poison = [sys.executable, "-c", f"open({str(base / 'lib' / 'site-packages' / 'pytest.py')!r}, 'w').write('')"]
-    with pytest.raises(AgentOpsError) as caught:
-        proof.prove([_py("pass", "other")], setup=[poison])
-    assert caught.value.code == "RUN_SETUP_FAILED"
-    assert "Read-only file system" in caught.value.message
-    assert _digest(base) == before
+    assert (proof.shared / "npm-cache" / "entry").read_text() == "cached"
+    before = _digest(proof.shared)
+    for index, code in enumerate((plant, poison)):
+        with pytest.raises(AgentOpsError) as caught:
+            proof.prove([_py("pass", f"other{index}")], setup=[[sys.executable, "-c", ALLOWED + code]])
+        assert caught.value.code == "RUN_SETUP_FAILED"
+        assert "ALLOWED-WRITES-DONE" in caught.value.message
+        assert "Permission denied" in caught.value.message or "Read-only file system" in caught.value.message
+    assert not forged.exists()
+    assert _digest(proof.shared) == before
 
 
 def test_a_setup_step_cannot_write_the_private_dir_or_home(proof: Proof) -> None:
     """Invariant: setup runs the project's own code (a build backend, ``npm`` lifecycle scripts) confined too: it
-    writes the checkout, its TMPDIR and cache and the shared environments, nothing else."""
+    writes the checkout, its TMPDIR and cache and npm's cache in the shared environments, nothing else."""
     target = Path(os.environ["HOME"]) / "planted-by-setup"
     with pytest.raises(AgentOpsError) as caught:
         proof.prove([_py("pass")], setup=[[sys.executable, "-c", _attempt(target)]])

@@ -2,11 +2,33 @@
 
 :mod:`.python` says why a checkout's environment has two layers; this is the lower one. A base lives in
 ``$GIT_COMMON_DIR/agentops/envs/python-<key16>/``, keyed by what decides its contents (:func:`base_key`: the
-lockfile and ``pyproject.toml``'s dependency tables, the pinned source, the extras, groups and ``--with``
-packages, the interpreter), built once under an exclusive file lock and marked complete last, so a crash halfway
-leaves a directory the next caller deletes and builds again. What it installs is what the project's lock pins
-(:mod:`.locks`, :mod:`.uv`), checked after the install; pip keeps its normal cache, so a second base downloads
-nothing it had.
+lockfile and ``pyproject.toml``'s dependency tables, the pinned source and the files it includes, the extras,
+groups and ``--with`` packages, the interpreter), built once under an exclusive file lock and marked complete last,
+so a crash halfway leaves a directory the next caller deletes and builds again. What it installs is what the
+project's lock pins (:mod:`.locks`, :mod:`.uv`), checked after the install; pip keeps its normal cache, so a second
+base downloads nothing it had.
+
+Every checkout on those dependency files gets the same base, so nothing a commit can change *outside* them may
+decide what is in it -- the commit's code least of all. Three rules hold that:
+
+* **Only the toolkit writes the shared environments.** Agents, the verification commands and the setup steps of a
+  supervisor's clean checkout see them read-only (:mod:`git_agentops.sandbox.checkout`); a base such a step needs
+  is built by the supervisor before the step (:func:`git_agentops.envs.python.prepare_base`), and a setup step
+  inside a clean checkout never builds one (``ENV_SETUP_FAILED``, naming the fix). So the completion marker, written
+  last, is the toolkit's word; nothing else can forge it, for this key or another.
+* **The commit's code never runs with a base writable.** Built for a clean checkout (``confine``), a base takes
+  only registry packages, installed by pip confined with that one base writable (a path or ``file:`` line is
+  refused: :mod:`.pyreqs`); interpreters run with ``-I`` from the base's own directory, never importing the
+  checkout's ``venv.py`` or ``pip/``. The project's build backend -- ``setup.py``, an in-tree backend -- is asked
+  what an editable build needs afterwards, confined with nothing of the base writable (:mod:`.backend`).
+* **What the backend asked for goes only to who asks for it.** That answer is the commit's to give and the key does
+  not cover it, so the marker records it: a base whose extra requirements a person's own checkout vouched for, or
+  that has none (the common case), is reused without a question; any other is reused only by a checkout whose own
+  backend asks for all of it, and the others get a base made for their own answer (``python-<digest of key and
+  answer>``).
+
+In a person's own checkout (``git agentops-env`` by hand, ``git agentops-verify`` on first use) the code is theirs:
+the same build runs unconfined, as fast as before, and vouches for its backend's answer.
 """
 
 from __future__ import annotations
@@ -23,7 +45,9 @@ from typing import Any, Final
 from ..canonical import digest, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.clean import clean_source
 from ..gitstore.private import file_lock
+from .backend import BuildAnswer, ask_backend
 from .locks import (
     Pins,
     check_declared,
@@ -33,7 +57,7 @@ from .locks import (
     pins_of_requirements,
     pins_of_table,
 )
-from .project import lock_digest, pyproject
+from .project import lock_digest
 from .pydeps import (
     Declared,
     Source,
@@ -45,54 +69,22 @@ from .pydeps import (
     selection_requirements,
     split_selection,
 )
-from .tools import run_tool, shared_dir, tool_environment
+from .pyreqs import includes, local_references, requirements_of
+from .tools import Runner, run_tool, shared_dir, tool_environment, unconfined
 from .venvs import read_json, site_packages, write_json
 
 Progress = Callable[[str], None]
-RECIPE: Final = 2
+RECIPE: Final = 3
 """Bumped when the way a base is built changes, so old bases are not taken for new ones."""
 
 COMPLETE: Final = "agentops-complete.json"
 PIP_ENV: Final = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PIP_NO_WARN_SCRIPT_LOCATION": "1"}
-IN_CHECKOUT: Final = {**PIP_ENV, "PYTHONDONTWRITEBYTECODE": "1"}
-"""For commands that import from the checkout (an in-tree build backend, ``setup.py``): no ``__pycache__`` left
-behind in it, which would make the checkout's first verification refuse it as dirty."""
 
 _INFO: Final = (
     "import json, os, platform, sys\n"
     "print(json.dumps({'version': platform.python_version(), 'implementation': sys.implementation.name,\n"
     "    'base': os.path.realpath(getattr(sys, '_base_executable', None) or sys.executable)}))\n"
 )
-_BUILD_REQUIRES: Final = r"""
-import importlib, importlib.metadata as md, json, os, sys
-root, out, table = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-for entry in reversed(table.get("backend-path", [])):
-    sys.path.insert(0, os.path.join(root, entry))
-module, _, attr = (table.get("build-backend") or "setuptools.build_meta:__legacy__").partition(":")
-backend = importlib.import_module(module)
-for part in attr.split(".") if attr else []:
-    backend = getattr(backend, part)
-hook = getattr(backend, "get_requires_for_build_editable", None)
-wanted = list(hook(None)) if hook is not None else []
-try:
-    from packaging.requirements import Requirement
-except ImportError:
-    from pip._vendor.packaging.requirements import Requirement
-missing = []
-for spec in wanted:
-    req = Requirement(spec)
-    if req.marker is not None and not req.marker.evaluate():
-        continue
-    try:
-        have = md.version(req.name)
-    except md.PackageNotFoundError:
-        missing.append(spec)
-        continue
-    if req.specifier and not req.specifier.contains(have, prereleases=True):
-        missing.append(spec)
-with open(out, "w") as handle:
-    json.dump(missing, handle)
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +177,11 @@ def inputs_digest(
 ) -> str:
     """What decides a base's contents apart from the interpreter: read from files alone, so that deciding whether
     a checkout's environment is current costs no subprocess (:func:`python_env_state`)."""
-    pinned = None
+    pinned: dict[str, Any] | None = None
     if source is not None and source.file.is_file():
         pinned = {"kind": source.kind, "file": source.file.name, "sha256": sha256_hex(source.file.read_bytes())}
+        if source.kind == "requirements":  # what its -r/-c includes say is installed too
+            pinned["includes"] = includes(source.file, root.resolve())
     return digest(
         {
             "recipe": RECIPE,
@@ -213,9 +207,47 @@ def base_key(
     return digest({"inputs": inputs, "python": [python.implementation, python.version, python.base]})
 
 
-def base_complete(path: Path, key: str) -> bool:
+def base_marker(path: Path, key: str) -> dict[str, Any] | None:
+    """The completion marker of the base at ``path`` when it is a complete base of ``key``, else None."""
+    if os.path.islink(path):
+        return None
     doc = read_json(path / COMPLETE)
-    return doc is not None and doc.get("key") == key and (path / "bin" / "python").exists()
+    if doc is None or doc.get("key") != key or not (path / "bin" / "python").exists():
+        return None
+    return doc
+
+
+def base_complete(path: Path, key: str) -> bool:
+    return base_marker(path, key) is not None
+
+
+def _vouched(marker: Mapping[str, Any]) -> bool:
+    """Whether a base holds nothing a commit's code chose: its builder's backend wanted nothing more than the
+    dependencies, or the builder was a person's own checkout (``vouched``)."""
+    return not marker.get("editable") or marker.get("vouched") is True
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """One :func:`ensure_base`: its inputs, how it runs what the commit can steer, and what it may write."""
+
+    root: Path
+    decl: Declared
+    python: Interpreter
+    extras: tuple[str, ...]
+    groups: tuple[str, ...]
+    with_: tuple[str, ...]
+    source: Source | None
+    key: str
+    described: str
+    environ: Mapping[str, str]
+    clock: Clock
+    timeout: float
+    progress: Progress | None
+    run: Runner
+    trusted: bool  # a person's checkout: its backend's answer is vouched for
+    writes: bool  # may build (not inside a supervisor's clean checkout, whose setup sees the shared dir read-only)
+    start: float
 
 
 def ensure_base(
@@ -230,8 +262,14 @@ def ensure_base(
     groups: Sequence[str] = (),
     timeout: float = 1800.0,
     progress: Progress | None = None,
+    confine: Runner | None = None,
 ) -> Base:
     """The shared base for this checkout's lockfile: reused when complete, else built (once, under the lock).
+
+    ``confine``: the checkout is a commit nobody vouched for (a supervisor's clean checkout): every command its
+    files steer runs through it -- pip (with the base being built as its one extra writable path) and the build
+    backend's question (with none). Without it the checkout is the person's own and they run as they are. Inside a
+    supervisor's clean checkout (its setup step) nothing is built: the supervisor built the base before the step.
 
     Raises ``ENV_LOCK_UNUSABLE`` (the lock cannot be followed: see :mod:`.locks`) and ``ENV_SETUP_FAILED``.
     """
@@ -239,46 +277,121 @@ def ensure_base(
     decl = declared(root)
     check_extras(root, decl, extras, groups)
     source = pinned_source(root)
-    key = base_key(root, python, extras, with_, source, groups)
+    inside = clean_source(common_dir) is not None
+    job = _Job(
+        root=root,
+        decl=decl,
+        python=python,
+        extras=tuple(extras),
+        groups=tuple(groups),
+        with_=tuple(with_),
+        source=source,
+        key=base_key(root, python, extras, with_, source, groups),
+        described=source.describe() if source is not None else "pyproject.toml",
+        environ=environ,
+        clock=clock,
+        timeout=timeout,
+        progress=progress,
+        run=confine or unconfined,
+        trusted=confine is None and not inside,
+        writes=not inside,
+        start=start,
+    )
     shared = shared_dir(common_dir)
-    path = shared / f"python-{key[:16]}"
-    described = source.describe() if source is not None else "pyproject.toml"
-    if base_complete(path, key):
-        return Base(path, key, True, time.monotonic() - start, described)
-    with file_lock(shared, f"python-{key[:16]}.lock", timeout=timeout):
-        if base_complete(path, key):  # another checkout built it while we waited
-            return Base(path, key, True, time.monotonic() - start, described)
-        if path.exists():  # an interrupted build: no marker, so nothing in it is trusted
+    for _attempt in range(3):
+        found = _find(job, shared)
+        if isinstance(found, Base):
+            return found
+        built = _build(job, *found)
+        if built is not None:
+            return built
+    raise AgentOpsError("ENV_SETUP_FAILED", f"the shared base for {root} kept changing while it was set up: retry")
+
+
+def _reused(job: _Job, path: Path) -> Base:
+    return Base(path, job.key, True, time.monotonic() - job.start, job.described)
+
+
+def _find(job: _Job, shared: Path) -> Base | tuple[Path, tuple[str, ...] | None]:
+    """The complete base this checkout may use, or where to build one and for which backend answer (None: the
+    plain base of the key, which records its builder's answer).
+
+    A base whose builder's backend asked for more than the dependencies, and that no person vouched for, is used
+    only by a checkout whose own backend asks for all of it; any other gets the base made for its own answer
+    (``python-<digest of key and answer>``). So what one commit's code asked for never reaches a commit that did
+    not ask for it -- and the common case (the answer vouched for, or empty) asks the backend nothing.
+    """
+    path = shared / f"python-{job.key[:16]}"
+    marker = base_marker(path, job.key)
+    if marker is None:
+        return path, None
+    if _vouched(marker):
+        return _reused(job, path)
+    answer = ask_backend(job.root, path, environ=job.environ, clock=job.clock, run=job.run)
+    if set(_strings(marker.get("editable"))) <= set(answer.wanted):
+        if job.trusted:  # the person's backend asks for it too: from now on nobody needs to ask
+            write_json(path / COMPLETE, {**marker, "vouched": True})
+        return _reused(job, path)
+    variant = shared / f"python-{digest({'key': job.key, 'wanted': list(answer.wanted)})[:16]}"
+    found = base_marker(variant, job.key)
+    if found is not None and tuple(_strings(found.get("wanted"))) == answer.wanted:
+        return _reused(job, variant)
+    return variant, answer.wanted
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _build(job: _Job, path: Path, wanted: tuple[str, ...] | None) -> Base | None:
+    """Build the base at ``path`` under its lock; None when another process completed it meanwhile."""
+    if not job.writes:
+        raise AgentOpsError(
+            "ENV_SETUP_FAILED",
+            f"the shared base {path.name} for {job.root} is not built, and setup in a supervisor's clean checkout "
+            f"may not write the shared environments ({path.parent}): the supervisor builds it before the setup "
+            "steps, for each step that runs 'git agentops-env python' as a command of its own. Write the step as "
+            "that command alone (its argv, or a shell line holding only it), or run the step once in your own "
+            "checkout, which builds the base, and resume",
+            details={"base": str(path)},
+        )
+    with file_lock(path.parent, f"{path.name}.lock", timeout=job.timeout):
+        if base_marker(path, job.key) is not None:  # another checkout built it while we waited
+            return None
+        if os.path.islink(path):
+            path.unlink()
+        elif path.exists():  # an interrupted build: no marker, so nothing in it is trusted
             shutil.rmtree(path)
-        if progress:
-            progress(f"building the shared base environment {path.name} from {described} (once per lockfile)")
-        locked = _build_base(root, path, decl, python, extras, groups, with_, source, environ, clock, timeout, progress)
+        if job.progress:
+            job.progress(f"building the shared base environment {path.name} from {job.described} (once per lockfile)")
+        locked, answer = _build_base(job, path)
+        if wanted is not None and answer.wanted != wanted:
+            raise AgentOpsError(
+                "ENV_SETUP_FAILED",
+                f"the build backend of {job.root} asked for {list(wanted)} and then for {list(answer.wanted)}: a base "
+                "is made for one answer, and this backend's changes from one question to the next",
+                details={"first": list(wanted), "second": list(answer.wanted)},
+            )
         write_json(
             path / COMPLETE,
             {
-                "key": key,
-                "python": python.version,
-                "source": described,
+                "key": job.key,
+                "python": job.python.version,
+                "source": job.described,
                 "locked": locked,
-                "builtAt": clock.now(),
-                "root": str(root),
+                "builtAt": job.clock.now(),
+                "root": str(job.root),
+                "wanted": list(answer.wanted),
+                "editable": list(answer.missing),
+                "vouched": job.trusted,
             },
         )
-    return Base(path, key, False, time.monotonic() - start, described, locked)
+    return Base(path, job.key, False, time.monotonic() - job.start, job.described, locked)
 
 
-def _pins(
-    root: Path,
-    path: Path,
-    decl: Declared,
-    python: Interpreter,
-    selection: tuple[list[str], list[str]],
-    source: Source,
-    environ: Mapping[str, str],
-    clock: Clock,
-    progress: Progress | None,
-) -> Pins:
+def _pins(job: _Job, path: Path, selection: tuple[list[str], list[str]], source: Source) -> Pins:
     """What ``source`` pins for the selection, and the check that it pins everything the selection declares."""
+    decl, root = job.decl, job.root
     # a requirement under a marker may be left out of a lock made for fewer platforms: only unconditional ones
     specs = [spec for spec in selection_requirements(decl, *selection) if ";" not in spec]
     declared_names = [p[0] for spec in specs if (p := requirement_name(spec)) and p[0] != decl.name]
@@ -287,11 +400,17 @@ def _pins(
 
         pins = Pins("uv", source.file)
         check_declared(pins, declared_names, in_lock=lock_names(source.file))
-        tools = path.parent / "tools"  # beside the bases: read-only to agents (:mod:`.uv` says why)
-        uv = ensure_uv(tools, python=python.executable, environ=environ, cwd=root, clock=clock, progress=progress)
+        tools = path.parent / "tools"  # beside the bases: read-only to agents and clean checkouts (:mod:`.uv`)
+        # run from the shared dir, never the checkout: `python -m venv`/`-m pip` would import its venv.py or pip/
+        uv = ensure_uv(
+            tools, python=job.python.executable, environ=job.environ, cwd=path.parent, clock=job.clock,
+            progress=job.progress,
+        )  # fmt: skip
         exported = path / "agentops-uv-export.txt"
         groups = [g for g in selection[1] if g in decl.groups]  # a poetry group of the same name is not uv's
-        export_uv_lock(uv, root, extras=selection[0], groups=groups, output=exported, environ=environ, clock=clock)
+        export_uv_lock(
+            uv, root, extras=selection[0], groups=groups, output=exported, environ=job.environ, clock=job.clock
+        )
         return pins_of_requirements("uv", source.file, filtered_requirements(exported), complete=True)
     if source.kind in ("poetry", "pdm"):
         pins = pins_of_table(source.kind, source.file, declared_names)
@@ -299,41 +418,43 @@ def _pins(
         return pins
     if source.kind == "pipenv":
         return pins_of_pipfile(source.file)
-    return pins_of_requirements("requirements", source.file, filtered_requirements(source.file))
+    return pins_of_requirements("requirements", source.file, requirements_of(source.file, root))
 
 
-def _build_base(
-    root: Path,
-    path: Path,
-    decl: Declared,
-    python: Interpreter,
-    extras: Sequence[str],
-    groups: Sequence[str],
-    with_: Sequence[str],
-    source: Source | None,
-    environ: Mapping[str, str],
-    clock: Clock,
-    timeout: float,
-    progress: Progress | None,
-) -> dict[str, str]:
-    """Make the base at ``path``; returns what the lock pinned, as installed (empty without a lock)."""
-    env = tool_environment(environ, PIP_ENV)
+def _build_base(job: _Job, path: Path) -> tuple[dict[str, str], BuildAnswer]:
+    """Make the base at ``path``: what the lock pinned, as installed (empty without a lock), and what the build
+    backend said an editable build needs (installed too).
+
+    Only registry packages go in, by pip, which writes only this base (with ``confine``); the project's own code --
+    the backend asked ``get_requires_for_build_editable`` -- runs after, writing nothing here. Interpreters run with
+    ``-I`` from the base's directory: ``-m venv`` or ``-m pip`` run from the checkout would import its own
+    ``venv.py`` or ``pip/``.
+    """
+    env = tool_environment(job.environ, PIP_ENV)
     path.mkdir(parents=True)
-    selection = split_selection(decl, extras, groups)
+    selection = split_selection(job.decl, job.extras, job.groups)
     pins = None
-    if source is not None:  # first: a lock that cannot be followed is refused before anything is made
-        pins = _pins(root, path, decl, python, selection, source, environ, clock, progress)
+    if job.source is not None:  # first: a lock that cannot be followed is refused before anything is made
+        pins = _pins(job, path, selection, job.source)
+    declared_part = [] if pins is not None and pins.complete else selection_requirements(job.decl, *selection)
+    wanted = [*declared_part, *job.decl.build_requires, *job.with_]
+    if not job.trusted and (local := local_references([*(pins.requirements if pins else ()), *wanted])):
+        raise AgentOpsError(
+            "ENV_SETUP_FAILED",
+            f"the dependencies of {job.root} install code from a path ({', '.join(local[:3])}): the shared base is "
+            "never built from a checkout nobody vouched for when its build would run code its key does not cover. "
+            "Run the setup step once in your own checkout (it builds the base from your files), then resume",
+            details={"local": local},
+        )
     run_tool(
-        [python.executable, "-m", "venv", str(path)],
-        cwd=root,
+        [job.python.executable, "-I", "-m", "venv", str(path)],
+        cwd=path.parent,
         env=env,
-        clock=clock,
+        clock=job.clock,
         timeout=600,
         what="creating the base environment",
     )
-    pip = [str(path / "bin" / "python"), "-m", "pip", "install"]
-    declared_part = [] if pins is not None and pins.complete else selection_requirements(decl, *selection)
-    wanted = [*declared_part, *decl.build_requires, *with_]
+    pip = [str(path / "bin" / "python"), "-I", "-m", "pip", "install"]
     files: dict[str, Path] = {}
     for name, lines in (
         ("pinned", pins.requirements if pins else ()),
@@ -352,35 +473,28 @@ def _build_base(
         batches[0] += bound if batches[0] else []
     for batch in batches:
         if batch:
-            if progress:
-                progress(f"installing the dependencies ({pins.file.name if pins else 'pyproject.toml'}) with pip")
-            run_tool(
-                [*pip, *batch],
-                cwd=root,
-                env=env,
-                clock=clock,
-                timeout=timeout,
-                what="installing the dependencies into the base environment",
-            )
-    if decl.installable:  # without a [build-system] table, pip's default backend: setuptools' legacy one
-        table = pyproject(root).get("build-system", {})
-        answer = path / "agentops-build-editable.json"
-        run_tool(
-            [str(path / "bin" / "python"), "-c", _BUILD_REQUIRES, str(root), str(answer), json.dumps(table)],
-            cwd=root,
-            env=tool_environment(environ, IN_CHECKOUT),
-            clock=clock,
-            timeout=600,
-            what="asking the build backend what an editable build needs",
-        )
-        missing = json.loads(answer.read_text("utf-8"))
-        if missing:
-            run_tool(
-                [*pip, *missing, *bound],
-                cwd=root,
-                env=env,
-                clock=clock,
-                timeout=timeout,
-                what="installing the editable build's requirements into the base environment",
-            )
-    return check_installed(pins, site_packages(path)) if pins is not None else {}
+            if job.progress:
+                job.progress(f"installing the dependencies ({pins.file.name if pins else 'pyproject.toml'}) with pip")
+            _pip(job, path, [*pip, *batch], env, "installing the dependencies into the base environment")
+    answer = (
+        ask_backend(job.root, path, environ=job.environ, clock=job.clock, run=job.run)
+        if job.decl.installable
+        else BuildAnswer((), ())
+    )
+    if answer.missing:
+        _pip(job, path, [*pip, *answer.missing, *bound], env, "installing the editable build's requirements")
+    return (check_installed(pins, site_packages(path)) if pins is not None else {}), answer
+
+
+def _pip(job: _Job, path: Path, argv: list[str], env: Mapping[str, str], what: str) -> None:
+    """pip, writing the base at ``path`` and nothing else of ours (run from it: a relative path means nothing)."""
+    run_tool(
+        argv,
+        cwd=path if not job.trusted else job.root,
+        env=env,
+        clock=job.clock,
+        timeout=job.timeout,
+        what=f"{what} ({path.name})",
+        run=job.run,
+        writable=[path],
+    )

@@ -12,7 +12,9 @@ interpreter. Two layers keep that cheap:
   digest, the interpreter, the extras, groups and ``--with`` packages, and where the pins came from, so every
   checkout on the same lockfile shares one. It is built once, under an exclusive file lock, and a marker written
   last says it is complete: a crash halfway leaves a directory without the marker, which the next caller deletes
-  and builds again. pip keeps its normal cache, so a second base (a new lockfile) downloads nothing it had.
+  and builds again. pip keeps its normal cache, so a second base (a new lockfile) downloads nothing it had. In a
+  supervisor's clean checkout the shared environments are read-only to setup: the supervisor builds a missing
+  base before the step (:func:`prepare_base`, the commit's part of the build confined), and the step finds it.
 * **The checkout's venv** is made with ``--without-pip`` (a tenth of a second), sees the base's site-packages
   through a ``.pth`` file, and gets the project installed editable, ``--no-deps --no-build-isolation``, by the
   base's pip. pip runs as the venv's own interpreter (``<venv>/bin/python -m pip``: pip is importable through the
@@ -28,7 +30,11 @@ package and where it resolved; a venv whose marker names the same key is left as
 
 from __future__ import annotations
 
+import argparse
+import os
+import shlex
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,9 +43,9 @@ from typing import Any, Final
 
 from ..clock import Clock
 from ..errors import AgentOpsError
+from .backend import IN_CHECKOUT
 from .project import EnvState, is_python_project, lockfiles, python_packages
 from .pybase import (
-    IN_CHECKOUT,
     PIP_ENV,
     Base,
     base_complete,
@@ -51,7 +57,7 @@ from .pybase import (
     interpreter,
 )
 from .pydeps import declared, pinned_source
-from .tools import run_tool, tool_environment
+from .tools import Runner, run_tool, tool_environment
 from .venvs import check_imports, link_scripts, read_json, site_packages, write_json
 
 Progress = Callable[[str], None]
@@ -91,6 +97,83 @@ class PythonEnv:
             f"python env {self.venv}: base {name} from {self.base.source} {how}, checkout {self.seconds:.1f}s, "
             f"total {self.seconds + self.base.seconds:.1f}s"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PythonStep:
+    """The options of a setup step that runs ``git agentops-env python`` (what decides its base)."""
+
+    extras: tuple[str, ...]
+    groups: tuple[str, ...]
+    with_: tuple[str, ...]
+    python: str | None
+    venv: str
+
+
+def python_step(argv: Sequence[str] | str) -> PythonStep | None:
+    """The options of ``argv`` when it runs ``git agentops-env python`` (as a shell line too, alone or first), else
+    None -- also for options this version does not read, which the step then refuses itself when it runs."""
+    try:
+        words = shlex.split(argv, comments=True) if isinstance(argv, str) else list(argv)
+    except ValueError:
+        return None
+    if tuple(words[:2]) == ("git", "agentops-env"):
+        words = words[2:]
+    elif words and os.path.basename(words[0]) == "git-agentops-env":
+        words = words[1:]
+    else:
+        return None
+    if words[:1] != ["python"]:
+        return None
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False, allow_abbrev=False)
+    parser.add_argument("--extra", action="append", default=[])
+    parser.add_argument("--group", action="append", default=[])
+    parser.add_argument("--with", dest="with_", action="append", default=[])
+    parser.add_argument("--venv", default=".agentops/venv")
+    parser.add_argument("--python", default=None)
+    try:
+        args, _rest = parser.parse_known_args(words[1:])
+    except (argparse.ArgumentError, SystemExit):
+        return None
+    return PythonStep(tuple(args.extra), tuple(args.group), tuple(args.with_), args.python, args.venv)
+
+
+def default_python(env: Mapping[str, str]) -> str:
+    """``python3`` on PATH -- the interpreter the person uses for the project -- else the toolkit's own."""
+    return shutil.which("python3", path=env.get("PATH", os.defpath)) or sys.executable
+
+
+def prepare_base(
+    root: Path,
+    step: PythonStep,
+    *,
+    common_dir: Path,
+    environ: Mapping[str, str],
+    clock: Clock,
+    confine: Runner,
+    timeout: float = 1800.0,
+    progress: Progress | None = None,
+) -> Base:
+    """The base ``step`` run in the clean checkout ``root`` will stand on, found or built now -- by the
+    supervisor, before the step, since the step itself sees the shared environments read-only. What the commit's
+    files steer runs through ``confine`` (:func:`~.pybase.ensure_base`). Raises what :func:`ensure_python_env`
+    raises for the base."""
+    root = root.resolve()
+    _check_root(root, Path(step.venv))
+    info = interpreter(step.python or default_python(environ), cwd=root, environ=environ, clock=clock)
+    return ensure_base(
+        root,
+        common_dir=common_dir,
+        python=info,
+        extras=step.extras,
+        groups=step.groups,
+        with_=step.with_,
+        environ=environ,
+        clock=clock,
+        timeout=timeout,
+        progress=progress,
+        confine=confine,
+    )
 
 
 def _check_root(root: Path, venv: Path) -> Path:

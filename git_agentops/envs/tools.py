@@ -21,7 +21,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -37,6 +37,40 @@ VENV: Final = ".agentops/venv"
 ENV_COMMAND: Final = ("git", "agentops-env")
 
 
+class Runner(Protocol):
+    """How a setup command the project's own files can steer is run: :func:`run_command`'s arguments, plus the paths
+    it may write besides the checkout. Unconfined in a person's checkout (their own code); in a supervisor's clean
+    checkout, under the checkout's sandbox with only ``writable`` added
+    (:meth:`git_agentops.sandbox.checkout.Wall.granting`)."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        clock: Clock,
+        tail_bytes: int,
+        writable: Sequence[Path],
+    ) -> CommandResult: ...
+
+
+def unconfined(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    clock: Clock,
+    tail_bytes: int,
+    writable: Sequence[Path],
+) -> CommandResult:
+    """The :class:`Runner` of a person's checkout: the command as it is (``writable`` means nothing here)."""
+    del writable
+    return run_command(list(argv), cwd=cwd, env=env, timeout=timeout, clock=clock, tail_bytes=tail_bytes)
+
+
 def shared_dir(common_dir: Path) -> Path:
     """``$GIT_COMMON_DIR/agentops/envs``: what all checkouts of the repository share (bases, caches).
 
@@ -46,7 +80,9 @@ def shared_dir(common_dir: Path) -> Path:
     the repository its objects come from (:func:`~git_agentops.gitstore.clean.clean_source`): the toolkit wrote
     its marker, config and alternates, in a directory no agent can write, so no variable or file an agent controls
     redirects it. Agents read the shared dir and never write it (their sandbox grants ``agentops/envs`` read
-    only); what writes there is setup, which the supervisor runs, building a missing base under its file lock.
+    only), nor do the verification commands and setup steps of a clean checkout (:mod:`git_agentops.sandbox.checkout`):
+    what writes there is the person's own setup and the supervisor itself, which builds a missing base before a
+    clean checkout's setup runs (:func:`git_agentops.envs.pybase.ensure_base`, its ``confine``).
     """
     return (clean_source(common_dir) or common_dir) / "agentops" / "envs"
 
@@ -106,14 +142,18 @@ def run_tool(
     clock: Clock,
     timeout: float = 1800.0,
     what: str,
+    run: Runner | None = None,
+    writable: Sequence[Path] = (),
 ) -> CommandResult:
     """Run one setup command; ``ENV_SETUP_FAILED`` with its output tail unless it exits 0 in time.
 
-    ``what`` says in the error what the command was for ("installing the dependencies into the base").
+    ``what`` says in the error what the command was for ("installing the dependencies into the base"). ``run``
+    (default: as it is) runs it, with ``writable`` the paths it may write besides the checkout when confined.
     """
     if (absent := missing_tool(argv[0], env)) is not None:
         raise absent
-    result = run_command(list(argv), cwd=cwd, env=env, timeout=timeout, clock=clock, tail_bytes=TAIL_CHARS * 4)
+    runner = run or unconfined
+    result = runner(argv, cwd=cwd, env=env, timeout=timeout, clock=clock, tail_bytes=TAIL_CHARS * 4, writable=writable)
     if not result.ok:
         why = (
             f"timed out after {timeout:.0f}s"

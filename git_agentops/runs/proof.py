@@ -29,9 +29,15 @@ scripts -- so both run **confined** (:func:`confinement`, :mod:`git_agentops.san
 launcher at the level the policy's ``[sandbox]`` gives agents): they write the checkout, a TMPDIR emptied per
 verification and the slot's cache (``<run>/.sandbox/<slot>/``), never the supervisor's private dir, refs, trust
 store or the person's HOME; the checkout's own ``.git`` is read-only to them (its alternates and the setup record
-decide what the next proof checks out). The repository's shared environments (the Python bases, npm's cache) are
-read-only to the commands -- a test replacing ``pytest`` there would pass every later verification -- while setup,
-which builds a missing base under the env tool's lock, may add to them but finds every complete base read-only.
+decide what the next proof checks out). The repository's shared environments (the Python bases, the toolkit's uv)
+are read-only to both -- a test replacing ``pytest`` in a base, or a setup step planting a base of another key
+with its completion marker, would pass every later verification on those dependencies -- but for npm's cache.
+So a base a setup step needs is built *before* the steps, by the supervisor (:func:`_build_bases`, for each
+``git agentops-env python`` step): pip, installing the lock's registry packages, runs confined with that one base
+writable; the project's build backend, asked what an editable build needs, runs confined with nothing of it
+writable, and what it asks for is installed only into a base made for that answer
+(:func:`git_agentops.envs.pybase.ensure_base`). The marker saying a base is complete is written last, by the
+supervisor, where no commit's code can write.
 
 Why the cache is safe: what setup installs depends on the setup steps and on the files that declare dependencies,
 which are all in the key; the project's own code is installed editable, so its changes need no new setup. A
@@ -48,14 +54,15 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from ..canonical import canonical_bytes, digest, sha256_hex
+from ..clock import Clock
 from ..envs.project import LOCKFILES, python_packages
-from ..envs.pybase import COMPLETE
-from ..envs.tools import setup_venvs, shared_dir
+from ..envs.python import prepare_base, python_step
+from ..envs.tools import Runner, setup_venvs, shared_dir
 from ..errors import AgentOpsError
 from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
 from ..gitstore.private import file_lock, read_private, write_private
@@ -63,6 +70,7 @@ from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
 from ..model.run import RunStatus
 from ..model.task import Task
+from ..process.command import CommandResult, scrub_environment
 from ..sandbox.checkout import Wall, scratch_for, wall
 from ..sandbox.plan import choose_mode
 from ..schema import documents
@@ -153,6 +161,7 @@ def _prove_in(
         _forget_setup(checkout)
         wall = confinement(ctx, store, checkout, slot, setup=True)
         git_env = checkout.command_git_env()
+        _build_bases(ctx, store, checkout, wall, git_env)
         guarded = wall.snapshot()
         run_setup_steps(
             checkout.root, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, extra_env=git_env, wall=wall
@@ -161,7 +170,7 @@ def _prove_in(
             raise AgentOpsError(
                 "VERIFY_CHECKOUT_CHANGED",
                 f"a setup step wrote what it may only read ({', '.join(written[:8])}): the checkout's own repository "
-                "or a complete shared base",
+                "or the shared environments",
                 details={"written": written},
             )
         drift = checkout.inspect(commit)
@@ -201,13 +210,13 @@ def _prove_in(
 def confinement(ctx: JobContext, store: Store, checkout: CleanCheckout, slot: str, *, setup: bool) -> Wall:
     """The sandbox of the setup steps (``setup``) or the verification commands in ``slot``'s clean checkout
     (:mod:`git_agentops.sandbox.checkout`), at the level the policy's ``[sandbox]`` gives agents on this machine;
-    ``RUN_SANDBOX_UNAVAILABLE`` when the policy requires more than the machine gives. Setup may also write the
-    shared environments (a missing base is built there), with every complete base in them read-only; the commands
-    may not write them at all."""
+    ``RUN_SANDBOX_UNAVAILABLE`` when the policy requires more than the machine gives. The shared environments are
+    read-only to both; setup may write npm's cache there (and, with no wall at all, is checked by stat after)."""
     mode, reason = choose_mode(ctx.policy.sandbox_mode, ctx.policy.sandbox_required, ctx.policy.sandbox_level)
-    shared = shared_dir(store.common_dir) if setup else None
-    if shared is not None:
-        shared.mkdir(parents=True, exist_ok=True)
+    shared = shared_dir(store.common_dir)
+    npm_cache = shared / "npm-cache"
+    if setup:
+        npm_cache.mkdir(parents=True, exist_ok=True)
     confined = wall(
         mode=mode,
         reason=reason,
@@ -218,11 +227,67 @@ def confinement(ctx: JobContext, store: Store, checkout: CleanCheckout, slot: st
         signing_key=store.config_value("agentops.signingKey"),
         policy_writable=ctx.policy.sandbox_writable,
         deny_read=ctx.policy.sandbox_deny_read,
-        shared=shared,
-        protect=_complete_bases(shared) if shared is not None else (),
+        writable=[npm_cache] if setup else [],
+        guard=[shared] if setup else [],
     )
     _say_level(ctx, confined)
     return confined
+
+
+def _build_bases(
+    ctx: JobContext, store: Store, checkout: CleanCheckout, confined: Wall, git_env: Mapping[str, str]
+) -> None:
+    """Find or build the shared base of each ``git agentops-env python`` setup step, before the steps run (they
+    see the shared environments read-only): the supervisor writes the base and its marker, and what the commit's
+    files steer -- pip, the build backend -- runs under ``confined`` (:func:`_runner`). ``RUN_SETUP_FAILED``
+    naming the step when its base cannot be made, with the env tool's own coded error."""
+    runner = _runner(confined)
+    for index, step in enumerate(ctx.policy.setup):
+        wanted = python_step(step.argv)
+        if wanted is None:
+            continue
+        env = {**scrub_environment(ctx.environ, step.env), **git_env}
+        try:
+            base = prepare_base(
+                checkout.root,
+                wanted,
+                common_dir=store.common_dir,
+                environ=env,
+                clock=ctx.clock,
+                confine=runner,
+                timeout=step.timeout,
+                progress=ctx.log,
+            )
+        except AgentOpsError as error:
+            raise AgentOpsError(
+                "RUN_SETUP_FAILED",
+                f"setup step {index} in {checkout.root}: its shared base could not be made\n"
+                f"error[{error.code}]: {error.message}",
+                details={"step": index, "cause": error.code},
+            ) from error
+        if not base.reused:
+            ctx.log(f"built the shared base {base.path.name} for setup step {index} in {base.seconds:.1f}s")
+
+
+def _runner(confined: Wall) -> Runner:
+    """How :func:`_build_bases` runs what the commit steers: under ``confined``, with the paths it names writable
+    too (pip: the base it builds; the build backend: none)."""
+
+    def run(
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        clock: Clock,
+        tail_bytes: int,
+        writable: Sequence[Path],
+    ) -> CommandResult:
+        return confined.granting(writable).run(
+            list(argv), cwd=cwd, env=env, timeout=timeout, shell=False, clock=clock, tail_bytes=tail_bytes
+        )
+
+    return run
 
 
 _SAID: set[tuple[str, str]] = set()
@@ -237,20 +302,6 @@ def _say_level(ctx: JobContext, confined: Wall) -> None:
     why = f": {confined.sandbox.reason}" if confined.sandbox.reason else ""
     gaps = f"; {'; '.join(confined.gaps)}" if confined.gaps else ""
     ctx.log(f"warning: verification commands and setup run at sandbox level {confined.level}{why}{gaps}")
-
-
-def _complete_bases(shared: Path) -> list[Path]:
-    """The entries of the shared environments a setup step must not change: every complete base (its completion
-    marker written) -- an interrupted one stays writable, the env tool removes and rebuilds it."""
-    try:
-        entries = sorted(os.scandir(shared), key=lambda entry: entry.name)
-    except OSError:
-        return []
-    return [
-        Path(e.path)
-        for e in entries
-        if e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, COMPLETE))
-    ]
 
 
 ENV_DIRS: Final = frozenset({"node_modules", ".git"})

@@ -18,12 +18,18 @@ gives agents (:func:`git_agentops.sandbox.plan.choose_mode`), with rules compute
   unix sockets and credential stores are out of reach, ``/tmp`` is private; the network stays (tests bind
   ``127.0.0.1``; Landlock does not handle TCP).
 
-Setup steps get one more write: the shared environments (``$GIT_COMMON_DIR/agentops/envs``), where a missing base
-is built under the env tool's file lock -- but every base already complete there is bound read-only (``protect``),
-so a build backend run during setup may add a base, never change one another checkout uses. Landlock alone (level
-``landlock``) cannot make a directory beneath a writable one read-only: there the checkout's ``.git`` and the
-complete bases stay writable, which :func:`wall` says in :attr:`Wall.gaps`, and a write to them is found after the
-fact (:meth:`Wall.written`, by stat, change time included) and refused -- so is one without any wall (``none``).
+Setup steps see the shared environments (``$GIT_COMMON_DIR/agentops/envs``: the Python bases, the toolkit's uv)
+read-only too, but for npm's cache there (content-addressed, each entry checked against its integrity on read, and
+``npm ci`` checks each package against the lockfile's). A base a setup step needs is built before the step, by the
+supervisor (:func:`git_agentops.runs.proof.confinement`, :func:`git_agentops.envs.pybase.ensure_base`), with only
+the parts the commit can steer run here: pip, installing registry packages, may write the one base it builds
+(:meth:`Wall.granting`), and the project's build backend, asked what an editable build needs, writes nothing of
+it. So no code of the commit writes where a complete base, its marker or a base of another key lives, and a later
+commit with the same dependencies never gets what this one put there. Landlock alone (level ``landlock``) cannot
+make a directory beneath a writable one read-only: there the checkout's ``.git`` stays writable, which
+:func:`wall` says in :attr:`Wall.gaps`; without any wall (``none``) the shared environments are not walled either.
+A write to what is only to be read is then found after the fact (:meth:`Wall.written`, by stat, change time
+included) and refused.
 """
 
 from __future__ import annotations
@@ -40,8 +46,8 @@ from ..clock import Clock
 from ..process.command import CommandResult, run_command
 from .launcher import EXIT_CANNOT_RUN, EXIT_NOT_FOUND
 from .plan import Sandbox, _hidden, _keep, _private
-from .rules import Places, agent_rules, expand
-from .spec import Namespace
+from .rules import WRITE, Places, agent_rules, expand
+from .spec import Namespace, Rule
 
 __all__ = ["Scratch", "Wall", "scratch_for", "wall"]
 
@@ -94,13 +100,17 @@ class Wall:
     scratch: Scratch
     gaps: tuple[str, ...] = ()
     guarded: tuple[Path, ...] = ()  # what it may only read but this level cannot make read-only: checked after
+    unguarded: tuple[Path, ...] = ()  # beneath those, what it may write (npm's cache in the shared environments)
 
     def snapshot(self) -> dict[str, tuple[int, ...]]:
-        """Every file and directory under :attr:`guarded`, by its stat (change time included: no process sets it),
-        but a repository's ``index`` (a test's ``git status`` refreshes it; the proof never trusts it)."""
+        """Every file and directory under :attr:`guarded` (not below :attr:`unguarded`), by its stat (change time
+        included: no process sets it), but a repository's ``index`` (a test's ``git status`` refreshes it; the
+        proof never trusts it)."""
         found: dict[str, tuple[int, ...]] = {}
+        skip = {str(p) for p in self.unguarded}
         for root in self.guarded:
             for directory, dirnames, filenames in os.walk(root):
+                dirnames[:] = [d for d in dirnames if os.path.join(directory, d) not in skip]
                 for name in (*dirnames, *filenames):
                     path = os.path.join(directory, name)
                     if name == "index" and directory == str(root):
@@ -121,6 +131,20 @@ class Wall:
     def level(self) -> str:
         """``namespace``, ``landlock`` or ``none``."""
         return self.sandbox.mode
+
+    def granting(self, paths: Sequence[Path]) -> Wall:
+        """This wall with ``paths`` writable too -- the base pip is building, which it may fill and nothing else
+        of the shared environments. Without a wall (``none``) there is nothing to widen."""
+        if not paths or self.sandbox.mode == "none":
+            return self
+        rules = (*self.sandbox.rules, *(Rule(str(p), WRITE) for p in paths))
+        namespace = self.sandbox.namespace
+        if namespace is not None:
+            extra = tuple(str(p) for p in paths)
+            namespace = dataclasses.replace(
+                namespace, keep=tuple(sorted({*namespace.keep, *extra})), own=(*namespace.own, *extra)
+            )
+        return dataclasses.replace(self, sandbox=dataclasses.replace(self.sandbox, rules=rules, namespace=namespace))
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with the slot's TMPDIR and cache: what runs writes its temporary files and caches there."""
@@ -200,24 +224,26 @@ def wall(
     signing_key: str | None,
     policy_writable: Sequence[str],
     deny_read: Sequence[str],
-    shared: Path | None = None,
-    protect: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+    guard: Sequence[Path] = (),
 ) -> Wall:
-    """The confinement of what runs in the clean ``checkout`` (see the module docstring); ``shared``: the shared
-    environments, writable (setup), with ``protect`` (the complete bases in it) read-only at ``namespace``."""
+    """The confinement of what runs in the clean ``checkout`` (see the module docstring); ``writable``: more it may
+    write (a setup step: npm's cache in the shared environments); ``guard``: what it may only read that no wall
+    covers at level ``none`` (a setup step: the shared environments, but ``writable``), checked by stat after."""
     scratch.prepare()
     if mode == "none":
-        guarded = (checkout / ".git", *protect)
-        return Wall(Sandbox("none", reason, (), scratch.tmp, grace=GRACE), scratch, guarded=guarded)
+        guarded = (checkout / ".git", *guard)
+        sandbox = Sandbox("none", reason, (), scratch.tmp, grace=GRACE)
+        return Wall(sandbox, scratch, guarded=guarded, unguarded=tuple(writable))
     places = Places(checkout, scratch.root, common_dir, scratch.tmp, *_private(common_dir, environ, signing_key))
-    own = [checkout, scratch.tmp, scratch.cache, *([shared] if shared is not None else [])]
-    writable = [expand(p, environ) for p in policy_writable]
-    rules = agent_rules(places, own=own, writable=writable, deny_read=[expand(p, environ) for p in deny_read])
-    readonly = [checkout / ".git", *protect]
+    own = [checkout, scratch.tmp, scratch.cache, *writable]
+    granted = [expand(p, environ) for p in policy_writable]
+    rules = agent_rules(places, own=own, writable=granted, deny_read=[expand(p, environ) for p in deny_read])
+    readonly = [checkout / ".git"]
     namespace, gaps = None, tuple[str, ...]()
     if mode == "namespace":
         home = Path(environ.get("HOME") or os.path.expanduser("~"))
-        keep = _keep(places, home, [*writable, *([shared] if shared is not None else [])], environ)
+        keep = _keep(places, home, [*granted, *writable], environ)
         namespace = Namespace(
             hide=_hidden(environ),
             keep=keep,
