@@ -11,8 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from git_agentops.clock import FixedClock
 from git_agentops.envs.tools import shared_dir
+from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.clean import CONFIG, CleanCheckout, clean_source
 from git_agentops.gitstore.repo import open_store
 from git_agentops.model.policy import Policy, effective
@@ -123,3 +126,30 @@ def test_setup_in_a_clean_checkout_builds_a_missing_base_in_the_repositorys_shar
     assert base.parent == (repo / ".git" / "agentops" / "envs").resolve()
     again = _env(run_cli, repo, offline)  # the main checkout now reuses what the clean checkout built
     assert again["base"]["reused"] is True and Path(again["base"]["path"]) == base
+
+
+def test_a_setup_step_the_supervisor_cannot_read_as_the_env_command_gets_no_base_built_and_is_told_why(
+    tmp_path: Path, offline: dict[str, str]
+) -> None:
+    """Setup in a clean checkout sees the shared environments read-only, so a missing base is built by the
+    supervisor before the steps -- for each step it reads as ``git agentops-env python``. One hidden in a longer
+    shell line gets none: ``RUN_SETUP_FAILED`` carrying ``ENV_SETUP_FAILED`` that says how to write the step, and
+    nothing is made in the shared environments."""
+    repo = _project(tmp_path / "repo")
+    doc = effective(
+        {
+            "verify": {"commands": [{"id": "tests", "argv": [".agentops/venv/bin/python", "-m", "pytest", "-q"]}]},
+            "worktree": {
+                "setup": [{"argv": "true && git agentops-env python --extra test", "shell": True, "env": offline}]
+            },
+        }
+    )
+    policy = Policy.from_effective(doc)
+    trust = Verdict(TrustStatus.TRUSTED, RepoIdentity(str(repo), f"local:{repo}"), policy.config_hash)
+    ctx = JobContext("run-envs", policy, trust, dict(os.environ), FixedClock(), tmp_path / "run", print, print)
+    store = open_store(repo, clock=FixedClock())
+    with pytest.raises(AgentOpsError) as caught:
+        prove(ctx, store, slot="w1", commit=git(repo, "rev-parse", "HEAD"), task=None)
+    assert caught.value.code == "RUN_SETUP_FAILED"
+    assert "ENV_SETUP_FAILED" in caught.value.message and "as a command of its own" in caught.value.message
+    assert not list(shared_dir(repo / ".git").glob("python-*"))
