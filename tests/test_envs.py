@@ -403,7 +403,9 @@ def test_src_layout_editable_from_main_a_broken_change_is_refused_and_a_correct_
     os.environ["PATH"] = os.pathsep.join([str(user_venv / "bin"), os.environ["PATH"]])  # the test's HOME is its own
     pip_conf = Path(os.environ["HOME"]) / ".config" / "pip" / "pip.conf"  # how a person points pip at a mirror
     pip_conf.parent.mkdir(parents=True, exist_ok=True)
-    pip_conf.write_text(f"[global]\nno-index = true\nfind-links = {wheelhouse}\n")
+    mirror = Path(os.environ["HOME"]) / "wheels"  # in HOME: setup runs confined, with a /tmp of its own
+    shutil.copytree(wheelhouse, mirror)
+    pip_conf.write_text(f"[global]\nno-index = true\nfind-links = {mirror}\n")
     assert run_cli("git", "agentops-init", "--yes", cwd=repo).returncode == 0
     git(repo, "add", ".agentops/policy.toml")
     git(repo, "commit", "-qm", "policy")

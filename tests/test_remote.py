@@ -14,7 +14,7 @@ from .helpers import simple_child
 from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, wait_for
 
 REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
-SETUP = (  # a verification checkout's setup runs confined (it cannot write outside): there it records nothing
+SETUP = (  # setup runs confined: it writes the log only where the policy's [sandbox] writable lets it
     "import contextlib, os\nwith contextlib.suppress(OSError): open({log!r}, 'a').write(os.getcwd() + '\\n')"
 )
 
@@ -22,17 +22,19 @@ SETUP = (  # a verification checkout's setup runs confined (it cannot write outs
 def remote_policy(setup_log: Path) -> str:
     """The team's policy: publish to origin; a setup step that records where it ran."""
     argv = json.dumps(["python3", "-c", SETUP.format(log=str(setup_log))])
-    return REMOTE_POLICY + f"[[worktree.setup]]\nargv = {argv}\n"
+    logs = json.dumps(str(setup_log.parent))
+    return REMOTE_POLICY + f"[[worktree.setup]]\nargv = {argv}\n[sandbox]\nwritable = [{logs}]\n"
 
 
 def team(tmp: Path) -> tuple[Path, Path, Path]:
     """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy."""
+    (tmp / "setup-logs").mkdir()
     seed = make_repo(
         tmp / "seed",
         files={
             "check.py": CHECK_PY,
             "src/base.txt": "hello\n",
-            ".agentops/policy.toml": remote_policy(tmp / "setup.log"),
+            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log"),
             ".gitignore": "__pycache__/\n",
         },
     )
@@ -205,7 +207,7 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert json.loads(git(server, "show", f"{state}:lease.json"))["holder"] == f"machine-{b.name}"
     assert cli(server, "agentops-receipt", "verify", "main").returncode == 0
     assert all(w["worktree"].startswith(str(b)) for w in doc["workers"])  # every worker moved to b
-    ran = (tmp_path / "setup.log").read_text().splitlines()
+    ran = (tmp_path / "setup-logs" / "setup.log").read_text().splitlines()
     coordinator = str(b / ".agentops" / "worktrees" / run_id / "coordinator")
     assert coordinator in ran, ran  # the worktrees re-created there were set up there
     server_state = git(server, "rev-parse", state)

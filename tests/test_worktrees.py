@@ -13,8 +13,9 @@ import pytest
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.repo import Store
-from git_agentops.model.policy import CommandSpec
+from git_agentops.model.policy import Policy
 from git_agentops.model.run import Interval, Run, close_intervals, is_restart_storm, open_interval, used_seconds
+from git_agentops.policy.load import policy_from_bytes
 from git_agentops.runs.workspaces import ensure_setup, ensure_worktree, placement, read_record
 
 from .conftest import git
@@ -53,23 +54,29 @@ def test_setup_runs_once_and_an_interrupted_setup_needs_a_user_resume(
     head = git(repo_path, "rev-parse", "HEAD")
     where = placement(repo_path, ".agentops/worktrees", "run-s", "w", "refs/heads/agentops/run-s/w")
     ensure_worktree(store, where, start_commit=head, run_id="run-s", worker_id="w", clock=clock)
-    counter = tmp_path / "count"
-    step = CommandSpec("setup-0", ("sh", "-c", f"echo x >> {counter}"), False, 30.0)
+    counter = where.path / "count"  # setup writes its worktree (and nothing of the repository's state)
     env = dict(os.environ)
-    assert ensure_setup(where.path, (step,), environ=env, clock=clock, last_user_resume=None) == "ran"
-    assert ensure_setup(where.path, (step,), environ=env, clock=clock, last_user_resume=None) == "done"
+    ran = _setup_policy(f"echo x >> {counter}")
+    assert ensure_setup(store, where.path, ran, environ=env, clock=clock, last_user_resume=None) == "ran"
+    assert ensure_setup(store, where.path, ran, environ=env, clock=clock, last_user_resume=None) == "done"
     assert counter.read_text().count("x") == 1
-    failing = CommandSpec("setup-0", ("sh", "-c", "exit 7"), False, 30.0)
+    failing = _setup_policy("exit 7")
     with pytest.raises(AgentOpsError) as failed:
-        ensure_setup(where.path, (failing,), environ=env, clock=clock, last_user_resume=None)
+        ensure_setup(store, where.path, failing, environ=env, clock=clock, last_user_resume=None)
     assert failed.value.code == "RUN_SETUP_FAILED" and "exited 7" in failed.value.message
     with pytest.raises(AgentOpsError) as interrupted:  # the attempt marker stays: no replay without a resume
-        ensure_setup(where.path, (failing,), environ=env, clock=clock, last_user_resume=None)
+        ensure_setup(store, where.path, failing, environ=env, clock=clock, last_user_resume=None)
     assert interrupted.value.code == "RUN_SETUP_RECOVERY_REQUIRED"
     clock.advance(10)
     with pytest.raises(AgentOpsError) as replayed:  # a user resume after the attempt allows a replay
-        ensure_setup(where.path, (failing,), environ=env, clock=clock, last_user_resume=clock.now())
+        ensure_setup(store, where.path, failing, environ=env, clock=clock, last_user_resume=clock.now())
     assert replayed.value.code == "RUN_SETUP_FAILED"
+
+
+def _setup_policy(script: str) -> Policy:
+    """A policy whose one setup step runs ``script`` in the shell."""
+    text = f'version = 1\n[run]\ntarget = "main"\n[[worktree.setup]]\nargv = ["sh", "-c", {json.dumps(script)}]\n'
+    return policy_from_bytes(text.encode())
 
 
 def _run(**kw: object) -> Run:

@@ -189,7 +189,7 @@ def create_run(
     if worktree_excludes not in (exclude.read_text("utf-8") if exclude.exists() else ""):
         add_excludes(exclude, [worktree_excludes])
     ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock)
-    ensure_setup(where.path, policy.setup, environ=environ, clock=clock, last_user_resume=None)
+    ensure_setup(store, where.path, policy, environ=environ, clock=clock, last_user_resume=None)
     return run_id
 
 

@@ -224,7 +224,7 @@ def relocate(store: Store, run_id: str, *, root: Path, clock: Clock, environ: Ma
         if worker.status is not WorkerStatus.DELIVERED:
             start = read_ref(store, worker.branch) or worker.base or run.base_commit
             ensure_worktree(store, where, start_commit=start, run_id=run_id, worker_id=worker.worker_id, clock=clock)
-            ensure_setup(where.path, policy.setup, environ=environ, clock=clock, last_user_resume=clock.now())
+            ensure_setup(store, where.path, policy, environ=environ, clock=clock, last_user_resume=clock.now())
         moved[worker.worker_id] = str(where.path)
 
     def move(change: Change, view: runstate.RunView) -> None:

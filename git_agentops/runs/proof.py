@@ -32,12 +32,13 @@ store or the person's HOME; the checkout's own ``.git`` is read-only to them (it
 decide what the next proof checks out). The repository's shared environments (the Python bases, the toolkit's uv)
 are read-only to both -- a test replacing ``pytest`` in a base, or a setup step planting a base of another key
 with its completion marker, would pass every later verification on those dependencies -- but for npm's cache.
-So a base a setup step needs is built *before* the steps, by the supervisor (:func:`_build_bases`, for each
-``git agentops-env python`` step): pip, installing the lock's registry packages, runs confined with that one base
-writable; the project's build backend, asked what an editable build needs, runs confined with nothing of it
-writable, and what it asks for is installed only into a base made for that answer
-(:func:`git_agentops.envs.pybase.ensure_base`). The marker saying a base is complete is written last, by the
-supervisor, where no commit's code can write.
+So a base a setup step needs is built *before* the steps, by the supervisor
+(:func:`.confined_setup.build_bases`, for each ``git agentops-env python`` step): pip, installing the lock's
+registry packages, runs confined with that one base writable; the project's build backend, asked what an editable
+build needs, runs confined with nothing of it writable, and what it asks for is installed only into a base made
+for that answer (:func:`git_agentops.envs.pybase.ensure_base`). The marker saying a base is complete is written
+last, by the supervisor, where no commit's code can write. Setup in a worker's worktree is confined the same way
+(:func:`git_agentops.runs.workspaces.ensure_setup`).
 
 Why the cache is safe: what setup installs depends on the setup steps and on the files that declare dependencies,
 which are all in the key; the project's own code is installed editable, so its changes need no new setup. A
@@ -54,15 +55,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ..canonical import canonical_bytes, digest, sha256_hex
-from ..clock import Clock
+from ..canonical import canonical_bytes, digest
 from ..envs.project import LOCKFILES, python_packages
-from ..envs.python import prepare_base, python_step
-from ..envs.tools import Runner, setup_venvs, shared_dir
+from ..envs.tools import setup_venvs, shared_dir
 from ..errors import AgentOpsError
 from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
 from ..gitstore.private import file_lock, read_private, write_private
@@ -70,7 +69,6 @@ from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
 from ..model.run import RunStatus
 from ..model.task import Task
-from ..process.command import CommandResult, scrub_environment
 from ..sandbox.checkout import Wall, scratch_for, wall
 from ..sandbox.plan import choose_mode
 from ..schema import documents
@@ -78,6 +76,7 @@ from ..verify.core import Outcome, verify_clean
 from ..verify.evidence import EvidenceStore
 from ..verify.slots import verification_slot
 from . import state as runstate
+from .confined_setup import build_bases, slots_dir
 from .jobs import JobContext
 from .workspaces import run_setup_steps, setup_hash
 
@@ -95,23 +94,6 @@ MANIFESTS: Final = (
 )
 SETUP_RECORD: Final = "agentops-setup.json"
 ABOVE_RECORD: Final = "above.json"
-
-
-def verify_root(environ: Mapping[str, str]) -> Path:
-    """``$XDG_CACHE_HOME/git-agentops/verify``: every repository's and run's clean checkouts are below it."""
-    cache = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(cache) / "git-agentops" / "verify"
-
-
-def slots_dir(environ: Mapping[str, str], store: Store, run_id: str) -> Path:
-    """Where a run's clean checkouts live: ``$XDG_CACHE_HOME/git-agentops/verify/<repository>/<run>/``.
-
-    Not under the repository: a checkout inside the main checkout has the main checkout above it, and tools that
-    walk up from where they run (pytest's rootdir and ``conftest.py`` search, node's ``node_modules``, Cargo
-    workspaces) would find the person's files there -- or files an agent planted there.
-    """
-    repository = sha256_hex(os.path.realpath(store.common_dir))[:16]
-    return verify_root(environ) / repository / run_id
 
 
 def slot_checkout(ctx: JobContext, store: Store, slot: str) -> CleanCheckout:
@@ -161,7 +143,16 @@ def _prove_in(
         _forget_setup(checkout)
         wall = confinement(ctx, store, checkout, slot, setup=True)
         git_env = checkout.command_git_env()
-        _build_bases(ctx, store, checkout, wall, git_env)
+        build_bases(
+            checkout.root,
+            ctx.policy.setup,
+            common_dir=store.common_dir,
+            confined=wall,
+            environ=ctx.environ,
+            extra_env=git_env,
+            clock=ctx.clock,
+            log=ctx.log,
+        )
         guarded = wall.snapshot()
         run_setup_steps(
             checkout.root, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, extra_env=git_env, wall=wall
@@ -232,62 +223,6 @@ def confinement(ctx: JobContext, store: Store, checkout: CleanCheckout, slot: st
     )
     _say_level(ctx, confined)
     return confined
-
-
-def _build_bases(
-    ctx: JobContext, store: Store, checkout: CleanCheckout, confined: Wall, git_env: Mapping[str, str]
-) -> None:
-    """Find or build the shared base of each ``git agentops-env python`` setup step, before the steps run (they
-    see the shared environments read-only): the supervisor writes the base and its marker, and what the commit's
-    files steer -- pip, the build backend -- runs under ``confined`` (:func:`_runner`). ``RUN_SETUP_FAILED``
-    naming the step when its base cannot be made, with the env tool's own coded error."""
-    runner = _runner(confined)
-    for index, step in enumerate(ctx.policy.setup):
-        wanted = python_step(step.argv)
-        if wanted is None:
-            continue
-        env = {**scrub_environment(ctx.environ, step.env), **git_env}
-        try:
-            base = prepare_base(
-                checkout.root,
-                wanted,
-                common_dir=store.common_dir,
-                environ=env,
-                clock=ctx.clock,
-                confine=runner,
-                timeout=step.timeout,
-                progress=ctx.log,
-            )
-        except AgentOpsError as error:
-            raise AgentOpsError(
-                "RUN_SETUP_FAILED",
-                f"setup step {index} in {checkout.root}: its shared base could not be made\n"
-                f"error[{error.code}]: {error.message}",
-                details={"step": index, "cause": error.code},
-            ) from error
-        if not base.reused:
-            ctx.log(f"built the shared base {base.path.name} for setup step {index} in {base.seconds:.1f}s")
-
-
-def _runner(confined: Wall) -> Runner:
-    """How :func:`_build_bases` runs what the commit steers: under ``confined``, with the paths it names writable
-    too (pip: the base it builds; the build backend: none)."""
-
-    def run(
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout: float,
-        clock: Clock,
-        tail_bytes: int,
-        writable: Sequence[Path],
-    ) -> CommandResult:
-        return confined.granting(writable).run(
-            list(argv), cwd=cwd, env=env, timeout=timeout, shell=False, clock=clock, tail_bytes=tail_bytes
-        )
-
-    return run
 
 
 _SAID: set[tuple[str, str]] = set()

@@ -12,11 +12,20 @@ existing checkout at the path is adopted only when its record names the same run
 marker before the first step, a *complete* marker after the last. A crash between the two leaves an attempt
 without completion, and such a setup is not replayed until the user resumes the run after it
 (``RUN_SETUP_RECOVERY_REQUIRED``): setup steps install things, and running them twice is the user's call.
+
+Setup runs the worktree's code -- its ``setup.py`` or build backend, a ``.pth`` or ``sitecustomize`` it plants --
+and after a policy transition, a resume or a takeover that is what the agent wrote. So it runs **confined**, as the
+supervisor's clean checkouts do (:func:`~git_agentops.runs.confined_setup.setup_wall`, at the level the policy's
+``[sandbox]`` gives agents): it writes the worktree, a TMPDIR and cache of its own and npm's cache, never the refs,
+the supervisor's private dir, the trust store, the person's HOME or a shared dependency base. The base a
+``git agentops-env python`` step stands on is built first, by the supervisor, with only pip and the build backend
+confined (:func:`~git_agentops.runs.confined_setup.build_bases`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -30,13 +39,15 @@ from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import add_worktree, admin_dir, detach_head, head_of
-from ..model.policy import CommandSpec
+from ..model.policy import CommandSpec, Policy
 from ..process.command import run_command, scrub_environment
+from .confined_setup import build_bases, setup_wall
 
 if TYPE_CHECKING:
     from ..sandbox.checkout import Wall
 
 RECORD: Final = "agentops/worktree.json"
+SAFE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SETUP_ATTEMPT: Final = "agentops/setup-attempt.json"
 SETUP_COMPLETE: Final = "agentops/setup-complete.json"
 
@@ -120,23 +131,31 @@ def setup_hash(steps: tuple[CommandSpec, ...]) -> str:
 
 
 def ensure_setup(
+    store: Store,
     path: Path,
-    steps: tuple[CommandSpec, ...],
+    policy: Policy,
     *,
     environ: Mapping[str, str],
     clock: Clock,
     last_user_resume: float | None,
+    log: Callable[[str], None] | None = None,
 ) -> str:
-    """Run the policy's setup steps once in this worktree. Returns "none", "done" or "ran".
+    """Run the policy's setup steps once in this worktree, confined (:func:`setup_wall`). Returns "none", "done"
+    or "ran".
 
-    Raises ``RUN_SETUP_RECOVERY_REQUIRED`` (an interrupted attempt and no user resume since) and
-    ``RUN_SETUP_FAILED`` (a step failed; the attempt marker stays, so a retry also needs a user resume).
+    Raises ``RUN_SETUP_RECOVERY_REQUIRED`` (an interrupted attempt and no user resume since),
+    ``RUN_SANDBOX_UNAVAILABLE`` (the policy requires more confinement than the machine gives) and
+    ``RUN_SETUP_FAILED`` (a step failed, its shared base could not be made, or -- with no wall at all -- it wrote
+    the worktree's git link or the shared environments; the attempt marker stays, so a retry also needs a user
+    resume).
     """
+    steps = policy.setup
     if not steps:
         return "none"
     admin = admin_dir(path)
-    if admin is None:
-        raise AgentOpsError("RUN_WORKTREE_OWNERSHIP", f"{path} is not a linked worktree")
+    record = read_record(path)
+    if admin is None or record is None or not SAFE_ID.fullmatch(record["runId"]):  # the id names its scratch
+        raise AgentOpsError("RUN_WORKTREE_OWNERSHIP", f"{path} is not a git-agentops worker's linked worktree")
     wanted = setup_hash(steps)
     complete = read_private_json(admin, SETUP_COMPLETE, schema="setup-marker")
     if complete is not None and complete["setupHash"] == wanted:
@@ -148,8 +167,21 @@ def ensure_setup(
             f"setup of {path} started at {attempt['at']:.0f} and never completed; inspect the worktree, then "
             "'git agentops-run resume' to run it again",
         )
+    confined = setup_wall(store, path, policy, environ=environ, run_id=record["runId"], worker_id=record["workerId"])
     write_private_json(admin, SETUP_ATTEMPT, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
-    run_setup_steps(path, steps, environ=environ, clock=clock)
+    say = log or (lambda _message: None)
+    build_bases(
+        path, steps, common_dir=store.common_dir, confined=confined, environ=environ, extra_env={}, clock=clock, log=say
+    )
+    guarded = confined.snapshot()
+    run_setup_steps(path, steps, environ=environ, clock=clock, wall=confined)
+    if written := confined.written(guarded):
+        raise AgentOpsError(
+            "RUN_SETUP_FAILED",
+            f"a setup step in {path} wrote what it may only read ({', '.join(written[:8])}): the worktree's git "
+            "link or the shared environments",
+            details={"written": written},
+        )
     write_private_json(admin, SETUP_COMPLETE, {"setupHash": wanted, "at": clock.now()}, schema="setup-marker")
     return "ran"
 

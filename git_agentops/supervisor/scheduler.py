@@ -157,11 +157,13 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
     run = runstate.read(store, ctx.run_id).run()
     try:
         ensure_setup(
+            store,
             job.where.path,
-            ctx.policy.setup,
+            ctx.policy,
             environ=ctx.environ,
             clock=ctx.clock,
             last_user_resume=run.last_user_resume,
+            log=ctx.log,
         )
     except AgentOpsError as exc:
         return Block(exc.code, exc.message)

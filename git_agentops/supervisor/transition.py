@@ -255,14 +255,16 @@ def _synchronize(loop: Loop, transition: Transition, data: bytes) -> str:
                 loop.ctx.fault("policy:synchronizing")
         try:
             ensure_setup(
+                loop.state.store,
                 Path(worker.worktree),
-                loop.policy.setup,
+                loop.policy,
                 environ=dict(loop.ctx.environ),
                 clock=loop.ctx.clock,
                 last_user_resume=loop.state.run().last_user_resume,
+                log=loop.ctx.log,
             )
         except AgentOpsError as exc:
-            if exc.code not in ("RUN_SETUP_FAILED", "RUN_SETUP_RECOVERY_REQUIRED"):
+            if exc.code not in ("RUN_SETUP_FAILED", "RUN_SETUP_RECOVERY_REQUIRED", "RUN_SANDBOX_UNAVAILABLE"):
                 raise
             loop.block(worker.worker_id, exc.code, f"setup under the new policy failed: {exc.message}")
     return contract
