@@ -209,8 +209,9 @@ def test_init_policy_first_verify_passes_without_lint_tools(
     repo = _project(tmp_path / "repo")
     done = run_cli("git", "agentops-init", "--yes", cwd=repo, env=offline)
     assert done.returncode == 0, done.stderr
-    assert "setup ('git agentops-verify' runs it here on first use; workers' worktrees too): git agentops-env python --extra test" in (
-        done.stdout
+    assert (
+        "setup ('git agentops-verify' runs it here on first use; workers' worktrees too): "
+        "git agentops-env python --extra test" in done.stdout
     )
     text = (repo / ".agentops" / "policy.toml").read_text()
     assert "# [[verify.commands]]  # not enabled: ruff is not installed in .agentops/venv" in text

@@ -271,8 +271,9 @@ def test_init_detects_project_and_writes_a_valid_policy(run_cli: Any, tmp_path: 
     assert no_tty.returncode == 3 and "CONFIRMATION_REQUIRED" in no_tty.stderr
     # what it stops at is after the policy and the setup it will need, not before
     assert "[[verify.commands]]" in no_tty.stdout
-    assert "Its setup ('git agentops-verify' runs it here on first use; workers' worktrees too): git agentops-env python " in (
-        no_tty.stdout
+    assert (
+        "Its setup ('git agentops-verify' runs it here on first use; workers' worktrees too): git agentops-env python "
+        in (no_tty.stdout)
     )
     assert not (repo / ".agentops" / "policy.toml").exists()
     done = run_cli("git", "agentops-init", "--yes", cwd=repo)
