@@ -122,7 +122,7 @@ CODES: Final[Mapping[str, CodeInfo]] = {
         EXIT_REFUSED, "the project's code resolves outside the checkout being verified (an editable install elsewhere)"
     ),
     "VERIFY_ENV_MISSING": _c(
-        EXIT_REFUSED, "the commands' interpreter does not exist (nothing made it): it names the setup step that makes it"
+        EXIT_REFUSED, "the commands' interpreter does not exist (nothing made it); names the setup step that makes it"
     ),
     "VERIFY_WORKER_REFUSED": _c(
         EXIT_REFUSED,
