@@ -27,6 +27,29 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the toolkit's and the tests' own modules to bytecode once, before any worker starts.
+
+    Why: the suite starts thousands of Python processes from this checkout -- every ``git agentops-*`` command, the
+    supervisors, the stand-in agents -- and with ``PYTHONDONTWRITEBYTECODE`` set (as in the shell CI runs in) and a
+    fresh clone, none of them finds a ``.pyc``: each compiles every module it imports from source again, 0.2-0.6 s
+    of CPU per process. Measured on ``tests/test_run.py`` (2 workers, 2 cores): 75 s of CPU without, 55 s with.
+    This writes exactly what one run without that variable would have written (``__pycache__``, ignored by git);
+    Python checks each file's mtime and size, so a module edited later is compiled again, never run stale. The
+    fixture projects are left alone: tests copy them into repositories, where a ``__pycache__`` would be a change.
+    """
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller compiled before starting it
+        return
+    import compileall
+    import re
+
+    compileall.compile_dir(ROOT / "git_agentops", quiet=2)
+    compileall.compile_dir(ROOT / "tests", quiet=2, rx=re.compile(r"[/\\]fixtures[/\\]"))
+
+
 FIXED_DATE = "2026-01-01T00:00:00+00:00"
 IDENTITY = Identity("Test Agent", "agent@example.invalid")
 

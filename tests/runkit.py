@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -90,27 +91,80 @@ def status(repo: Path, run_id: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-POLL_FIRST, POLL_MOST = 0.1, 0.8
-"""Seconds between two status polls: the first wait, and the most it grows to (x1.5 a poll). Each poll is a whole
-``git agentops-run status`` process, half a second of CPU: polling at a fixed 0.2 s kept a core busy beside the
-supervisor under test, and on two cores that was a third of the suite's time."""
+REFS_EVERY = 0.05
+"""Seconds between two looks at the repository's refs while waiting on a run (a walk of a few dozen small files)."""
+STATUS_AT_LEAST_EVERY = 10.0
+"""Seconds after which ``git agentops-run status`` is asked although no ref moved, or the run's state read here
+did not satisfy the predicate: a safety net for anything status shows that is not in a ref (today only
+``budget.usedSeconds``) or not in :func:`git_agentops.runs.controls.summary` (``sandbox``)."""
 
 
 def wait_for(
     repo: Path, run_id: str, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 90
 ) -> dict[str, Any]:
+    """``git agentops-run status --json`` once ``predicate`` holds for it (an AssertionError after ``timeout``).
+
+    Why not poll that command: each is a whole process, a third of a second of CPU, and on two cores polling it
+    kept a core busy beside the supervisor under test; backing off (to 0.8 s) made each wait end up to 0.8 s
+    late instead. Everything status shows is read from the run's refs, so the refs are watched (a few dozen
+    files, every :data:`REFS_EVERY` s); when one moved, the run's summary is read here, in-process (a few ms:
+    the function status prints); only once the predicate holds for that is the command run, and what it prints
+    -- checked against the predicate again -- is what the test gets."""
     deadline = time.monotonic() + timeout
-    delay = POLL_FIRST
-    doc = status(repo, run_id)
-    while not _holds(predicate, doc):
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    seen: tuple[tuple[str, bytes], ...] | None = None
+    asked = time.monotonic()
+    doc: dict[str, Any] | None = None
+    while True:
+        refs = ref_values(common)  # before reading the state: a move while it is read is seen on the next look
+        if refs != seen:
+            seen = refs
+            peeked = _peek(repo, run_id)
+            if peeked is None or _holds(predicate, peeked):
+                doc, asked = status(repo, run_id), time.monotonic()
+                if _holds(predicate, doc):
+                    return doc
+        if time.monotonic() - asked >= STATUS_AT_LEAST_EVERY:
+            doc, asked = status(repo, run_id), time.monotonic()
+            if _holds(predicate, doc):
+                return doc
         if time.monotonic() > deadline:
+            doc = status(repo, run_id)
+            if _holds(predicate, doc):
+                return doc
             raise AssertionError(
                 f"timed out; last status:\n{json.dumps(doc, indent=1)}\n{supervisor_log(repo, run_id)}"
             )
-        time.sleep(delay)
-        delay = min(delay * 1.5, POLL_MOST)
-        doc = status(repo, run_id)
-    return doc
+        time.sleep(REFS_EVERY)
+
+
+def _peek(repo: Path, run_id: str) -> dict[str, Any] | None:
+    """The run's summary read in this process (a fresh repository handle, nothing cached), or None when it cannot
+    be read, for whatever reason -- it is only a hint of when to ask: the caller then asks the command, which
+    says why."""
+    from git_agentops.clock import SystemClock
+    from git_agentops.gitstore.repo import open_store
+    from git_agentops.runs.controls import summary
+
+    clock = SystemClock()
+    try:
+        return summary(open_store(repo, clock=clock), run_id, clock)
+    except Exception:  # a hint only: see above
+        return None
+
+
+def ref_values(common: Path) -> tuple[tuple[str, bytes], ...]:
+    """Every loose ref file under ``common/refs`` and ``packed-refs``, with its content: equal twice only when no
+    ref moved in between (a file being replaced is read as it is, or skipped; either way it differs from before)."""
+    found = []
+    for base, _dirs, files in os.walk(common / "refs"):
+        for name in files:
+            path = os.path.join(base, name)
+            with contextlib.suppress(OSError):
+                found.append((path, Path(path).read_bytes()))
+    with contextlib.suppress(OSError):
+        found.append(("packed-refs", (common / "packed-refs").read_bytes()))
+    return tuple(sorted(found))
 
 
 def _holds(predicate: Callable[[dict[str, Any]], bool], doc: dict[str, Any]) -> bool:

@@ -380,7 +380,7 @@ def _wait(repo: Path, run_id: str, status: str, timeout: float = 120) -> dict[st
             return doc
         if time.monotonic() > deadline:
             raise AssertionError(f"not {status}: {json.dumps(doc, indent=1)}\n{supervisor_log(repo, run_id)}")
-        time.sleep(0.5)  # each poll is a status process (see runkit.POLL_MOST)
+        time.sleep(0.5)  # each poll is a status process (see runkit.wait_for)
 
 
 @pytest.mark.slow
