@@ -119,7 +119,7 @@ def wait_for(
         refs = ref_values(common)  # before reading the state: a move while it is read is seen on the next look
         if refs != seen:
             seen = refs
-            peeked = _peek(repo, run_id)
+            peeked = peek(repo, run_id)
             if peeked is None or _holds(predicate, peeked):
                 doc, asked = status(repo, run_id), time.monotonic()
                 if _holds(predicate, doc):
@@ -138,7 +138,7 @@ def wait_for(
         time.sleep(REFS_EVERY)
 
 
-def _peek(repo: Path, run_id: str) -> dict[str, Any] | None:
+def peek(repo: Path, run_id: str) -> dict[str, Any] | None:
     """The run's summary read in this process (a fresh repository handle, nothing cached), or None when it cannot
     be read, for whatever reason -- it is only a hint of when to ask: the caller then asks the command, which
     says why."""

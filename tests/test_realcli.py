@@ -43,7 +43,7 @@ from git_agentops.hooks.hostconfig import contents as guard_contents
 from .conftest import git, make_repo
 from .realcli import aider_install, install
 from .realcli.mockmodel import Asked, Hold, MockModel, Usage, fixed_usage, usage_by_size
-from .runkit import events, status, stop, supervisor_log, supervisor_pid, supervisor_running, wait_for
+from .runkit import events, peek, status, stop, supervisor_log, supervisor_pid, supervisor_running, wait_for
 
 GOAL = 'Write files: alpha.txt says "alpha"; beta.txt says "beta" after alpha.txt'
 ONE_CHILD = 'Write files: alpha.txt says "alpha"'
@@ -323,7 +323,10 @@ def _wait_for_host_log(repo: Path, worker: str, text: str, timeout: float = 60) 
 def _until_held(hold: Hold, person: Person, repo: Path, run_id: str) -> Asked:
     """Wait until ``hold`` holds a response -- or fail at once when the run ends first (or after RUN_TIMEOUT)."""
     deadline = time.monotonic() + RUN_TIMEOUT
-    while not hold.holding.wait(2.0):
+    while not hold.holding.wait(0.5):
+        seen = peek(repo, run_id)  # the run's state read here: a status process is a third of a second of CPU
+        if seen is not None and not _ended(seen) and time.monotonic() <= deadline:
+            continue
         doc = status(repo, run_id)
         if _ended(doc) or time.monotonic() > deadline:
             raise AssertionError(f"the run is {doc['status']}, and never got there\n{person.diagnosis(repo, run_id)}")
