@@ -149,6 +149,17 @@ def test_a_fixing_script_is_never_run_whole_and_a_check_script_is(tmp_path: Path
     assert commands["format"][0] == ("npm", "exec", "--no", "--", "prettier", "--check", ".")
 
 
+def test_a_suite_no_known_tool_runs_is_proposed_whole_never_dropped(tmp_path: Path) -> None:
+    (tmp_path / "make").mkdir()
+    _write(tmp_path / "make", {"Makefile": "test:\n\tpython3 check.py\n", "check.py": "print('ok')\n"})
+    proposal = propose(tmp_path / "make", path="/usr/bin:/bin")
+    assert [(c.id, c.argv, c.parser) for c in proposal.commands] == [("tests", ("make", "test"), "none")]
+    (tmp_path / "node").mkdir()
+    _write(tmp_path / "node", {"package.json": '{"scripts": {"test": "node run-tests.js"}}'})
+    proposal = propose(tmp_path / "node", path="/usr/bin:/bin")
+    assert [(c.id, c.argv) for c in proposal.commands] == [("tests", ("npm", "run", "--silent", "test"))]
+
+
 def _run(argv: list[str], cwd: Path) -> str:
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
     return done.stdout + done.stderr

@@ -58,6 +58,7 @@ def _context(repo: Path, tmp_path: Path, argv: list[str], limit: int) -> JobCont
         {
             "run": {"max_verifications": limit},
             "verify": {"commands": [{"id": "suite", "argv": argv, "timeout": 120}]},
+            "sandbox": {"writable": [str(tmp_path / "out")]},  # the commands run confined: where they record times
         }
     )
     policy = Policy.from_effective(doc)
@@ -107,7 +108,8 @@ def _intervals(log: Path) -> dict[str, list[float]]:
 
 def test_with_max_verifications_1_two_verifications_never_overlap(tmp_path: Path) -> None:
     repo, commits = _two_commits(tmp_path)
-    log = tmp_path / "times.log"
+    (tmp_path / "out").mkdir()
+    log = tmp_path / "out" / "times.log"
     ctx = _context(repo, tmp_path, [sys.executable, "-c", RECORD, str(log), "0.4"], limit=1)
     outcomes = _prove_at_once(repo, ctx, commits)
     assert all(o.passed and not o.records[0]["cached"] for o in outcomes)
@@ -121,8 +123,8 @@ def test_with_max_verifications_2_two_verifications_run_at_once(tmp_path: Path) 
     """The bound is a bound, not a global lock: each command waits until the other has started, and passes only
     if it sees it (with one slot, each would wait its whole minute for the other and fail)."""
     repo, commits = _two_commits(tmp_path)
-    where = tmp_path / "started"
-    where.mkdir()
+    where = tmp_path / "out" / "started"
+    where.mkdir(parents=True)
     ctx = _context(repo, tmp_path, [sys.executable, "-c", BARRIER, str(where)], limit=2)
     outcomes = _prove_at_once(repo, ctx, commits)
     assert [o.passed for o in outcomes] == [True, True]

@@ -358,6 +358,8 @@ def _command(entry: Entry, env: RunEnv) -> tuple[tuple[str, ...] | str, bool, st
 def _id(entry: Entry, taken: set[str]) -> str:
     """A unique policy id: ``tests`` for the first test suite, the role of a tool (``lint``, ``types``...), a
     script's name, ``make-<target>``; the tool's kind when that is taken."""
+    if not entry.leaves:  # the project's own suite (_own_suite)
+        return "tests" if "tests" not in taken else "tests-own"
     leaf = entry.leaves[0]
     fixed = {"cargo-test", "cargo-clippy", "cargo-fmt", "go-test", "go-vet", "gofmt"}
     if entry.kind == "script":
@@ -383,7 +385,7 @@ def _id(entry: Entry, taken: set[str]) -> str:
 
 
 def _why(entry: Entry, env: RunEnv) -> str:
-    kinds = ", ".join(dict.fromkeys(label(leaf.tool) for leaf in entry.leaves))
+    kinds = ", ".join(dict.fromkeys(label(leaf.tool) for leaf in entry.leaves)) or "the project's own test suite"
     where = entry.origin if entry.kind != "leaf" else entry.leaves[0].origin
     place = f" in {VENV}" if env.python_env and any(leaf.tool.ecosystem == "python" for leaf in entry.leaves) else ""
     return f"{kinds}{place} ({where})"
@@ -411,6 +413,8 @@ def propose(root: Path, *, path: str | None = None) -> Proposal:
     makes a duplicate id."""
     resolver = Resolver(root)
     chosen = select(_candidates(root, resolver))
+    if not any(leaf.tool.role == "tests" for entry in chosen for leaf in entry.leaves):
+        chosen += _own_suite(resolver)
     decl = declared(root)
     python_used = any(leaf.tool.ecosystem == "python" for entry in chosen for leaf in entry.leaves)
     python_env = is_python_project(root) and decl.installable and python_used
@@ -458,6 +462,15 @@ def propose(root: Path, *, path: str | None = None) -> Proposal:
     return Proposal(tuple(setup), tuple(commands), tuple(disabled))
 
 
+def _own_suite(resolver: Resolver) -> list[Entry]:
+    """A project whose tests no known tool runs (``test: python3 check.py``, ``"test": "node run.js"``): its own
+    ``test`` package script or Makefile target, run whole -- the suite it says it has, never none at all."""
+    for entry in (resolver.script("test"), resolver.target("test")):
+        if entry is not None and not entry.leaves and entry.others:
+            return [entry]
+    return []
+
+
 def _split_partial(chosen: list[Entry], env: RunEnv) -> list[Entry]:
     """The chosen entries by role (tests first); a script or target whose tools setup installs only in part is
     taken apart, so what can run now does, and each missing tool gets its own commented-out command and fix."""
@@ -468,7 +481,7 @@ def _split_partial(chosen: list[Entry], env: RunEnv) -> list[Entry]:
             out.extend(_part(leaf, entry) for leaf in entry.leaves)
         else:
             out.append(entry)
-    return sorted(out, key=lambda e: min(_ROLE_ORDER[leaf.tool.role] for leaf in e.leaves))
+    return sorted(out, key=lambda e: min((_ROLE_ORDER[leaf.tool.role] for leaf in e.leaves), default=0))
 
 
 def _detected(entry: Entry, env: RunEnv, taken: set[str]) -> Detected:
