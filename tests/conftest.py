@@ -50,18 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(ROOT / "tests", quiet=2, rx=re.compile(r"[/\\]fixtures[/\\]"))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, the tests marked ``slow`` run first (otherwise in the order collected).
-
-    Why: xdist hands tests out in collection order, so a real agent CLI's minute-long run collected late could
-    start when the other worker has almost nothing left, and the suite waits for it alone. Longest first is the
-    classic fix for that tail (the short tests then fill both workers up to the end). Only in xdist's workers
-    (which all sort alike, as xdist requires): a plain ``pytest`` keeps the order in which files were written.
-    """
-    if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 FIXED_DATE = "2026-01-01T00:00:00+00:00"
 IDENTITY = Identity("Test Agent", "agent@example.invalid")
 
