@@ -251,8 +251,12 @@ def test_light_imports_do_not_pull_pygit2_or_jsonschema(statement: str) -> None:
     assert out.strip() == "[]"
 
 
+MODULE_CAP = 800
+"""Lines a module may have. A module is split where a concept ends, never to get under this number (issue 26)."""
+
+
 def test_modules_stay_small() -> None:
-    too_big = {_rel(p): n for p in MODULES if (n := len(p.read_text("utf-8").splitlines())) > 500}
+    too_big = {_rel(p): n for p in MODULES if (n := len(p.read_text("utf-8").splitlines())) > MODULE_CAP}
     assert too_big == {}
 
 
