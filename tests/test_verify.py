@@ -266,3 +266,22 @@ def test_verify_without_a_commit_or_worktree(run_cli: Any, tmp_path: Path, where
     done = run_cli("git", "agentops-verify", cwd=repo)
     assert done.returncode == 3
     assert ("VERIFY_NO_COMMIT" if where == "unborn" else "REPO_BARE") in done.stderr
+
+
+@pytest.mark.parametrize("args", [(), ("--fresh",)], ids=["cache-hit", "fresh"])
+def test_a_persons_verify_never_imports_pygit2(run_cli: Any, repo_path: Path, args: tuple[str, ...]) -> None:
+    """Importing pygit2 alone costs more than the whole command may add to what it runs (bench/verify.py: 150 ms
+    over the command, 200 ms for a cache hit), so a person's verification talks to git through plumbing only."""
+    import subprocess
+    import sys
+
+    _project(repo_path, _cmd("noop", ["true"]))
+    _trust(run_cli, repo_path)
+    assert _verify(run_cli, repo_path)[0] == 0
+    code = (
+        "import sys\nfrom git_agentops.cli.verify import main\n"
+        f"status = main({list(args)!r})\n"
+        "print('LOADED', sorted(m for m in ('pygit2', 'jsonschema', 'dulwich') if m in sys.modules), status)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo_path, capture_output=True, text=True, check=False)
+    assert done.stdout.splitlines()[-1] == "LOADED [] 0", done.stdout + done.stderr

@@ -15,8 +15,8 @@ import pytest
 
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
+from git_agentops.gitstore.checkout import admin_dir
 from git_agentops.gitstore.repo import Store, open_store
-from git_agentops.gitstore.worktree import admin_dir
 from git_agentops.policy.load import policy_from_bytes
 from git_agentops.runs.workspaces import SETUP_ATTEMPT, ensure_setup, ensure_worktree, placement
 from git_agentops.sandbox.plan import kernel_abi, namespace_problem

@@ -161,7 +161,7 @@ class Source:
     def _log_file(self, frame: Frame, worker_id: str) -> Path:
         """Where a worker's host output goes (as ``supervisor.workers``): its worktree's admin dir, else the run
         dir; a reviewer's under the run dir's ``reviews``."""
-        from ..gitstore.worktree import admin_dir
+        from ..gitstore.checkout import admin_dir
         from ..runs.state import run_dir
 
         base = run_dir(self.store, self.run_id)

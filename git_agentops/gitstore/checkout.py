@@ -26,11 +26,25 @@ class Head:
     branch: str | None  # refs/heads/... or None when detached
 
 
+def admin_dir(path: Path) -> Path | None:
+    """The admin (git) dir of the linked worktree at ``path``, from its ``.git`` file; None if it is not one."""
+    dot_git = path / ".git"
+    try:
+        if dot_git.is_symlink() or not dot_git.is_file():
+            return None
+        text = dot_git.read_text("utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    target = Path(text[len("gitdir: ") :])
+    return (path / target).resolve() if not target.is_absolute() else target.resolve()
+
+
 def _git(worktree: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     """Neutralised git in ``worktree`` (an agent's fsmonitor or filter driver never runs here), reading a worker's
     object quarantine too: its HEAD and index may name objects only that holds (:mod:`.quarantine`)."""
     from .quarantine import reader_alternates
-    from .worktree import admin_dir
 
     return run_git(worktree, *args, env=reader_alternates(admin_dir(worktree)) or None)
 

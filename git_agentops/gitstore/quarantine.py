@@ -27,18 +27,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
-
-import pygit2
+from typing import TYPE_CHECKING, Final
 
 from ..errors import AgentOpsError
-from .repo import Store
+
+if TYPE_CHECKING:  # pygit2 only where objects are copied: the supervisor's git status in a worktree needs none of it
+    import pygit2
+
+    from .repo import Store
 
 DIRNAME: Final = "agentops-objects"
 """The quarantine's name inside a worktree's admin dir."""
 
 MAX_OBJECTS: Final = 2_000_000
 """More objects than this in one delivery is refused rather than copied without end."""
+COMMIT, TREE, TAG = 1, 2, 4
+"""Git's object type numbers (libgit2's ``git_object_t``, what ``Odb.read`` returns)."""
 
 
 def quarantine_dir(admin: Path) -> Path:
@@ -76,11 +80,11 @@ def reader_alternates(admin: Path | None) -> dict[str, str]:
     return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(path)} if path.is_dir() and not path.is_symlink() else {}
 
 
-def _children(obj_type: int, data: bytes, odb: pygit2.Odb) -> list[str]:
+def _children(obj_type: int, data: bytes) -> list[str]:
     """The ids an object refers to (tree entries, a commit's tree and parents, a tag's target)."""
-    if obj_type == pygit2.enums.ObjectType.TREE:
+    if obj_type == TREE:
         return _tree_entries(data)
-    if obj_type in (pygit2.enums.ObjectType.COMMIT, pygit2.enums.ObjectType.TAG):
+    if obj_type in (COMMIT, TAG):
         found = []
         for line in data.split(b"\n\n", 1)[0].split(b"\n"):
             key, _, value = line.partition(b" ")
@@ -110,6 +114,8 @@ def ingest(store: Store, admin: Path, oid: str) -> bool:
     object (or no quarantine exists). ``OBJECT_MISSING`` when an object file does not hash to its name or the
     delivery is incomplete -- nothing is stored for it.
     """
+    import pygit2
+
     if store.has_object(oid):
         return True
     path = quarantine_dir(admin)
@@ -130,6 +136,8 @@ def ingest(store: Store, admin: Path, oid: str) -> bool:
 
 def _copy(store: Store, source: pygit2.Odb, root: str) -> None:
     """Post-order copy (dependencies first) of what ``root`` reaches and the store lacks."""
+    import pygit2
+
     target = store.repo.odb
     stack: list[tuple[str, bool]] = [(root, False)]
     pending: dict[str, tuple[int, bytes]] = {}
@@ -153,7 +161,7 @@ def _copy(store: Store, source: pygit2.Odb, root: str) -> None:
             raise AgentOpsError("OBJECT_MISSING", f"object {oid} (reached from {root}) is in no store") from exc
         pending[oid] = (int(obj_type), bytes(data))
         stack.append((oid, True))
-        stack.extend((child, False) for child in _children(int(obj_type), bytes(data), source) if child not in seen)
+        stack.extend((child, False) for child in _children(int(obj_type), bytes(data)) if child not in seen)
 
 
 def size_on_disk(admin: Path) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pygit2
 
 from ..errors import AgentOpsError
+from .checkout import admin_dir
 from .clean import remove_tree
 from .quarantine import ingest
 from .repo import Store
@@ -33,21 +34,6 @@ def add_worktree(store: Store, *, name: str, path: Path, branch: str) -> Path:
     except (pygit2.GitError, ValueError) as exc:
         raise AgentOpsError("GIT_FAILED", f"cannot create worktree {name} at {path}: {exc}") from exc
     return admin_dir(path) or store.common_dir / "worktrees" / worktree.name
-
-
-def admin_dir(path: Path) -> Path | None:
-    """The admin (git) dir of the linked worktree at ``path``, from its ``.git`` file; None if it is not one."""
-    dot_git = path / ".git"
-    try:
-        if dot_git.is_symlink() or not dot_git.is_file():
-            return None
-        text = dot_git.read_text("utf-8", errors="replace").strip()
-    except OSError:
-        return None
-    if not text.startswith("gitdir: "):
-        return None
-    target = Path(text[len("gitdir: ") :])
-    return (path / target).resolve() if not target.is_absolute() else target.resolve()
 
 
 def detach_head(admin: Path, commit: str) -> None:

@@ -40,14 +40,13 @@ import pygit2
 from ..canonical import canonical_bytes, digest
 from ..clock import Clock
 from ..errors import AgentOpsError
-from ..gitstore.checkout import head_and_changes
+from ..gitstore.checkout import admin_dir, head_and_changes
 from ..gitstore.journal import Change, Event
 from ..gitstore.keys import keyring
 from ..gitstore.notes import DELIVERIES_REF, Notes
 from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
-from ..gitstore.worktree import admin_dir
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox

@@ -161,7 +161,7 @@ def _worktree_top(start: Path) -> Path | None:
 
 def _has_record(dot_git: Path) -> bool:
     """Whether the ``.git`` file of a linked worktree points at a git dir that holds the ownership record."""
-    from ..gitstore.worktree import admin_dir
+    from ..gitstore.checkout import admin_dir
 
     if not dot_git.is_file() or dot_git.is_symlink():
         return False

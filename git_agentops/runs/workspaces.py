@@ -34,11 +34,12 @@ from .. import __version__
 from ..canonical import digest
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.checkout import admin_dir
 from ..gitstore.private import read_private_json, resolve_contained, write_private_json
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
-from ..gitstore.worktree import add_worktree, admin_dir, detach_head, head_of
+from ..gitstore.worktree import add_worktree, detach_head, head_of
 from ..model.policy import CommandSpec, Policy
 from ..process.command import run_command, scrub_environment
 from .confined_setup import build_bases, setup_wall

@@ -16,8 +16,9 @@ from pathlib import Path
 import pygit2
 
 from ..errors import AgentOpsError
+from ..gitstore.checkout import admin_dir
 from ..gitstore.repo import Store
-from ..gitstore.worktree import admin_dir, head_of
+from ..gitstore.worktree import head_of
 from ..hooks.hostconfig import hook_entry
 from ..hosts.launch import HostSpec
 from ..model.hosts import kind_of

@@ -29,10 +29,10 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.checkout import admin_dir
 from ..gitstore.checkout import head as checkout_head
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..gitstore.worktree import admin_dir
 from ..hosts.launch import Launch, generation_output, generation_tail, host_spec, start
 from ..model.lifecycle import (
     INTERRUPTED,
