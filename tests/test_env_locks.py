@@ -347,3 +347,80 @@ def test_npm_ci_with_a_lock_out_of_sync_is_env_lock_unusable_and_never_npm_insta
     assert "npm ci --prefer-offline" in done.stderr
     assert json.loads((repo / "package-lock.json").read_text()) == lock  # the lock is never rewritten
     assert not (repo / "node_modules" / ".agentops-env.json").exists()
+
+
+FAKE_UV = """#!/bin/sh
+# a uv that does what a hostile lock could make a parser do: write beside the export, and outside it
+for a; do case "$a" in --output-file=*) out="${a#--output-file=}";; esac; done
+echo "pytest==8.3.5" > "$out"
+echo planted > "$PLANTED" 2>/dev/null
+echo planted > "$(dirname "$out")/../beside" 2>/dev/null
+exit 0
+"""
+
+
+@pytest.mark.skipif(
+    __import__("git_agentops.sandbox.plan", fromlist=["kernel_abi"]).kernel_abi() < 6,
+    reason="needs Landlock ABI 6+ (this machine and CI have it)",
+)
+def test_the_uv_export_of_a_commits_lock_runs_confined_writing_only_its_output(tmp_path: Path) -> None:
+    """``uv export`` parses the commit's ``uv.lock`` and ``pyproject.toml``: in a supervisor's clean checkout it runs
+    under the checkout's wall like pip, with only the export's directory writable -- a write into the shared dir
+    beside it, or into the repository, is refused by the kernel, and the export itself is still made."""
+    from git_agentops.clock import FixedClock
+    from git_agentops.envs.uv import export_uv_lock
+    from git_agentops.runs.confined_setup import runner
+    from git_agentops.sandbox.checkout import Scratch, wall
+
+    repo = _uv_project(tmp_path / "repo")  # the repository, whose shared dir holds the bases
+    checkout = _uv_project(tmp_path / "slot")  # the supervisor's clean checkout of a commit
+    envs = repo / ".git" / "agentops" / "envs"
+    base = envs / "python-test"
+    base.mkdir(parents=True)
+    fake = tmp_path / "uv"
+    fake.write_text(FAKE_UV)
+    fake.chmod(0o755)
+    planted = repo / ".git" / "PLANTED"
+    confined = wall(
+        mode="landlock",
+        reason=None,
+        checkout=checkout,
+        scratch=Scratch(tmp_path / "scratch"),
+        common_dir=repo / ".git",
+        environ=os.environ,
+        signing_key=None,
+        policy_writable=(),
+        deny_read=(),
+    )
+    environ = {**os.environ, "PLANTED": str(planted)}
+    export_uv_lock(
+        fake,
+        checkout,
+        extras=["test"],
+        groups=[],
+        output=base / "export.txt",
+        environ=environ,
+        clock=FixedClock(),
+        run=runner(confined),
+    )
+    assert (base / "export.txt").read_text() == "pytest==8.3.5\n"
+    assert not planted.exists() and not (envs / "beside").exists()
+    # the same uv unconfined (a person's own checkout) writes where it likes: the wall made the difference
+    export_uv_lock(
+        fake, checkout, extras=["test"], groups=[], output=base / "export.txt", environ=environ, clock=FixedClock()
+    )
+    assert planted.exists() and (envs / "beside").exists()
+    # and the real uv (a test dependency) exports the lock under the same wall
+    real = shutil.which("uv")
+    assert real is not None, "uv is a test dependency (pyproject's test extra)"
+    export_uv_lock(
+        Path(real),
+        checkout,
+        extras=["test"],
+        groups=[],
+        output=base / "real.txt",
+        environ=os.environ,
+        clock=FixedClock(),
+        run=runner(confined),
+    )
+    assert "pytest==8.3.5" in (base / "real.txt").read_text().splitlines()

@@ -409,8 +409,9 @@ def _pins(job: _Job, path: Path, selection: tuple[list[str], list[str]], source:
         exported = path / "agentops-uv-export.txt"
         groups = [g for g in selection[1] if g in decl.groups]  # a poetry group of the same name is not uv's
         export_uv_lock(
-            uv, root, extras=selection[0], groups=groups, output=exported, environ=job.environ, clock=job.clock
-        )
+            uv, root, extras=selection[0], groups=groups, output=exported, environ=job.environ, clock=job.clock,
+            run=job.run,
+        )  # fmt: skip
         return pins_of_requirements("uv", source.file, filtered_requirements(exported), complete=True)
     if source.kind in ("poetry", "pdm"):
         pins = pins_of_table(source.kind, source.file, declared_names)

@@ -26,7 +26,7 @@ from typing import Final
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import file_lock
-from .tools import run_tool, tool_environment
+from .tools import Runner, run_tool, tool_environment
 from .venvs import read_json, write_json
 
 UV_VERSION: Final = "0.13.9"
@@ -133,16 +133,28 @@ def export_uv_lock(
     output: Path,
     environ: Mapping[str, str],
     clock: Clock,
+    run: Runner | None = None,
 ) -> list[str]:
     """``uv export --frozen`` of exactly these extras and groups (no default groups) into ``output``; its argv.
 
+    ``run``: how the commit-steered part runs -- uv parses the commit's ``uv.lock`` and ``pyproject.toml``, so in a
+    supervisor's clean checkout it runs confined like pip, with only ``output``'s directory writable and no cache.
     Raises ``ENV_LOCK_UNUSABLE`` with uv's own words when uv cannot read the lock (a newer schema, a damaged file).
     """
     argv = [str(uv), "export", "--frozen", "--no-hashes", "--no-emit-project", "--no-default-groups"]
     argv += ["--format", "requirements-txt", "--no-header", f"--output-file={output}"]
     argv += [f"--extra={e}" for e in extras] + [f"--group={g}" for g in groups]
     try:
-        run_tool(argv, cwd=root, env=tool_environment(environ), clock=clock, timeout=600, what="exporting uv.lock")
+        run_tool(
+            argv,
+            cwd=root,
+            env=tool_environment(environ, {"UV_NO_CACHE": "1"}),
+            clock=clock,
+            timeout=600,
+            what="exporting uv.lock",
+            run=run,
+            writable=(output.parent,),
+        )
     except AgentOpsError as exc:
         raise AgentOpsError(
             "ENV_LOCK_UNUSABLE",
