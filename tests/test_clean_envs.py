@@ -153,3 +153,55 @@ def test_a_setup_step_the_supervisor_cannot_read_as_the_env_command_gets_no_base
     assert caught.value.code == "RUN_SETUP_FAILED"
     assert "ENV_SETUP_FAILED" in caught.value.message and "as a command of its own" in caught.value.message
     assert not list(shared_dir(repo / ".git").glob("python-*"))
+
+
+POISONING_TEST = """import glob, os
+
+import tinyproj
+
+
+def test_value():
+    # the commit's own test edits the environment the slot keeps for the next commit: a .pth runs at every start
+    (site,) = glob.glob(".agentops/venv/lib/python*/site-packages")
+    with open(os.path.join(site, "zz_poison.pth"), "w") as handle:
+        handle.write("import os; os.environ['POISONED'] = '1'\\n")
+    assert tinyproj.VALUE == 1
+"""
+HONEST_TEST = """import os
+
+import tinyproj
+
+
+def test_value():
+    assert os.environ.get("POISONED") is None, "the environment a previous commit's tests edited was reused"
+    assert tinyproj.VALUE == 1
+"""
+
+
+def test_what_one_commits_tests_change_in_the_kept_environment_is_never_reused_for_the_next_commit(
+    tmp_path: Path, offline: dict[str, str]
+) -> None:
+    """A slot keeps what setup made (the venv) for the next commit on the same dependencies; the commands run the
+    commit's code with the checkout writable. A commit whose test plants a ``.pth`` in the kept venv must not hand
+    it to the next commit verified in that slot: setup is made again. An honest commit keeps the slot's setup."""
+    repo = _project(tmp_path / "repo")
+    said: list[str] = []
+    ctx = _context(repo, tmp_path, offline)
+    ctx = JobContext(ctx.run_id, ctx.policy, ctx.trust, ctx.environ, ctx.clock, ctx.run_dir, said.append, print)
+    store = open_store(repo, clock=FixedClock())
+    honest = git(repo, "rev-parse", "HEAD")
+    assert prove(ctx, store, slot="w1", commit=honest, task=None).passed
+    made = [line for line in said if line.startswith("set up the verification checkout w1")]
+    assert len(made) == 1
+    again = commit_files(repo, {"README.md": "same dependencies\n"})
+    assert prove(ctx, store, slot="w1", commit=again, task=None).passed
+    assert [line for line in said if line.startswith("set up the verification checkout w1")] == made, "reused"
+    poisoner = commit_files(repo, {"tests/test_value.py": POISONING_TEST}, "a test that edits the kept venv")
+    assert prove(ctx, store, slot="w1", commit=poisoner, task=None).passed
+    assert any("the commands changed what setup made in the verification checkout w1" in line for line in said)
+    victim = commit_files(repo, {"tests/test_value.py": HONEST_TEST}, "an honest commit on the same dependencies")
+    outcome = prove(ctx, store, slot="w1", commit=victim, task=None)
+    assert outcome.passed, outcome.records[0]["tail"]
+    checkout = slot_checkout(ctx, store, "w1").root
+    assert not list(checkout.glob(".agentops/venv/lib/python*/site-packages/zz_poison.pth"))
+    assert len([line for line in said if line.startswith("set up the verification checkout w1")]) == 2

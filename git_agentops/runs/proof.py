@@ -13,12 +13,13 @@ handoffs, final gates and a person's ``git agentops-verify`` never run more suit
 2. **setup**, cached: the policy's setup steps run in the slot when they, a manifest or lockfile of the commit
    (:data:`MANIFESTS`, :data:`~git_agentops.envs.project.LOCKFILES`) or the set of its top-level Python packages
    changed since the slot was last set up -- otherwise what setup made (the venv, ``*.egg-info``, ``node_modules``:
-   the paths it created, recorded right after it ran) is kept. What setup leaves is refused, not kept
-   (``VERIFY_CHECKOUT_CHANGED``, naming the paths): a tracked file changed (the checkout re-hashed against the
-   commit's tree, as after the commands), or a file that changes how the tests run created -- a ``conftest.py``
-   anywhere, ``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``, ``sitecustomize.py``, a ``.pth``,
-   ``package.json``, ``jest.config.*``... (:func:`~git_agentops.gitstore.clean.is_discovered`) -- outside the
-   environments setup makes (:data:`ENV_DIRS`, :func:`env_dirs`). A step that writes a ``conftest.py`` marking
+   the paths it created, recorded right after it ran) is kept -- unless the last commands changed any of it
+   (:func:`kept_state`: the commit's tests could edit the venv the next commit runs in). What setup leaves is
+   refused, not kept (``VERIFY_CHECKOUT_CHANGED``, naming the paths): a tracked file changed (the checkout re-hashed
+   against the commit's tree, as after the commands), or a file that changes how the tests run created -- a
+   ``conftest.py`` anywhere, ``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``, ``sitecustomize.py``, a
+   ``.pth``, ``package.json``, ``jest.config.*``... (:func:`~git_agentops.gitstore.clean.is_discovered`) -- outside
+   the environments setup makes (:data:`ENV_DIRS`, :func:`env_dirs`). A step that writes a ``conftest.py`` marking
    every test passed would otherwise weaken every required command at once;
 3. **guard above**: no file that tools discover by walking up from where they run (a ``conftest.py``,
    ``pytest.ini``, ``node_modules``...) was planted in the directories above the checkout (:func:`_guard_above`);
@@ -184,7 +185,10 @@ def _prove_in(
         checkout.kept = tuple(collapse(drift.extra, _tracked_dirs(checkout, commit)))
         _save_setup(checkout, key)
         ctx.log(f"set up the verification checkout {slot} ({len(checkout.kept)} path(s) made by setup kept)")
-    return verify_clean(
+    kept_before = kept_state(checkout)
+    if key is not None:  # re-saved below only if the commands left it whole: a crash during them leaves none
+        _forget_setup(checkout)
+    outcome = verify_clean(
         EvidenceStore(store, store.private_dir()),
         checkout,
         commit=commit,
@@ -196,6 +200,33 @@ def _prove_in(
         task=task,
         wall=confinement(ctx, store, checkout, slot, setup=False),
     )
+    if key is not None:
+        if kept_state(checkout) == kept_before:
+            _save_setup(checkout, key)
+        else:
+            ctx.log(f"the commands changed what setup made in the verification checkout {slot}: it is made again")
+    return outcome
+
+
+def kept_state(checkout: CleanCheckout) -> str:
+    """A digest of every file and directory setup made and the slot keeps (:attr:`CleanCheckout.kept`), by its stat
+    -- change time included, which no process can set back. The commands run the commit's code with the checkout
+    writable: a test that edits the kept venv or ``node_modules`` would otherwise hand the next commit verified in
+    the slot an environment it poisoned, so setup is made again when this changed."""
+    found: list[tuple[str, int, int, int, int, int]] = []
+    for rel in checkout.kept:
+        top = checkout.root / rel
+        paths = [str(top)]
+        if top.is_dir() and not top.is_symlink():
+            for directory, dirnames, filenames in os.walk(top):
+                paths.extend(os.path.join(directory, name) for name in (*dirnames, *filenames))
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            found.append((path, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return digest(sorted(found))
 
 
 def confinement(ctx: JobContext, store: Store, checkout: CleanCheckout, slot: str, *, setup: bool) -> Wall:
