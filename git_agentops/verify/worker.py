@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ..canonical import JsonValue
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.refnames import check_component
@@ -113,7 +114,7 @@ def read_bound_policy(worktree: Path, run_id: str) -> tuple[str, Policy]:
     if found.returncode != 0 or not commit:
         raise _unreadable(run_id, f"{ref} does not exist")
     blobs = _blobs(worktree, commit, ("config.json", "binding.json"))
-    docs: dict[str, Any] = {}
+    docs: dict[str, JsonValue] = {}
     for name, data in blobs.items():
         if data is None:
             raise _unreadable(run_id, f"{ref} has no {name}")
