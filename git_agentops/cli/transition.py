@@ -46,13 +46,13 @@ def change_lines(transition: Any) -> list[str]:
 
     lines = [
         f"policy transition {transition.transition_id} ({transition.stage}): "
-        f"{transition.old_hash[:12]} -> {transition.new_hash[:12]}, proposed by {transition.requested_by['workerId']} "
+        f"{transition.old_hash[:12]} -> {transition.new_hash[:12]}, proposed by {transition.requested_by.worker_id} "
         f"in {transition.config_file}",
     ]
-    reasons = {a["capabilityId"]: a["reason"] for a in transition.approvals}
+    reasons = {a.capability_id: a.reason for a in transition.approvals}
     for change, line in zip(transition.changes, describe_changes(transition.changes), strict=True):
         lines.append(f"  {line}")
-        lines.append(f"      reason given: {reasons.get(change['capabilityId'], '-')}")
+        lines.append(f"      reason given: {reasons.get(change.capability_id, '-')}")
     if not transition.changes:
         lines.append("  (no capability added or changed: only settings that need no approval)")
     return lines

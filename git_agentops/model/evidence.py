@@ -15,21 +15,14 @@ this module does no I/O.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from dataclasses import dataclass, replace
+from typing import Final
 
-from ..canonical import JsonObject, JsonValue, canonical_bytes, digest
-
-_KEY: Final = "json"
-_OMITTED_WHEN_NONE: Final = "omitted-when-none"
-
-
-def _on_disk(key: str, *, omitted_when_none: bool = False) -> Any:
-    """A field whose JSON key is ``key``; ``omitted_when_none``: absent from the JSON (not null) when None."""
-    metadata = {_KEY: key, _OMITTED_WHEN_NONE: omitted_when_none}
-    return field(default=None, metadata=metadata) if omitted_when_none else field(metadata=metadata)
+from ..canonical import canonical_bytes, digest
+from . import jsonform
+from .jsonform import JsonRecord
+from .jsonform import on_disk as _on_disk
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +65,10 @@ class Reading:
 
 
 @dataclass(frozen=True, slots=True)
-class EvidenceRecord:
-    """One command's evidence (see the module docstring). ``mac`` is None until the record is sealed."""
+class EvidenceRecord(JsonRecord):
+    """One command's evidence (see the module docstring). ``mac`` is None until the record is sealed; ``to_json``
+    is the note line's object, ``from_json`` reads one its schema accepted (:func:`git_agentops.verify.evidence.
+    parse_records` is the edge that validates)."""
 
     command_id: str = _on_disk("commandId")
     kind: str = _on_disk("kind")  # "command" | "runner"
@@ -106,22 +101,6 @@ class EvidenceRecord:
     checkout: str | None = _on_disk("checkout", omitted_when_none=True)
     mac: str | None = _on_disk("mac", omitted_when_none=True)
 
-    def to_json(self) -> JsonObject:
-        """The record as its note line holds it (generated from :data:`FIELDS`)."""
-        doc: JsonObject = {}
-        for name, key, omitted_when_none in FIELDS:
-            value = getattr(self, name)
-            if value is None and omitted_when_none:
-                continue
-            doc[key] = _json(value)
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, JsonValue]) -> EvidenceRecord:
-        """The record of a note line that its schema accepted (:func:`git_agentops.verify.evidence.parse_records`
-        is the edge that validates; this trusts ``doc``'s shape)."""
-        return cls(**{name: _value(doc[key]) for name, key, _ in FIELDS if key in doc})
-
     def mac_input(self) -> bytes:
         """What the MAC covers: the canonical JSON of the record without ``mac``."""
         return canonical_bytes(replace(self, mac=None).to_json())
@@ -137,26 +116,5 @@ class EvidenceRecord:
         return Provenance(self.producer or "", self.checkout or "")
 
 
-FIELDS: Final[tuple[tuple[str, str, bool], ...]] = tuple(
-    (f.name, f.metadata[_KEY], f.metadata[_OMITTED_WHEN_NONE]) for f in dataclasses.fields(EvidenceRecord)
-)
+FIELDS: Final = jsonform.field_map(EvidenceRecord)
 """``(attribute, JSON key, omitted when None)`` of every field, in declaration order: the record's JSON form."""
-
-
-def _json(value: object) -> JsonValue:
-    if isinstance(value, tuple):
-        return [_json(item) for item in value]
-    if isinstance(value, Mapping):
-        return {str(k): _json(v) for k, v in value.items()}
-    assert value is None or isinstance(value, str | int | float)  # bool is an int
-    return value
-
-
-def _value(value: JsonValue) -> Any:
-    """A JSON value as a field holds it: arrays as tuples, objects as dicts (the record is frozen, its parts
-    are never mutated)."""
-    if isinstance(value, list):
-        return tuple(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
