@@ -15,10 +15,13 @@ import argparse
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run, subcommands
+
+if TYPE_CHECKING:
+    from ..model.policydoc import PolicyDoc
 
 
 def build_parser() -> Parser:
@@ -78,7 +81,7 @@ def _check(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _program_warnings(
-    doc: dict[str, Any], text: str, source: str, ctx: Context
+    doc: PolicyDoc, text: str, source: str, ctx: Context
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Each required command's program: found, made by setup, or missing (a ``POLICY_PROGRAM_MISSING`` warning).
 

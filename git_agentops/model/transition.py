@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import JsonObject, JsonValue, digest
-from .jsonform import JsonRecord, on_disk, record_of, records_of
+from .jsonform import JsonRecord, json_value, on_disk, record_of, records_of
+from .policydoc import PolicyDoc
 
 TRANSITION_PREFIX: Final = "policy-"
 POLICY_CHANGES: Final = ("user", "coordinator", "never")
@@ -49,12 +50,14 @@ ORDER: Final = (Stage.PREPARED, Stage.FENCED, Stage.BOUND, Stage.SYNCHRONIZED, S
 ENDED: Final = frozenset({Stage.COMPLETE, Stage.REFUSED})
 
 
-def policy_changes(doc: Mapping[str, Any]) -> str:
+def policy_changes(doc: PolicyDoc) -> str:
     """``[run] policy_changes`` of an effective policy (absent: :data:`DEFAULT_POLICY_CHANGES`, no hash change)."""
     return str(doc["run"].get("policy_changes", DEFAULT_POLICY_CHANGES))
 
 
-def transition_id(config_hash: str, approvals: Sequence[Mapping[str, Any]], old_hash: str, request_id: str) -> str:
+def transition_id(
+    config_hash: str, approvals: Sequence[Mapping[str, JsonValue]], old_hash: str, request_id: str
+) -> str:
     """``policy-`` and 16 hex of the digest of what is proposed -- the new config, its approvals, the policy it
     replaces -- and of the request that proposed it: proposing the same change again after a refusal is a new
     transition (a re-sent request is answered from its idempotency record, never proposed twice)."""
@@ -65,9 +68,9 @@ def transition_id(config_hash: str, approvals: Sequence[Mapping[str, Any]], old_
 # -- capabilities ------------------------------------------------------------------------------------------------
 
 
-def capabilities(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def capabilities(doc: PolicyDoc) -> dict[str, Mapping[str, object]]:
     """Every capability of an effective policy -- what it may run -- by id, with its full definition."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Mapping[str, object]] = {}
     for command in doc["verify"]["commands"]:
         out[f"command:{command['id']}"] = dict(command)
     for runner in doc["verify"]["runners"]:
@@ -79,7 +82,7 @@ def capabilities(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _without_description(definition: Mapping[str, Any]) -> dict[str, Any]:
+def _without_description(definition: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in definition.items() if k != "description"}
 
 
@@ -89,7 +92,7 @@ class CapabilityChange:
 
     capability_id: str
     change: str  # "added" | "changed"
-    definition: Mapping[str, JsonValue]
+    definition: Mapping[str, object]  # a command's, runner's, setup step's or host's table of the policy
 
     @property
     def definition_digest(self) -> str:
@@ -101,7 +104,7 @@ class CapabilityChange:
         return {
             "capabilityId": self.capability_id,
             "change": self.change,
-            "definition": dict(self.definition),
+            "definition": json_value(self.definition),
             "definitionDigest": self.definition_digest,
         }
 
@@ -113,7 +116,7 @@ class CapabilityChange:
         return cls(str(doc["capabilityId"]), str(doc["change"]), dict(definition))
 
 
-def capability_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[CapabilityChange]:
+def capability_changes(old: PolicyDoc, new: PolicyDoc) -> list[CapabilityChange]:
     """What ``new`` adds or changes against ``old`` (a description is not a capability), in id order."""
     before, after = capabilities(old), capabilities(new)
     out = []
@@ -139,7 +142,7 @@ class ApprovalProblem:
 
 
 def approval_problems(
-    changes: Sequence[CapabilityChange], approvals: Sequence[Mapping[str, Any]]
+    changes: Sequence[CapabilityChange], approvals: Sequence[Mapping[str, JsonValue]]
 ) -> list[ApprovalProblem]:
     """Every changed capability needs exactly one approval with a reason; an approval of anything else is refused."""
     problems = []

@@ -39,12 +39,13 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from .. import __version__
-from ..canonical import JsonObject, JsonValue
+from ..canonical import JsonObject
 from ..clock import Clock, iso8601
 from ..errors import AgentOpsError
 from ..gitstore.private import file_lock, read_private, write_private
 from ..model.jsonform import JsonRecord, on_disk, record_of
 from ..model.policy import Policy, diff_paths
+from ..model.policydoc import PolicyDoc
 from ..schema import documents
 
 STORE_NAME: Final = "trust.json"
@@ -103,7 +104,7 @@ class TrustGrant(JsonRecord):
     config_hash: str = on_disk("configHash")
     toolkit_version: str = on_disk("toolkitVersion")
     granted_at: str = on_disk("grantedAt")
-    policy: Mapping[str, JsonValue] = on_disk("policy")
+    policy: PolicyDoc = on_disk("policy")  # noqa: RUF009
     granted_by: Grantor | None = on_disk("grantedBy", omitted_when_none=True, decode=record_of(Grantor.from_json))  # noqa: RUF009
 
 
@@ -291,7 +292,7 @@ class TrustStore:
             config_hash=policy.config_hash,
             toolkit_version=__version__,
             granted_at=iso8601(self.clock.now()),
-            policy=dict(policy.doc),
+            policy=policy.doc,
             granted_by=by,
         )
         with file_lock(self.state_dir, "trust.lock"):
