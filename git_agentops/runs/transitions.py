@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import pygit2
 
-from ..canonical import canonical_bytes, sha256_hex
+from ..canonical import JsonObject, canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
@@ -327,7 +327,7 @@ def tell_refused(journal: Journal, transition: Transition, code: str, message: s
     )
 
 
-def brief(store: Store, run_id: str) -> list[dict[str, Any]]:
+def brief(store: Store, run_id: str) -> list[JsonObject]:
     """The run's transitions as a worker's instructions show them."""
     return [
         {
