@@ -122,7 +122,7 @@ def test_keys_added_later_stay_absent_from_a_record_written_without_them() -> No
 
 def test_the_builders_make_from_the_same_parts_what_the_old_code_made(keys: Keyring) -> None:
     old = parse_records(b"".join(LINES), what="the fixture")
-    for built, line in zip(_rebuilt(), LINES, strict=True):
+    for built, line in zip(_rebuilt(), LINES[:4], strict=True):  # the fifth is a cache hit: below
         assert built.mac is None
         same_version = replace(built, toolkit_version=json.loads(line)["toolkitVersion"])
         assert note_line(seal_record(same_version, keys)) == line
