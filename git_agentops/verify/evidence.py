@@ -58,6 +58,7 @@ __all__ = [
     "cached_copy",
     "environment_digest",
     "make_record",
+    "note_line",
     "parse_records",
     "seal_record",
     "stored_tail",
