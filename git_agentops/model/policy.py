@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from ..canonical import JsonObject, canonical_json, digest
+from ..canonical import JsonObject, JsonValue, canonical_json, digest
 from . import hosts
 from .globs import literal, normalise
 from .policydoc import CommandDoc, PolicyDoc, StepDoc
@@ -91,7 +91,7 @@ def budget_amount(text: str) -> tuple[int, float, int]:
     )
 
 
-def _command_defaults(command: Mapping[str, Any]) -> dict[str, Any]:
+def _command_defaults(command: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     out = dict(command)
     out.setdefault("shell", False)
     out.setdefault("timeout", DEFAULT_TIMEOUT)
