@@ -269,8 +269,8 @@ def test_normal_unittest_and_pytest_verification_passes_confined(proof: Proof) -
     )
     assert outcome.passed, [r.tail for r in outcome.records]
     unit, suite = outcome.records
-    assert unit["tests"]["passed"] == 1  # test_more.py is no unittest.TestCase: pytest's alone
-    assert suite["tests"]["passed"] == 3
+    assert unit.tests["passed"] == 1  # test_more.py is no unittest.TestCase: pytest's alone
+    assert suite.tests["passed"] == 3
 
 
 def test_a_test_that_binds_loopback_still_works(proof: Proof) -> None:
