@@ -22,11 +22,11 @@ from git_agentops.model.transition import (
     ApprovedBy,
     CapabilityChange,
     FrozenDelivery,
-    Refused,
     RequestedBy,
     Stage,
     StageMark,
     Transition,
+    TransitionRefused,
 )
 from git_agentops.policy.trust import Grantor, TrustGrant, TrustStore, repo_identity
 from git_agentops.schema import documents
@@ -65,7 +65,7 @@ def _built() -> dict[str, Transition]:
     )
     bound = fenced.advanced(Stage.BOUND, 1764633602, approved_by=ApprovedBy("user", "alice", 1764633601.75))
     synchronized = bound.advanced(Stage.SYNCHRONIZED, 1764633603.25, contract_hash="e" * 64)
-    refused = Refused("RUN_POLICY_REFUSED", "no", "alice", 1764633605.0)
+    refused = TransitionRefused("RUN_POLICY_REFUSED", "no", "alice", 1764633605.0)
     return {
         "prepared": base,
         "complete": synchronized.advanced(Stage.COMPLETE, 1764633604.0),

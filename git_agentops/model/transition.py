@@ -208,7 +208,7 @@ class ApprovedBy(JsonRecord):
 
 
 @dataclass(frozen=True, slots=True)
-class Refused(JsonRecord):
+class TransitionRefused(JsonRecord):
     """Why the transition ended before ``bound``: the code and message, who refused it, and when."""
 
     code: str = on_disk("code")
@@ -251,7 +251,7 @@ class Transition(JsonRecord):
     requested_by: RequestedBy = on_disk("requestedBy", decode=RequestedBy.from_json)  # noqa: RUF009
     requested_at: float = on_disk("requestedAt", decode=float)
     approved_by: ApprovedBy | None = on_disk("approvedBy", decode=record_of(ApprovedBy.from_json), default=None)  # noqa: RUF009
-    refused: Refused | None = on_disk("refused", decode=record_of(Refused.from_json), default=None)  # noqa: RUF009
+    refused: TransitionRefused | None = on_disk("refused", decode=record_of(TransitionRefused.from_json), default=None)  # noqa: RUF009
     delivered: tuple[FrozenDelivery, ...] = on_disk(
         "delivered", decode=records_of(FrozenDelivery.from_json), default=()
     )  # frozen before the fence

@@ -24,7 +24,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, used_seconds
 from ..model.task import TaskStatus
-from ..model.transition import ApprovedBy, Refused, Stage, Transition
+from ..model.transition import ApprovedBy, Stage, Transition, TransitionRefused
 from ..model.usage import total_usage, usage_partial
 from ..process.groups import (
     ProcessIdentity,
@@ -188,7 +188,7 @@ def refuse(store: Store, run_id: str, given: str, approver: str, reason: str, cl
         now,
         message,
         expect=Stage.PREPARED,
-        refused=Refused("RUN_POLICY_REFUSED", message[:8000], approver[:256], now),
+        refused=TransitionRefused("RUN_POLICY_REFUSED", message[:8000], approver[:256], now),
     )
     transitions.tell_refused(runstate.journal(store, run_id), transition, "RUN_POLICY_REFUSED", message)
     return transition

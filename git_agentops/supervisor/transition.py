@@ -41,7 +41,14 @@ from ..integrate.secrets import clean_text
 from ..model.policy import POLICY_PATH
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..model.task import TaskStatus, task_contract_hash
-from ..model.transition import MAX_PROPOSAL_BYTES, FrozenDelivery, Refused, Stage, Transition, describe_changes
+from ..model.transition import (
+    MAX_PROPOSAL_BYTES,
+    FrozenDelivery,
+    Stage,
+    Transition,
+    TransitionRefused,
+    describe_changes,
+)
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs import transitions
@@ -361,7 +368,7 @@ def _refuse(loop: Loop, transition: Transition, code: str, message: str) -> None
         Stage.REFUSED,
         now,
         f"refused ({code})",
-        refused=Refused(code, shown, "supervisor", now),
+        refused=TransitionRefused(code, shown, "supervisor", now),
     )
     transitions.tell_refused(loop.journal, transition, code, shown)
     loop.state.refresh()
