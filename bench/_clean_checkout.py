@@ -159,7 +159,7 @@ class Bench:
             clock=self.clock,
             fresh=True,
         )
-        assert outcome.passed and not outcome.records[0]["cached"]
+        assert outcome.passed and not outcome.records[0].cached
 
     def clean(self, checkout: TimedCheckout) -> dict[str, float]:
         """One clean verification of a new commit in ``checkout`` (see the module docstring): seconds per phase."""
@@ -184,7 +184,7 @@ class Bench:
             clock=self.clock,
         )
         end = time.perf_counter()
-        assert outcome.passed and not outcome.records[0]["cached"], "evidence must not be reused here"
+        assert outcome.passed and not outcome.records[0].cached, "evidence must not be reused here"
         assert len(checkout.inspected) == 2, "verify_clean must re-inspect after the commands"
         after = checkout.inspected[-1]
         return {

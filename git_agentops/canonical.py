@@ -30,10 +30,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeAlias
 
 from .errors import AgentOpsError
+
+JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+"""Any JSON value, read side: what a document holds before a typed record is made of it (a mapping or sequence
+of any kind is accepted, so a record's parts need no copy to be passed as JSON)."""
+JsonObject: TypeAlias = "dict[str, JsonValue]"
+"""A JSON object a record writes (its ``to_json``): a plain dict, ready for :func:`canonical_bytes`."""
 
 MAX_DEPTH: Final = 128
 _INT_FLOAT_LIMIT: Final = 2**53

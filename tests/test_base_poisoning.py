@@ -107,7 +107,7 @@ def _pytest_main(base: Path) -> str:
 def _honest_fails(outcome: Any) -> None:
     assert not outcome.passed, outcome.records
     (record,) = outcome.records
-    assert record["exitCode"] == 1 and "assert 2 == 1" in record["tail"], record["tail"]
+    assert record.exit_code == 1 and "assert 2 == 1" in record.tail, record.tail
 
 
 def test_a_backend_that_writes_the_base_it_is_asked_about_does_not_poison_the_base_a_later_commit_gets(

@@ -71,8 +71,8 @@ def test_a_clean_checkout_uses_the_repositorys_base_and_builds_none_of_its_own(
     # and the tests ran on the clean checkout's own code, not the main checkout's
     second = commit_files(repo, {"src/tinyproj/__init__.py": "VALUE = 2\n"})
     refused = prove(ctx, store, slot="w2", commit=second, task=None)
-    assert not refused.passed and refused.records[0]["exitCode"] == 1
-    assert "assert 2 == 1" in refused.records[0]["tail"]
+    assert not refused.passed and refused.records[0].exit_code == 1
+    assert "assert 2 == 1" in refused.records[0].tail
     assert _marker(slot_checkout(ctx, store, "w2").root)["base"] == str(base)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from git_agentops.gitstore.objects import git_merge_tree
 from git_agentops.gitstore.repo import open_store
 from git_agentops.gitstore.worktree import add_detached_worktree, remove_detached_worktree
 from git_agentops.verify.core import Outcome
-from git_agentops.verify.evidence import FOR_RUNS, EvidenceStore, authentic, seal_record
+from git_agentops.verify.evidence import FOR_RUNS, EvidenceRecord, EvidenceStore, authentic, seal_record
 
 from .conftest import git, make_repo
 
@@ -158,37 +159,39 @@ def test_only_tool_artifacts_are_untracked_files_a_handoff_may_leave(path: str, 
 # -- evidence --------------------------------------------------------------------------------------------------------
 
 
-def _record(tree: str, commit: str, producer: str = "supervisor", checkout: str = "clean") -> dict[str, object]:
-    return {
-        "commandId": "tests",
-        "kind": "command",
-        "argvDigest": "a" * 64,
-        "required": True,
-        "exitCode": 0,
-        "signal": None,
-        "timedOut": False,
-        "spawnError": None,
-        "passed": True,
-        "durationMs": 1,
-        "outputDigest": "0" * 64,
-        "outputSize": 0,
-        "truncated": False,
-        "tail": "",
-        "tests": None,
-        "parseError": None,
-        "tree": tree,
-        "commit": commit,
-        "policyConfigHash": "b" * 64,
-        "envDigest": "c" * 64,
-        "startedAt": "2026-12-01T00:00:00Z",
-        "cached": False,
-        "cachedFrom": None,
-        "taskId": None,
-        "criteria": [],
-        "toolkitVersion": "0.1.0",
-        "producer": producer,
-        "checkout": checkout,
-    }
+def _record(tree: str, commit: str, producer: str = "supervisor", checkout: str = "clean") -> EvidenceRecord:
+    return EvidenceRecord.from_json(
+        {
+            "commandId": "tests",
+            "kind": "command",
+            "argvDigest": "a" * 64,
+            "required": True,
+            "exitCode": 0,
+            "signal": None,
+            "timedOut": False,
+            "spawnError": None,
+            "passed": True,
+            "durationMs": 1,
+            "outputDigest": "0" * 64,
+            "outputSize": 0,
+            "truncated": False,
+            "tail": "",
+            "tests": None,
+            "parseError": None,
+            "tree": tree,
+            "commit": commit,
+            "policyConfigHash": "b" * 64,
+            "envDigest": "c" * 64,
+            "startedAt": "2026-12-01T00:00:00Z",
+            "cached": False,
+            "cachedFrom": None,
+            "taskId": None,
+            "criteria": [],
+            "toolkitVersion": "0.1.0",
+            "producer": producer,
+            "checkout": checkout,
+        }
+    )
 
 
 def test_a_forged_evidence_note_is_never_reused_and_a_persons_is_not_reused_by_runs(tmp_path: Path) -> None:
@@ -197,7 +200,8 @@ def test_a_forged_evidence_note_is_never_reused_and_a_persons_is_not_reused_by_r
     repo = make_repo(tmp_path / "repo", files={"a.txt": "a\n"})
     commit, tree = _head(repo), git(repo, "rev-parse", "HEAD^{tree}")
     forged = _record(tree, commit)
-    git(repo, "notes", "--ref=agentops/evidence", "add", "-f", "-m", json.dumps(forged), tree)  # the attacker's way
+    forged_line = json.dumps(forged.to_json())
+    git(repo, "notes", "--ref=agentops/evidence", "add", "-f", "-m", forged_line, tree)  # the attacker's way
     store = open_store(repo, clock=FixedClock())
     evidence = EvidenceStore(store, store.private_dir())
     key = {"argv_digest": "a" * 64, "policy_hash": "b" * 64, "env_digest": "c" * 64}
@@ -210,9 +214,9 @@ def test_a_forged_evidence_note_is_never_reused_and_a_persons_is_not_reused_by_r
     evidence.record(commit, tree, [_record(tree, commit)])
     hit = evidence.cached(tree, **key, accept=FOR_RUNS)
     assert hit is not None and authentic(hit, evidence.keys)
-    tampered = dict(hit, exitCode=1)
+    tampered = replace(hit, exit_code=1)
     assert not authentic(tampered, evidence.keys)
-    assert authentic(seal_record(dict(tampered), evidence.keys), evidence.keys)
+    assert authentic(seal_record(tampered, evidence.keys), evidence.keys)
 
 
 def test_a_damaged_key_is_key_invalid_and_a_missing_one_is_made_once(tmp_path: Path) -> None:

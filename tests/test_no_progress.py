@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from git_agentops.model.evidence import EvidenceRecord
 from git_agentops.model.run import Failure, fingerprint, no_progress
 from git_agentops.verify.failing import failed_commands, failing_lines, normalise, output_of, shown, symptom
 
@@ -30,19 +31,35 @@ FAILED tests/test_a.py::test_x - assert 1 == 2
 """
 
 
-def _record(command: str, tail: str, *, exit_code: int = 1, passed: bool = False) -> dict[str, object]:
-    return {
-        "commandId": command,
-        "required": True,
-        "passed": passed,
-        "timedOut": False,
-        "spawnError": None,
-        "parseError": None,
-        "tests": None,
-        "exitCode": exit_code,
-        "signal": None,
-        "tail": tail,
-    }
+def _record(command: str, tail: str, *, exit_code: int = 1, passed: bool = False) -> EvidenceRecord:
+    return EvidenceRecord(
+        command_id=command,
+        kind="command",
+        argv_digest="a" * 64,
+        required=True,
+        exit_code=exit_code,
+        signal=None,
+        timed_out=False,
+        spawn_error=None,
+        passed=passed,
+        duration_ms=1,
+        output_digest="0" * 64,
+        output_size=len(tail),
+        truncated=False,
+        tail=tail,
+        tests=None,
+        parse_error=None,
+        tree="1" * 40,
+        commit="2" * 40,
+        policy_config_hash="b" * 64,
+        env_digest="c" * 64,
+        started_at="2026-12-01T00:00:00Z",
+        cached=False,
+        cached_from=None,
+        task_id=None,
+        criteria=(),
+        toolkit_version="0.1.0",
+    )
 
 
 def test_the_same_failure_digests_the_same_whatever_its_timing_addresses_and_temporary_paths() -> None:

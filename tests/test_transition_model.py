@@ -12,6 +12,7 @@ from git_agentops.model.judge import budget_raises, person_decisions, weakenings
 from git_agentops.model.policy import effective
 from git_agentops.model.transition import (
     ORDER,
+    RequestedBy,
     Stage,
     Transition,
     approval_problems,
@@ -242,7 +243,7 @@ def test_capability_changes_name_every_added_or_changed_capability_with_its_defi
         ("setup:1", "added"),
     ]
     assert changes[2].definition["argv"] == ["./accept.sh"]
-    lines = describe_changes([c.to_json() for c in changes])
+    lines = describe_changes(changes)
     assert lines[0] == "command:lint (changed): ruff check --fix"
     assert lines[3] == "setup:1 (added): npm ci"
 
@@ -274,7 +275,9 @@ def _transition(stage: Stage = Stage.PREPARED) -> Transition:
         approvals=(),
         changes=(),
         mode="user",
-        requested_by={"workerId": "coordinator", "generation": 1, "requestId": "req-1", "requestDigest": "d" * 64},
+        requested_by=RequestedBy.from_json(
+            {"workerId": "coordinator", "generation": 1, "requestId": "req-1", "requestDigest": "d" * 64}
+        ),
         requested_at=1.0,
     )
 
@@ -288,7 +291,7 @@ def test_stages_move_strictly_forward_and_refusal_only_before_bound() -> None:
                 with pytest.raises(ValueError):
                     transition.advanced(wrong, 2.0)
         transition = transition.advanced(stage, 2.0)
-    assert [s["stage"] for s in transition.stages] == ["fenced", "bound", "synchronized", "complete"]
+    assert [s.stage for s in transition.stages] == ["fenced", "bound", "synchronized", "complete"]
     assert transition.ended
     assert _transition().advanced(Stage.REFUSED, 2.0).ended
     assert _transition(Stage.FENCED).advanced(Stage.REFUSED, 2.0).ended

@@ -320,10 +320,10 @@ def test_a_store_written_before_grants_were_attributed_still_loads(tmp_path: Pat
     identity = repo_identity(tmp_path / "repo" / ".git", None)
     policy = Policy.from_effective(effective({"version": 1}))
     record = store.grant(identity, policy)
-    assert "grantedBy" not in record  # a grant with no grantor is recorded as before
+    assert "grantedBy" not in record.to_json()  # a grant with no grantor is recorded as before
     verdict = store.status(identity, policy)
     assert verdict.status is TrustStatus.TRUSTED and verdict.to_json()["trustedBy"] is None
-    assert describe_grant(record) == f"at {record['grantedAt']} (who is not recorded)"
+    assert describe_grant(record) == f"at {record.granted_at} (who is not recorded)"
 
 
 def test_a_policy_that_reaches_the_target_without_a_person_is_stale_until_a_person_trusts_that_hash(

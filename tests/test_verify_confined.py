@@ -133,7 +133,7 @@ def _attempt(path: Path | str) -> str:
 def _refused(outcome: Outcome) -> str:
     """The failing record's output, checked to show the allowed writes worked and the forbidden one was refused."""
     (record,) = outcome.records
-    tail = str(record["tail"])
+    tail = str(record.tail)
     assert not outcome.passed, tail
     assert "ALLOWED-WRITES-DONE" in tail, tail
     assert "WROTE-THE-FORBIDDEN-FILE" not in tail, tail
@@ -237,8 +237,8 @@ def test_a_verify_command_gets_a_fresh_tmpdir_and_keeps_its_slots_cache(proof: P
     first = proof.prove([_py(code)])
     second = proof.prove([_py(code + "\n# another argv, so the first result is not reused\n")])
     assert first.passed and second.passed
-    assert "TMP [] CACHE []" in first.records[0]["tail"]
-    assert "TMP [] CACHE ['kept.txt']" in second.records[0]["tail"]
+    assert "TMP [] CACHE []" in first.records[0].tail
+    assert "TMP [] CACHE ['kept.txt']" in second.records[0].tail
     assert not (proof.checkout() / "left.txt").exists()
 
 
@@ -267,10 +267,10 @@ def test_normal_unittest_and_pytest_verification_passes_confined(proof: Proof) -
             {"id": "pytest", "argv": [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"], "parser": "pytest"},
         ]
     )
-    assert outcome.passed, [r["tail"] for r in outcome.records]
+    assert outcome.passed, [r.tail for r in outcome.records]
     unit, suite = outcome.records
-    assert unit["tests"]["passed"] == 1  # test_more.py is no unittest.TestCase: pytest's alone
-    assert suite["tests"]["passed"] == 3
+    assert unit.tests["passed"] == 1  # test_more.py is no unittest.TestCase: pytest's alone
+    assert suite.tests["passed"] == 3
 
 
 def test_a_test_that_binds_loopback_still_works(proof: Proof) -> None:
@@ -283,7 +283,7 @@ def test_a_test_that_binds_loopback_still_works(proof: Proof) -> None:
         "print('LOOPBACK-OK')\n"
     )
     outcome = proof.prove([_py(code)])
-    assert outcome.passed and "LOOPBACK-OK" in outcome.records[0]["tail"]
+    assert outcome.passed and "LOOPBACK-OK" in outcome.records[0].tail
 
 
 def test_a_verify_command_cannot_reach_the_persons_unix_sockets_nor_signal_the_supervisor(
@@ -309,7 +309,7 @@ def test_a_verify_command_cannot_reach_the_persons_unix_sockets_nor_signal_the_s
         outcome = proof.prove([_py(code)])
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    tail = outcome.records[0]["tail"]
+    tail = outcome.records[0].tail
     assert "SIGNAL-REFUSED" in tail and "CONNECT-REFUSED" in tail, tail
     with pytest.raises(BlockingIOError):
         server.accept()
@@ -382,8 +382,8 @@ def test_a_missing_program_is_still_a_spawn_error_confined(proof: Proof) -> None
     launcher's exit status."""
     outcome = proof.prove([{"id": "gone", "argv": ["no-such-program-anywhere"]}])
     (record,) = outcome.records
-    assert not record["passed"]
-    assert record["spawnError"] and "no-such-program-anywhere" in record["spawnError"]
+    assert not record.passed
+    assert record.spawn_error and "no-such-program-anywhere" in record.spawn_error
 
 
 def test_confinement_overhead_on_a_trivial_command_is_small(proof: Proof) -> None:

@@ -112,7 +112,7 @@ def test_with_max_verifications_1_two_verifications_never_overlap(tmp_path: Path
     log = tmp_path / "out" / "times.log"
     ctx = _context(repo, tmp_path, [sys.executable, "-c", RECORD, str(log), "0.4"], limit=1)
     outcomes = _prove_at_once(repo, ctx, commits)
-    assert all(o.passed and not o.records[0]["cached"] for o in outcomes)
+    assert all(o.passed and not o.records[0].cached for o in outcomes)
     spans = sorted(_intervals(log).values())
     assert len(spans) == 2 and all(len(span) == 2 for span in spans), spans
     (_first_start, first_end), (second_start, _second_end) = spans

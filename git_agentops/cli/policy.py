@@ -15,10 +15,13 @@ import argparse
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run, subcommands
+
+if TYPE_CHECKING:
+    from ..model.policydoc import PolicyDoc
 
 
 def build_parser() -> Parser:
@@ -78,7 +81,7 @@ def _check(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _program_warnings(
-    doc: dict[str, Any], text: str, source: str, ctx: Context
+    doc: PolicyDoc, text: str, source: str, ctx: Context
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Each required command's program: found, made by setup, or missing (a ``POLICY_PROGRAM_MISSING`` warning).
 
@@ -254,7 +257,7 @@ def _trust(args: argparse.Namespace, ctx: Context) -> int:
     ctx.confirm("Trust this policy?", yes=args.yes)
     record = trust.grant(identity, policy, by=_grantor(ctx, args.yes))
     ctx.emit(
-        {"status": "TRUSTED", "record": {k: v for k, v in record.items() if k != "policy"}},
+        {"status": "TRUSTED", "record": {k: v for k, v in record.to_json().items() if k != "policy"}},
         [f"TRUSTED: {policy.config_hash} for {identity.repository}", f"trusted {describe_grant(record)}"],
     )
     return 0
@@ -279,7 +282,7 @@ def _status(args: argparse.Namespace, ctx: Context) -> int:
     verdict = trust.status(identity, policy)
     lines = [f"{verdict.status}: policy {policy.config_hash[:12]} in {identity.repository}"]
     if verdict.record is not None:
-        which = "trusted" if verdict.status == "TRUSTED" else f"policy {verdict.record['configHash'][:12]} trusted"
+        which = "trusted" if verdict.status == "TRUSTED" else f"policy {verdict.record.config_hash[:12]} trusted"
         lines.append(f"{which} {describe_grant(verdict.record)}")
     if verdict.differences:
         lines.append("changed since trusted: " + ", ".join(verdict.differences))

@@ -153,7 +153,7 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
 
 def _policy_changes(transitions: list[dict[str, Any]]) -> list[str]:
     """The run's policy transitions: from and to, who approved, what each added or changed."""
-    from ..model.transition import describe_changes
+    from ..model.transition import CapabilityChange, describe_changes
 
     if not transitions:
         return []
@@ -166,7 +166,7 @@ def _policy_changes(transitions: list[dict[str, Any]]) -> list[str]:
             f"proposed by {md(t['requestedBy']['workerId'])}, approved by {md(by.get('by', 'nobody yet'))} "
             f"{md(by.get('name', ''), 120)}"
         )
-        lines += [f"  - {md(line, 400)}" for line in describe_changes(t["changes"])]
+        lines += [f"  - {md(line, 400)}" for line in describe_changes(map(CapabilityChange.from_json, t["changes"]))]
     return lines
 
 

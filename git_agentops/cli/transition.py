@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import Context
+
+if TYPE_CHECKING:
+    from ..canonical import JsonObject
 
 
 def configure(add: Any) -> None:
@@ -46,13 +49,13 @@ def change_lines(transition: Any) -> list[str]:
 
     lines = [
         f"policy transition {transition.transition_id} ({transition.stage}): "
-        f"{transition.old_hash[:12]} -> {transition.new_hash[:12]}, proposed by {transition.requested_by['workerId']} "
+        f"{transition.old_hash[:12]} -> {transition.new_hash[:12]}, proposed by {transition.requested_by.worker_id} "
         f"in {transition.config_file}",
     ]
-    reasons = {a["capabilityId"]: a["reason"] for a in transition.approvals}
+    reasons = {a.capability_id: a.reason for a in transition.approvals}
     for change, line in zip(transition.changes, describe_changes(transition.changes), strict=True):
         lines.append(f"  {line}")
-        lines.append(f"      reason given: {reasons.get(change['capabilityId'], '-')}")
+        lines.append(f"      reason given: {reasons.get(change.capability_id, '-')}")
     if not transition.changes:
         lines.append("  (no capability added or changed: only settings that need no approval)")
     return lines
@@ -86,7 +89,7 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
         _refuse_agent(ctx)
         transition, run = controls.approve(store, args.run_id, args.transition, who, ctx.clock)
         lines = [*change_lines(transition), f"approved by {who}; run {args.run_id} is {run.status}"]
-        doc: dict[str, Any] = {"runId": args.run_id, "status": str(run.status), "transition": transition.to_json()}
+        doc: JsonObject = {"runId": args.run_id, "status": str(run.status), "transition": transition.to_json()}
     else:
         transition = controls.refuse(store, args.run_id, args.transition, who, args.reason, ctx.clock)
         lines = [*change_lines(transition), f"refused by {who}; the run goes on under its policy"]

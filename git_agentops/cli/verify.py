@@ -34,8 +34,9 @@ import errno
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
+from ..canonical import JsonObject
 from ..errors import AgentOpsError
 from .common import Context, Parser, build, run
 
@@ -150,8 +151,8 @@ def _verify_in_worker(check: WorkerCheck, ctx: Context) -> int:
     )
     for failure in outcome.failures():
         summary.append(f"failed: {describe(failure)}")
-        if failure["tail"]:
-            summary.append(f"--- last output of {failure['commandId']} ---\n{failure['tail'].rstrip()[-2000:]}")
+        if failure.tail:
+            summary.append(f"--- last output of {failure.command_id} ---\n{failure.tail.rstrip()[-2000:]}")
     if check.policy_moved:
         summary.append(
             f"note: instructions.json names policy {str(check.instructed_hash)[:12]}, but the run is bound to "
@@ -167,7 +168,7 @@ def _verify_in_worker(check: WorkerCheck, ctx: Context) -> int:
     return 0 if outcome.passed else 1
 
 
-def _worker_json(check: WorkerCheck, outcome: Outcome, producer: str, checkout: str, steps: int) -> dict[str, Any]:
+def _worker_json(check: WorkerCheck, outcome: Outcome, producer: str, checkout: str, steps: int) -> JsonObject:
     return {
         **outcome.to_json(),
         "producer": producer,
@@ -239,8 +240,8 @@ def _verify_here(args: argparse.Namespace, ctx: Context, where: Probe) -> int:
     )
     summary = [verdict_line] if ctx.interactive else [*made.lines, *map(describe, outcome.records), verdict_line]
     for failure in outcome.failures():
-        if failure["tail"]:
-            summary.append(f"--- last output of {failure['commandId']} ---\n{failure['tail'].rstrip()[-2000:]}")
+        if failure.tail:
+            summary.append(f"--- last output of {failure.command_id} ---\n{failure.tail.rstrip()[-2000:]}")
     doc = {**outcome.to_json(), "producer": provenance.producer, "checkout": provenance.checkout, "setup": made.docs}
     ctx.emit(doc, summary)
     return 0 if outcome.passed else 1
@@ -251,7 +252,7 @@ class Made:
     """The environments verification made before running the commands: a line and a document each."""
 
     lines: tuple[str, ...] = ()
-    docs: tuple[dict[str, Any], ...] = ()
+    docs: tuple[JsonObject, ...] = ()
 
 
 def _make_environments(policy: Policy, worktree: Path, ctx: Context) -> Made:

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import pygit2
 
-from ..canonical import canonical_bytes, digest
+from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.journal import Event
 from ..gitstore.keys import Keyring, keyring
@@ -114,18 +114,18 @@ def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_has
     """None when every evidence record named by ``digests`` is on ``commit``, authentic, passed (if required) and
     the supervisor's, under one of ``policy_hashes`` (the run's policy; for a delivery frozen before a policy
     transition, the policy it was proven under too); else why not."""
-    records = {digest(r): r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(commit)}
+    records = {r.digest: r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(commit)}
     missing = [d for d in digests if d not in records]
     if missing:
         return f"{len(missing)} evidence record(s) it names are not on {commit[:12]} or do not authenticate"
     for name in digests:
         record = records[name]
-        if record.get("producer") != SUPERVISOR.producer or record.get("checkout") != SUPERVISOR.checkout:
-            return f"evidence {record['commandId']} was not produced by the supervisor in a clean checkout"
-        if record["required"] and not record["passed"]:
-            return f"evidence {record['commandId']} did not pass"
-        if record["policyConfigHash"] not in policy_hashes:
-            return f"evidence {record['commandId']} was made under another policy"
+        if record.provenance != SUPERVISOR:
+            return f"evidence {record.command_id} was not produced by the supervisor in a clean checkout"
+        if record.required and not record.passed:
+            return f"evidence {record.command_id} did not pass"
+        if record.policy_config_hash not in policy_hashes:
+            return f"evidence {record.command_id} was made under another policy"
     if not digests:
         return "the delivery names no evidence"
     return None

@@ -215,13 +215,11 @@ def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
     lines = []
     for record in outcome.failures():
         lines.append(
-            f"- {record['commandId']}: exit {record['exitCode']}, "
-            f"{'timed out, ' if record['timedOut'] else ''}{record['parseError'] or ''}"
+            f"- {record.command_id}: exit {record.exit_code}, "
+            f"{'timed out, ' if record.timed_out else ''}{record.parse_error or ''}"
         )
-        if record["tail"]:
-            lines.append(
-                "  last output:\n" + "\n".join("    " + x for x in record["tail"].rstrip()[-1500:].splitlines())
-            )
+        if record.tail:
+            lines.append("  last output:\n" + "\n".join("    " + x for x in record.tail.rstrip()[-1500:].splitlines()))
     return _refusal(
         handoff,
         "RUN_VERIFICATION_FAILED",
@@ -245,7 +243,7 @@ def _delivery_record(
         "sourceCommit": commit,
         "deliveryDigest": delivery_digest(ctx.run_id, worker.worker_id, worker.generation, handoff.contract, commit),
         "contractHash": handoff.contract,
-        "evidence": [digest(r) for r in outcome.records],
+        "evidence": [r.digest for r in outcome.records],
         "noChange": handoff.head == worker.base,
         "sourceFiles": list(handoff.source_files),
     }

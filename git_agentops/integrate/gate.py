@@ -50,8 +50,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
         return fail(ctx, store, exc.code, f"the candidate {candidate[:12]} could not be verified: {exc.message}", {})
     if not outcome.passed:
         lines = [
-            f"- {r['commandId']}: exit {r['exitCode']}{' (timed out)' if r['timedOut'] else ''}\n"
-            + r["tail"].rstrip()[-1200:]
+            f"- {r.command_id}: exit {r.exit_code}{' (timed out)' if r.timed_out else ''}\n" + r.tail.rstrip()[-1200:]
             for r in outcome.failures()
         ]
         return fail(
@@ -61,7 +60,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
             f"the integration candidate {candidate[:12]} failed verification:\n" + "\n".join(lines),
             {"failed": failed_commands(outcome.records)},
         )
-    verification = [evidence_summary(r) for r in outcome.records]
+    verification = [evidence_summary(r.to_json()) for r in outcome.records]
     advance(
         ctx,
         store,

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import pygit2
 
-from ..canonical import digest, sha256_hex
+from ..canonical import JsonObject, sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Change, Event
@@ -422,12 +422,13 @@ def _receipt_transition(bound: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _evidence_of(store: Store, task: Task) -> list[dict[str, Any]]:
-    """The evidence records a task's delivery names, as the evidence store holds them (authentic only)."""
+def _evidence_of(store: Store, task: Task) -> list[JsonObject]:
+    """The evidence records a task's delivery names, as the evidence store holds them (authentic only), in their
+    JSON form (what the receipt summarises)."""
     delivery = task.extra.get("delivery") or {}
     wanted = list(delivery.get("evidence") or ())
-    records = {digest(r): r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(delivery["commit"])}
-    return [records[d] for d in wanted if d in records]
+    records = {r.digest: r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(delivery["commit"])}
+    return [records[d].to_json() for d in wanted if d in records]
 
 
 def _complete(ctx: JobContext, store: Store) -> str:

@@ -21,17 +21,17 @@ verified.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import pygit2
 
-from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore import objects
 from ..gitstore.notes import EVIDENCE_REF, Notes
 from ..gitstore.repo import Store
+from ..verify.evidence import EvidenceRecord, note_line
 
 TRAILER: Final = "Agentops-Squashed-From"
 LISTED: Final = 50
@@ -68,9 +68,9 @@ def squash(store: Store, *, base: str, head: str, task_id: str) -> Squashed | No
     return Squashed(commit, head, base, replaced)
 
 
-def mirror_evidence(store: Store, squashed: Squashed, records: Iterable[Mapping[str, Any]]) -> None:
+def mirror_evidence(store: Store, squashed: Squashed, records: Iterable[EvidenceRecord]) -> None:
     """Append the squash's evidence ``records`` (sealed, as its note holds them) to the handed-off commit's note."""
-    lines = b"".join(canonical_bytes(dict(r)) + b"\n" for r in records)
+    lines = b"".join(note_line(r) for r in records)
     if lines:
         Notes(store, EVIDENCE_REF).append(
             {squashed.head: lines},

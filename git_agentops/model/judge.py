@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from ..canonical import digest
 from . import hosts as hostkinds
 from .policy import DEFAULT_BUDGET, DEFAULT_PROTECTED_PATHS, DEFAULT_SECRET_PATHS, duration_seconds
+from .policydoc import Argv, HostDoc, PolicyDoc
 from .transition import policy_changes
 
 # -- what may not change -----------------------------------------------------------------------------------------------
@@ -52,8 +53,8 @@ _FIXED_RUN_KEYS: Final = ("target", "worktree_root", "remote")
 
 
 def weakenings(
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
+    old: PolicyDoc,
+    new: PolicyDoc,
     *,
     used_runners: Iterable[str] = (),
     used_hosts: Iterable[str] = (),
@@ -81,7 +82,7 @@ def weakenings(
     return found
 
 
-def _commands(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _commands(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     proposed = {c["id"]: (i, c) for i, c in enumerate(new["verify"]["commands"])}
     for index, command in enumerate(old["verify"]["commands"]):
         if not command.get("required", True):
@@ -104,7 +105,7 @@ def _commands(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weaken
                 yield Weakening(f"{where}.{key}", f"the {key} of the required command {command['id']!r} changes")
 
 
-def _run(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _run(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     if new.get("version") != old.get("version"):
         yield Weakening("$.version", "the policy version changes")
     for key in _FIXED_RUN_KEYS:
@@ -114,7 +115,7 @@ def _run(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
         yield Weakening("$.run.policy_changes", "a run cannot change who approves its own policy changes")
 
 
-def _receipts(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _receipts(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     before, after = old["receipts"], new["receipts"]
     if before.get("require_signature") and not after.get("require_signature"):
         yield Weakening("$.receipts.require_signature", "require_signature is turned off")
@@ -124,13 +125,13 @@ def _receipts(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weaken
         yield Weakening("$.receipts.plain_commits", "plain commits on the target would be allowed")
 
 
-def required_reviewers(doc: Mapping[str, Any]) -> list[str]:
+def required_reviewers(doc: PolicyDoc) -> list[str]:
     """The reviewers an integration waits for: the first ``review.required`` of ``review.reviewers`` (each the name
     of the host it runs on), as :func:`git_agentops.integrate.reviews.run_reviews` runs them."""
     return list(doc["review"].get("reviewers", ()))[: int(doc["review"]["required"])]
 
 
-def _review(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _review(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     if int(new["review"]["required"]) < int(old["review"]["required"]):
         yield Weakening("$.review.required", "fewer reviews would be required")
     kept = set(new["review"].get("reviewers", ()))
@@ -142,7 +143,7 @@ def _review(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakenin
             yield Weakening(f"$.review.reviewers[{index}]", f"the required reviewer {reviewer!r} would not run")
 
 
-def _guardrails(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _guardrails(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     before, after = old["guardrails"], new["guardrails"]
     if before.get("secret_scanning", True) and not after.get("secret_scanning", True):
         yield Weakening("$.guardrails.secret_scanning", "secret scanning is turned off")
@@ -150,8 +151,18 @@ def _guardrails(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weak
     for index, pattern in enumerate(before.get("deny_patterns", ())):
         if pattern not in kept:
             yield Weakening(f"$.guardrails.deny_patterns[{index}]", f"the deny pattern {pattern!r} is removed")
-    for key, default in (("secret_paths", DEFAULT_SECRET_PATHS), ("protected_paths", DEFAULT_PROTECTED_PATHS)):
-        was, now = list(before.get(key, default)), list(after.get(key, default))
+    listed = {
+        "secret_paths": (
+            before.get("secret_paths", DEFAULT_SECRET_PATHS),
+            after.get("secret_paths", DEFAULT_SECRET_PATHS),
+        ),
+        "protected_paths": (
+            before.get("protected_paths", DEFAULT_PROTECTED_PATHS),
+            after.get("protected_paths", DEFAULT_PROTECTED_PATHS),
+        ),
+    }
+    for key, (was_listed, now_listed) in listed.items():
+        was, now = list(was_listed), list(now_listed)
         added = now[len(was) :]
         # the last matching pattern decides: only patterns appended at the end, none of them a '!', add nothing back
         if now[: len(was)] != was or any(p.startswith("!") for p in added):
@@ -160,7 +171,7 @@ def _guardrails(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weak
             )
 
 
-def _sandbox(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _sandbox(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     before, after = old.get("sandbox", {}), new.get("sandbox", {})
     if before.get("mode", "landlock") == "landlock" and after.get("mode", "landlock") != "landlock":
         yield Weakening("$.sandbox.mode", "the sandbox is turned off")
@@ -181,9 +192,9 @@ environment, files of the person's home. Each may only shrink during a run, as `
 policy does not have is an empty list)."""
 
 
-def _host_lists(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weakening]:
+def _host_lists(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     for name, host in sorted(new["hosts"].items()):
-        before = old["hosts"].get(name, {})
+        before: Mapping[str, object] = old["hosts"].get(name, {})
         for key in HOST_LISTS:
             widened = sorted(_entries(host.get(key)) - _entries(before.get(key)))
             if widened:
@@ -193,18 +204,18 @@ def _host_lists(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterable[Weak
                 )
 
 
-def _entries(value: Any) -> set[str]:
+def _entries(value: object) -> set[str]:
     if isinstance(value, Mapping):
         return {f"{k}={v}" for k, v in value.items()}
     if isinstance(value, str):
         return {value}
-    return {str(v) for v in value or ()}
+    return {str(v) for v in value} if isinstance(value, Iterable) else set()  # absent: none
 
 
 # -- budgets and a person's decisions ----------------------------------------------------------------------------
 
 
-def budget_raises(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Weakening]:
+def budget_raises(old: PolicyDoc, new: PolicyDoc) -> list[Weakening]:
     """Every budget of ``old`` that ``new`` raises or removes (``run.budget``, ``max_cost_usd``, ``max_tokens``).
 
     Refused as ``RUN_POLICY_BUDGET_RAISED`` whoever approves: more budget is ``git agentops-run resume
@@ -215,8 +226,11 @@ def budget_raises(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Weaken
     was, now = str(before.get("budget", DEFAULT_BUDGET)), str(after.get("budget", DEFAULT_BUDGET))
     if duration_seconds(now) > duration_seconds(was):
         found.append(Weakening("$.run.budget", f"the active-time budget would rise from {was} to {now}"))
-    for key in ("max_cost_usd", "max_tokens"):
-        limit, proposed = before.get(key), after.get(key)
+    limits = {
+        "max_cost_usd": (before.get("max_cost_usd"), after.get("max_cost_usd")),
+        "max_tokens": (before.get("max_tokens"), after.get("max_tokens")),
+    }
+    for key, (limit, proposed) in limits.items():
         if limit is not None and (proposed is None or float(proposed) > float(limit)):
             shown = "no limit" if proposed is None else str(proposed)
             found.append(Weakening(f"$.run.{key}", f"run.{key} would rise from {limit} to {shown}"))
@@ -228,7 +242,7 @@ REVIEWER_HOST_KEYS: Final = ("kind", "argv", "resume_argv", "shell", "env", "rec
 _DERIVED: Final = "<the kind's default>"
 
 
-def person_decisions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Weakening]:
+def person_decisions(old: PolicyDoc, new: PolicyDoc) -> list[Weakening]:
     """The changes only a person may approve (see the module docstring): each setup step added, changed or removed,
     and each change of what a required reviewer's host runs. A host left to its kind's default argv and
     environment is not changed by those defaults following the verification commands (a ``claude`` host's allowed
@@ -267,17 +281,17 @@ def person_decisions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Wea
     return found
 
 
-def _verify_argvs(doc: Mapping[str, Any]) -> list[Any]:
+def _verify_argvs(doc: PolicyDoc) -> list[Argv]:
     return [c["argv"] for c in (*doc["verify"]["commands"], *doc["verify"]["runners"])]
 
 
-def _reviewer_host(host: Mapping[str, Any] | None, verify_argvs: list[Any]) -> dict[str, Any]:
+def _reviewer_host(host: HostDoc | None, verify_argvs: list[Argv]) -> dict[str, object]:
     """What a reviewer's host runs, with the parts its kind derives from the verification commands marked as such
     (an absent host -- the built-in ``scripted`` -- is ``{"kind": "built-in"}``)."""
     if host is None:
         return {"kind": "built-in"}
     kind = str(host["kind"])
-    out = {key: host.get(key) for key in REVIEWER_HOST_KEYS}
+    out: dict[str, object] = {key: host.get(key) for key in REVIEWER_HOST_KEYS}
     argv = host.get("argv")
     if isinstance(argv, list) and argv and argv == list(hostkinds.default_argv(kind, verify_argvs)):
         out["argv"] = _DERIVED
@@ -290,6 +304,6 @@ def _reviewer_host(host: Mapping[str, Any] | None, verify_argvs: list[Any]) -> d
     return out
 
 
-def _steps(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _steps(doc: PolicyDoc) -> list[dict[str, object]]:
     """The setup steps as they run (a description runs nothing)."""
     return [{k: v for k, v in step.items() if k != "description"} for step in doc["worktree"]["setup"]]

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from ..canonical import canonical_json, digest
+from ..canonical import JsonObject, JsonValue, canonical_json, digest
 from . import hosts
 from .globs import literal, normalise
+from .policydoc import CommandDoc, PolicyDoc, StepDoc
 
 DEFAULT_TARGET: Final = "main"
 DEFAULT_BUDGET: Final = "90m"
@@ -90,7 +91,7 @@ def budget_amount(text: str) -> tuple[int, float, int]:
     )
 
 
-def _command_defaults(command: Mapping[str, Any]) -> dict[str, Any]:
+def _command_defaults(command: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     out = dict(command)
     out.setdefault("shell", False)
     out.setdefault("timeout", DEFAULT_TIMEOUT)
@@ -127,8 +128,10 @@ def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str
     return out
 
 
-def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The policy with every default explicit (the document whose hash is the config hash)."""
+def effective(doc: Mapping[str, Any]) -> PolicyDoc:
+    """The policy with every default explicit (the document whose hash is the config hash), from a document its
+    schema accepted (:func:`git_agentops.policy.load.check_text`) -- the one place the TOML's shape becomes the
+    declared :class:`~.policydoc.PolicyDoc`."""
     run = dict(doc.get("run", {}))
     run.setdefault("target", DEFAULT_TARGET)
     run.setdefault("budget", DEFAULT_BUDGET)
@@ -142,7 +145,7 @@ def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
     review = {"required": 0, "reviewers": [], **doc.get("review", {})}
     receipts = {"require_signature": False, **doc.get("receipts", {})}
     guardrails = {"secret_scanning": True, "deny_patterns": [], **doc.get("guardrails", {})}
-    return {
+    effective_doc = {
         "version": doc.get("version", 1),
         "run": run,
         "verify": {
@@ -156,6 +159,7 @@ def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
         "guardrails": guardrails,
         **({"sandbox": dict(doc["sandbox"])} if "sandbox" in doc else {}),  # absent: the defaults, no hash change
     }
+    return cast(PolicyDoc, effective_doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,14 +176,14 @@ class CommandSpec:
     description: str = ""
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], default_id: str = "") -> CommandSpec:
+    def from_json(cls, doc: CommandDoc | StepDoc, default_id: str = "") -> CommandSpec:
         """A command from a table of the effective policy; absent fields take :func:`effective`'s defaults.
 
         ``default_id`` names a command that has no ``id`` of its own (a setup step).
         """
         argv = doc["argv"]
         return cls(
-            id=doc.get("id", default_id),
+            id=str(doc.get("id", default_id)),
             argv=argv if isinstance(argv, str) else tuple(argv),
             shell=bool(doc.get("shell", False)),
             timeout=float(doc.get("timeout", DEFAULT_TIMEOUT)),
@@ -189,7 +193,7 @@ class CommandSpec:
             description=str(doc.get("description", "")),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The fields that decide what runs and how it is judged (``description`` is left out).
 
         :func:`~git_agentops.runs.workspaces.setup_hash` digests it, so a worktree's setup is redone when it changes.
@@ -214,12 +218,12 @@ class CommandSpec:
 class Policy:
     """A validated, effective policy and its config hash."""
 
-    doc: Mapping[str, Any]
+    doc: PolicyDoc
     config_hash: str
     source: str = POLICY_PATH
 
     @classmethod
-    def from_effective(cls, doc: Mapping[str, Any], source: str = POLICY_PATH) -> Policy:
+    def from_effective(cls, doc: PolicyDoc, source: str = POLICY_PATH) -> Policy:
         """Wrap a document that is already effective and valid, hashing it for ``config_hash``.
 
         Nothing is checked here: :func:`~git_agentops.policy.load.policy_from_bytes` validates.

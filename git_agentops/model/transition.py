@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ..canonical import digest
+from ..canonical import JsonObject, JsonValue, digest
+from .jsonform import JsonRecord, json_value, on_disk, record_of, records_of
+from .policydoc import PolicyDoc
 
 TRANSITION_PREFIX: Final = "policy-"
 POLICY_CHANGES: Final = ("user", "coordinator", "never")
@@ -48,12 +50,14 @@ ORDER: Final = (Stage.PREPARED, Stage.FENCED, Stage.BOUND, Stage.SYNCHRONIZED, S
 ENDED: Final = frozenset({Stage.COMPLETE, Stage.REFUSED})
 
 
-def policy_changes(doc: Mapping[str, Any]) -> str:
+def policy_changes(doc: PolicyDoc) -> str:
     """``[run] policy_changes`` of an effective policy (absent: :data:`DEFAULT_POLICY_CHANGES`, no hash change)."""
     return str(doc["run"].get("policy_changes", DEFAULT_POLICY_CHANGES))
 
 
-def transition_id(config_hash: str, approvals: Sequence[Mapping[str, Any]], old_hash: str, request_id: str) -> str:
+def transition_id(
+    config_hash: str, approvals: Sequence[Mapping[str, JsonValue]], old_hash: str, request_id: str
+) -> str:
     """``policy-`` and 16 hex of the digest of what is proposed -- the new config, its approvals, the policy it
     replaces -- and of the request that proposed it: proposing the same change again after a refusal is a new
     transition (a re-sent request is answered from its idempotency record, never proposed twice)."""
@@ -64,9 +68,9 @@ def transition_id(config_hash: str, approvals: Sequence[Mapping[str, Any]], old_
 # -- capabilities ------------------------------------------------------------------------------------------------
 
 
-def capabilities(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def capabilities(doc: PolicyDoc) -> dict[str, Mapping[str, object]]:
     """Every capability of an effective policy -- what it may run -- by id, with its full definition."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Mapping[str, object]] = {}
     for command in doc["verify"]["commands"]:
         out[f"command:{command['id']}"] = dict(command)
     for runner in doc["verify"]["runners"]:
@@ -78,7 +82,7 @@ def capabilities(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _without_description(definition: Mapping[str, Any]) -> dict[str, Any]:
+def _without_description(definition: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in definition.items() if k != "description"}
 
 
@@ -88,24 +92,31 @@ class CapabilityChange:
 
     capability_id: str
     change: str  # "added" | "changed"
-    definition: Mapping[str, Any]
+    definition: Mapping[str, object]  # a command's, runner's, setup step's or host's table of the policy
 
     @property
     def definition_digest(self) -> str:
         """The digest of the definition: what an approval vouches for."""
         return digest(dict(self.definition))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``changes[]`` entry of the journal record."""
         return {
             "capabilityId": self.capability_id,
             "change": self.change,
-            "definition": dict(self.definition),
+            "definition": json_value(self.definition),
             "definitionDigest": self.definition_digest,
         }
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, JsonValue]) -> CapabilityChange:
+        """A ``changes[]`` entry read back (schema-valid; its digest is the definition's, so it is not kept)."""
+        definition = doc["definition"]
+        assert isinstance(definition, Mapping)  # the schema's "type": "object"
+        return cls(str(doc["capabilityId"]), str(doc["change"]), dict(definition))
 
-def capability_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[CapabilityChange]:
+
+def capability_changes(old: PolicyDoc, new: PolicyDoc) -> list[CapabilityChange]:
     """What ``new`` adds or changes against ``old`` (a description is not a capability), in id order."""
     before, after = capabilities(old), capabilities(new)
     out = []
@@ -131,7 +142,7 @@ class ApprovalProblem:
 
 
 def approval_problems(
-    changes: Sequence[CapabilityChange], approvals: Sequence[Mapping[str, Any]]
+    changes: Sequence[CapabilityChange], approvals: Sequence[Mapping[str, JsonValue]]
 ) -> list[ApprovalProblem]:
     """Every changed capability needs exactly one approval with a reason; an approval of anything else is refused."""
     problems = []
@@ -164,30 +175,89 @@ def approval_problems(
 
 
 # -- the journal's record ---------------------------------------------------------------------------------------------
+# Each part of ``transition.json`` is a record whose JSON form its field map generates (:mod:`.jsonform`); the
+# schema (``schemas/transition.schema.json``) validates the document once, where the journal is read.
 
 
 @dataclass(frozen=True, slots=True)
-class Transition:
+class Approval(JsonRecord):
+    """One changed capability vouched for, with the reason given (``classification`` as the request gave it)."""
+
+    capability_id: str = on_disk("capabilityId")
+    reason: str = on_disk("reason")
+    classification: str | None = on_disk("classification", omitted_when_none=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedBy(JsonRecord):
+    """The coordinator's request that proposed the transition."""
+
+    worker_id: str = on_disk("workerId")
+    generation: int = on_disk("generation")
+    request_id: str = on_disk("requestId")
+    request_digest: str = on_disk("requestDigest")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedBy(JsonRecord):
+    """Who approved: ``by`` a person (``user``) or the ``coordinator``, its ``name``, and when."""
+
+    by: str = on_disk("by")
+    name: str = on_disk("name")
+    at: float = on_disk("at")
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRefused(JsonRecord):
+    """Why the transition ended before ``bound``: the code and message, who refused it, and when."""
+
+    code: str = on_disk("code")
+    message: str = on_disk("message")
+    by: str = on_disk("by")
+    at: float = on_disk("at")
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenDelivery(JsonRecord):
+    """A task delivered under the old policy when the writers were fenced: its proof stands as it was made."""
+
+    task_id: str = on_disk("taskId")
+    commit: str = on_disk("commit")
+    config_hash: str = on_disk("configHash")
+
+
+@dataclass(frozen=True, slots=True)
+class StageMark(JsonRecord):
+    """When the transition reached a stage."""
+
+    stage: Stage = on_disk("stage", decode=Stage)  # noqa: RUF009
+    at: float = on_disk("at")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition(JsonRecord):
     """``transition.json`` of one transition's journal (``schemas/transition.schema.json``)."""
 
-    transition_id: str
-    run_id: str
-    stage: Stage
-    old_hash: str
-    new_hash: str
-    proposal_digest: str  # sha256 of the proposal file's bytes (``proposal.toml`` beside this record)
-    config_file: str  # where the coordinator wrote it, relative to its worktree
-    approvals: tuple[Mapping[str, Any], ...]
-    changes: tuple[Mapping[str, Any], ...]  # CapabilityChange.to_json() of each
-    mode: str  # who approves: "user" | "coordinator"
-    requested_by: Mapping[str, Any]  # {workerId, generation, requestId, requestDigest}
-    requested_at: float
-    approved_by: Mapping[str, Any] | None = None  # {by: "user"|"coordinator", name, at}
-    refused: Mapping[str, Any] | None = None  # {code, message, by, at}
-    delivered: tuple[Mapping[str, Any], ...] = ()  # [{taskId, commit, configHash}] frozen before the fence
-    resume: tuple[str, ...] = ()  # the writers the fence stopped, restarted at the end
-    contract_hash: str | None = None
-    stages: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)  # [{stage, at}]
+    transition_id: str = on_disk("transitionId")
+    run_id: str = on_disk("runId")
+    stage: Stage = on_disk("stage", decode=Stage)  # noqa: RUF009
+    old_hash: str = on_disk("oldConfigHash")
+    new_hash: str = on_disk("newConfigHash")
+    proposal_digest: str = on_disk("proposalDigest")  # sha256 of the proposal file's bytes (``proposal.toml``)
+    config_file: str = on_disk("configFile")  # where the coordinator wrote it, relative to its worktree
+    approvals: tuple[Approval, ...] = on_disk("approvals", decode=records_of(Approval.from_json))
+    changes: tuple[CapabilityChange, ...] = on_disk("changes", decode=records_of(CapabilityChange.from_json))
+    mode: str = on_disk("mode")  # who approves: "user" | "coordinator"
+    requested_by: RequestedBy = on_disk("requestedBy", decode=RequestedBy.from_json)  # noqa: RUF009
+    requested_at: float = on_disk("requestedAt", decode=float)
+    approved_by: ApprovedBy | None = on_disk("approvedBy", decode=record_of(ApprovedBy.from_json), default=None)  # noqa: RUF009
+    refused: TransitionRefused | None = on_disk("refused", decode=record_of(TransitionRefused.from_json), default=None)  # noqa: RUF009
+    delivered: tuple[FrozenDelivery, ...] = on_disk(
+        "delivered", decode=records_of(FrozenDelivery.from_json), default=()
+    )  # frozen before the fence
+    resume: tuple[str, ...] = on_disk("resume", default=())  # the writers the fence stopped, restarted at the end
+    contract_hash: str | None = on_disk("contractHash", default=None)
+    stages: tuple[StageMark, ...] = on_disk("stages", decode=records_of(StageMark.from_json), default=())
 
     @property
     def ended(self) -> bool:
@@ -207,69 +277,33 @@ class Transition:
                 raise ValueError(f"a transition at {self.stage} can only roll forward")
         elif ORDER.index(stage) != ORDER.index(self.stage) + 1:
             raise ValueError(f"{self.transition_id}: {self.stage} -> {stage} skips or repeats a stage")
-        return replace(self, stage=stage, stages=(*self.stages, {"stage": str(stage), "at": at}), **changes)
+        return replace(self, stage=stage, stages=(*self.stages, StageMark(stage, at)), **changes)
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``transition.json`` document."""
-        return {
-            "transitionId": self.transition_id,
-            "runId": self.run_id,
-            "stage": str(self.stage),
-            "oldConfigHash": self.old_hash,
-            "newConfigHash": self.new_hash,
-            "proposalDigest": self.proposal_digest,
-            "configFile": self.config_file,
-            "approvals": [dict(a) for a in self.approvals],
-            "changes": [dict(c) for c in self.changes],
-            "mode": self.mode,
-            "requestedBy": dict(self.requested_by),
-            "requestedAt": self.requested_at,
-            "approvedBy": dict(self.approved_by) if self.approved_by is not None else None,
-            "refused": dict(self.refused) if self.refused is not None else None,
-            "delivered": [dict(d) for d in self.delivered],
-            "resume": list(self.resume),
-            "contractHash": self.contract_hash,
-            "stages": [dict(s) for s in self.stages],
-        }
+    def approval_of(self, capability_id: str) -> Approval | None:
+        """The approval of one changed capability."""
+        return next((a for a in self.approvals if a.capability_id == capability_id), None)
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Transition:
-        """Read ``transition.json`` back (already validated against its schema)."""
-        return cls(
-            transition_id=doc["transitionId"],
-            run_id=doc["runId"],
-            stage=Stage(doc["stage"]),
-            old_hash=doc["oldConfigHash"],
-            new_hash=doc["newConfigHash"],
-            proposal_digest=doc["proposalDigest"],
-            config_file=doc["configFile"],
-            approvals=tuple(doc["approvals"]),
-            changes=tuple(doc["changes"]),
-            mode=doc["mode"],
-            requested_by=doc["requestedBy"],
-            requested_at=float(doc["requestedAt"]),
-            approved_by=doc.get("approvedBy"),
-            refused=doc.get("refused"),
-            delivered=tuple(doc.get("delivered", ())),
-            resume=tuple(doc.get("resume", ())),
-            contract_hash=doc.get("contractHash"),
-            stages=tuple(doc.get("stages", ())),
-        )
+    def change_of(self, capability_id: str) -> CapabilityChange | None:
+        """The change of one capability."""
+        return next((c for c in self.changes if c.capability_id == capability_id), None)
 
 
-def describe_changes(changes: Iterable[Mapping[str, Any]]) -> list[str]:
+def describe_changes(changes: Iterable[CapabilityChange]) -> list[str]:
     """One line per changed capability with its full argv, for a person deciding (``run approve``) and for the
     diagnostic the restarted writers get."""
     lines = []
     for change in changes:
-        definition = change["definition"]
+        definition = change.definition
         argv = definition.get("argv")
-        shown = argv if isinstance(argv, str) else " ".join(_quote(a) for a in argv or ())
+        if isinstance(argv, str):
+            shown = argv
+        else:
+            shown = " ".join(_quote(str(a)) for a in argv or ()) if isinstance(argv, Sequence) else ""
         extra = " (through a shell)" if definition.get("shell") else ""
         env = definition.get("env") or {}
-        if env:
+        if isinstance(env, Mapping) and env:
             extra += " with " + " ".join(f"{k}={_quote(str(v))}" for k, v in sorted(env.items()))
-        lines.append(f"{change['capabilityId']} ({change['change']}): {shown}{extra}")
+        lines.append(f"{change.capability_id} ({change.change}): {shown}{extra}")
     return lines
 
 

@@ -20,14 +20,15 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from ..canonical import canonical_bytes
+from ..canonical import JsonObject, JsonValue, canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained, write_private
 from ..gitstore.refnames import ref_name_problem
 from ..model.globs import compile_pattern
 from ..model.policy import POLICY_PATH, Policy, effective
+from ..model.policydoc import PolicyDoc
 from ..schema import documents
 from .cache import CACHE_DIR, cache_key
 
@@ -52,7 +53,7 @@ class Problem:
         where = f"{source}:{self.line}" if self.line else source
         return f"error[{self.code}]: {where}: {self.json_path}: {self.message}"
 
-    def to_json(self, source: str) -> dict[str, Any]:
+    def to_json(self, source: str) -> JsonObject:
         return {"code": self.code, "file": source, "line": self.line, "path": self.json_path, "message": self.message}
 
 
@@ -130,21 +131,22 @@ def _json_path(parts: tuple[str | int, ...]) -> str:
     return json_path(parts)
 
 
-def _dicts(value: Any) -> list[tuple[int, dict[str, Any]]]:
+def _dicts(value: JsonValue) -> list[tuple[int, Mapping[str, JsonValue]]]:
     return [(i, v) for i, v in enumerate(value) if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _table(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+def _table(doc: Mapping[str, JsonValue], key: str) -> Mapping[str, JsonValue]:
     value = doc.get(key)
     return value if isinstance(value, dict) else {}
 
 
-def _semantic(doc: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
-    """Rules a schema cannot say. Defensive: runs on documents that may also be schema-invalid."""
+def _semantic(doc: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
+    """Rules a schema cannot say. Defensive: runs on documents that may also be schema-invalid (the TOML as
+    parsed: JSON values, bar dates, which no rule here reads)."""
     verify = _table(doc, "verify")
-    commands: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
+    commands: list[tuple[tuple[str | int, ...], Mapping[str, JsonValue]]] = []
     for group in ("commands", "runners"):
-        seen: dict[Any, int] = {}
+        seen: dict[str, int] = {}
         for index, command in _dicts(verify.get(group)):
             commands.append((("verify", group, index), command))
             cid = command.get("id")
@@ -183,7 +185,7 @@ def _semantic(doc: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ..
         yield (_LOOSE_CODE, ("run", "default_host"), f"no host named {default_host!r} (define [hosts.{default_host}])")
     review = _table(doc, "review")
     listed = review.get("reviewers")
-    reviewers: list[Any] = listed if isinstance(listed, list) else []
+    reviewers: list[JsonValue] = listed if isinstance(listed, list) else []
     for index, reviewer in enumerate(reviewers):
         if isinstance(reviewer, str) and reviewer not in host_names:
             yield (_LOOSE_CODE, ("review", "reviewers", index), f"no host named {reviewer!r}")
@@ -212,7 +214,7 @@ _FREE_TEXT: Final = ("prompt",)
 _PLACEHOLDER: Final = re.compile(r"\{([a-z_]+)\}")
 
 
-def shell_host_problems(hosts: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
+def shell_host_problems(hosts: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
     """What is wrong with the shell strings of ``shell = true`` hosts (and any string ``resume_argv``).
 
     A shell string is parsed by ``/bin/sh``: a ``{prompt}`` in it would run the ``$(...)`` and backticks of a task
@@ -273,7 +275,7 @@ def _quoted_at(text: str, position: int) -> bool:
     return quote is not None
 
 
-def check_text(text: str) -> tuple[dict[str, Any] | None, list[Problem]]:
+def check_text(text: str) -> tuple[PolicyDoc | None, list[Problem]]:
     """Every problem of a policy text, and its effective document when there are none."""
     import tomllib
 
@@ -371,7 +373,7 @@ def cache_dir_for(common_dir: Path) -> Path:
     return common_dir.joinpath(*CACHE_DIR)
 
 
-def render_toml(doc: Mapping[str, Any]) -> str:
+def render_toml(doc: Mapping[str, JsonValue]) -> str:
     """A policy document as TOML text (used by ``init``)."""
     import tomli_w
 

@@ -35,14 +35,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
 
 from .. import __version__
+from ..canonical import JsonObject
 from ..clock import Clock, iso8601
 from ..errors import AgentOpsError
 from ..gitstore.private import file_lock, read_private, write_private
+from ..model.jsonform import JsonRecord, on_disk, record_of
 from ..model.policy import Policy, diff_paths
+from ..model.policydoc import PolicyDoc
 from ..schema import documents
 
 STORE_NAME: Final = "trust.json"
@@ -78,54 +81,67 @@ class RepoIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class Grantor(JsonRecord):
+    """Who granted trust, as far as this machine can tell: the OS ``login`` name, the git identity (``name``,
+    ``email``), the terminal stdin was (``tty``, None when there was none) and whether ``--yes`` answered the
+    question (``yes``). A record of what happened, not a proof: every part of it is the user's to set."""
+
+    login: str = on_disk("login")
+    name: str | None = on_disk("name", default=None)
+    email: str | None = on_disk("email", default=None)
+    tty: str | None = on_disk("tty", default=None)
+    yes: bool = on_disk("yes", default=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TrustGrant(JsonRecord):
+    """One record of the trust store (``schemas/trust-store.schema.json``): this repository (by path and remote)
+    trusts the policy whose hash and effective document it keeps, since when and -- for grants made since they
+    were attributed -- by whom."""
+
+    repository: str = on_disk("repository")
+    remote: str = on_disk("remote")
+    config_hash: str = on_disk("configHash")
+    toolkit_version: str = on_disk("toolkitVersion")
+    granted_at: str = on_disk("grantedAt")
+    policy: PolicyDoc = on_disk("policy")  # noqa: RUF009
+    granted_by: Grantor | None = on_disk("grantedBy", omitted_when_none=True, decode=record_of(Grantor.from_json))  # noqa: RUF009
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     status: TrustStatus
     identity: RepoIdentity
     config_hash: str
-    record: Mapping[str, Any] | None = None
+    record: TrustGrant | None = None
     differences: tuple[str, ...] = field(default_factory=tuple)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
+        by = self.record.granted_by if self.record else None
         return {
             "status": str(self.status),
             "repository": self.identity.repository,
             "remote": self.identity.remote,
             "configHash": self.config_hash,
             "toolkitVersion": __version__,
-            "trustedConfigHash": self.record["configHash"] if self.record else None,
-            "trustedAt": self.record["grantedAt"] if self.record else None,
-            "trustedBy": self.record.get("grantedBy") if self.record else None,
+            "trustedConfigHash": self.record.config_hash if self.record else None,
+            "trustedAt": self.record.granted_at if self.record else None,
+            "trustedBy": by.to_json() if by is not None else None,
             "differences": list(self.differences),
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Grantor:
-    """Who granted trust, as far as this machine can tell: the OS ``login`` name, the git identity (``name``,
-    ``email``), the terminal stdin was (``tty``, None when there was none) and whether ``--yes`` answered the
-    question (``yes``). A record of what happened, not a proof: every part of it is the user's to set."""
-
-    login: str
-    name: str | None = None
-    email: str | None = None
-    tty: str | None = None
-    yes: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"login": self.login, "name": self.name, "email": self.email, "tty": self.tty, "yes": self.yes}
-
-
-def describe_grant(record: Mapping[str, Any]) -> str:
+def describe_grant(record: TrustGrant) -> str:
     """``by alice (Alice <a@example.com>) at 2026-01-01T00:00:00Z on /dev/pts/3, confirmed at the prompt``; a
     record from before grants were attributed says only when."""
-    when = f"at {record.get('grantedAt', '?')}"
-    who = record.get("grantedBy")
-    if not isinstance(who, Mapping):
+    when = f"at {record.granted_at}"
+    who = record.granted_by
+    if who is None:
         return f"{when} (who is not recorded)"
-    git_identity = " ".join(str(who[k]) if k == "name" else f"<{who[k]}>" for k in ("name", "email") if who.get(k))
-    person = str(who.get("login") or "?") + (f" ({git_identity})" if git_identity else "")
-    where = f" on {who['tty']}" if who.get("tty") else " without a terminal"
-    how = "with --yes" if who.get("yes") else "confirmed at the prompt"
+    git_identity = " ".join(part for part in (who.name, f"<{who.email}>" if who.email else None) if part)
+    person = (who.login or "?") + (f" ({git_identity})" if git_identity else "")
+    where = f" on {who.tty}" if who.tty else " without a terminal"
+    how = "with --yes" if who.yes else "confirmed at the prompt"
     return f"by {person} {when}{where}, {how}"
 
 
@@ -226,7 +242,7 @@ class TrustStore:
     def path(self) -> Path:
         return self.state_dir / STORE_NAME
 
-    def _read(self) -> list[dict[str, Any]]:
+    def _read(self) -> list[TrustGrant]:
         try:
             data = read_private(self.state_dir, STORE_NAME, max_bytes=16 * 1024 * 1024)
         except AgentOpsError as exc:
@@ -239,48 +255,46 @@ class TrustStore:
             raise AgentOpsError(
                 "TRUST_STORE_INVALID", f"{exc.message}; fix or remove {self.path} (nothing was changed)"
             ) from exc
-        return list(doc["records"])
+        return [TrustGrant.from_json(record) for record in doc["records"]]
 
-    def _write(self, records: list[dict[str, Any]]) -> None:
-        write_private(
-            self.state_dir, STORE_NAME, documents.dump({"version": 1, "records": records}, schema="trust-store")
-        )
+    def _write(self, records: list[TrustGrant]) -> None:
+        doc = {"version": 1, "records": [record.to_json() for record in records]}
+        write_private(self.state_dir, STORE_NAME, documents.dump(doc, schema="trust-store"))
 
     def status(self, identity: RepoIdentity, policy: Policy) -> Verdict:
         records = self._read()
-        exact = [r for r in records if r["repository"] == identity.repository]
+        exact = [r for r in records if r.repository == identity.repository]
         related = exact or [
-            r for r in records if not identity.remote.startswith("local:") and r["remote"] == identity.remote
+            r for r in records if not identity.remote.startswith("local:") and r.remote == identity.remote
         ]
         if not related:
             return Verdict(TrustStatus.UNTRUSTED, identity, policy.config_hash)
         record = related[-1]
         differences = []
-        if record["repository"] != identity.repository:
+        if record.repository != identity.repository:
             differences.append("repository")
-        if record["remote"] != identity.remote:
+        if record.remote != identity.remote:
             differences.append("remote")
-        if record["toolkitVersion"] != __version__:
+        if record.toolkit_version != __version__:
             differences.append("toolkitVersion")
-        if record["configHash"] != policy.config_hash:
+        if record.config_hash != policy.config_hash:
             differences.append("configHash")
-            differences += list(diff_paths(record["policy"], dict(policy.doc)))
+            differences += list(diff_paths(dict(record.policy), dict(policy.doc)))
         status = TrustStatus.STALE if differences else TrustStatus.TRUSTED
         return Verdict(status, identity, policy.config_hash, record, tuple(differences))
 
-    def grant(self, identity: RepoIdentity, policy: Policy, *, by: Grantor | None = None) -> dict[str, Any]:
+    def grant(self, identity: RepoIdentity, policy: Policy, *, by: Grantor | None = None) -> TrustGrant:
         """Trust ``policy`` for this repository, replacing any record for the same path or remote; ``by`` is who
         granted it. The caller refuses an agent first (:func:`refuse_agent`)."""
-        record: dict[str, Any] = {
-            "repository": identity.repository,
-            "remote": identity.remote,
-            "configHash": policy.config_hash,
-            "toolkitVersion": __version__,
-            "grantedAt": iso8601(self.clock.now()),
-            "policy": dict(policy.doc),
-        }
-        if by is not None:
-            record["grantedBy"] = by.to_json()
+        record = TrustGrant(
+            repository=identity.repository,
+            remote=identity.remote,
+            config_hash=policy.config_hash,
+            toolkit_version=__version__,
+            granted_at=iso8601(self.clock.now()),
+            policy=policy.doc,
+            granted_by=by,
+        )
         with file_lock(self.state_dir, "trust.lock"):
             records = [r for r in self._read() if not _same_repo(r, identity)]
             records.append(record)
@@ -297,10 +311,10 @@ class TrustStore:
         return len(records) - len(kept)
 
 
-def _same_repo(record: Mapping[str, Any], identity: RepoIdentity) -> bool:
-    if record["repository"] == identity.repository:
+def _same_repo(record: TrustGrant, identity: RepoIdentity) -> bool:
+    if record.repository == identity.repository:
         return True
-    return not identity.remote.startswith("local:") and record["remote"] == identity.remote
+    return not identity.remote.startswith("local:") and record.remote == identity.remote
 
 
 def require_trusted(verdict: Verdict) -> None:

@@ -24,7 +24,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, used_seconds
 from ..model.task import TaskStatus
-from ..model.transition import Stage, Transition
+from ..model.transition import ApprovedBy, Stage, Transition, TransitionRefused
 from ..model.usage import total_usage, usage_partial
 from ..process.groups import (
     ProcessIdentity,
@@ -160,7 +160,7 @@ def approve(store: Store, run_id: str, given: str, approver: str, clock: Clock) 
             clock.now(),
             f"approved by {approver}",
             expect=Stage.PREPARED,
-            approved_by={"by": "user", "name": approver[:256], "at": clock.now()},
+            approved_by=ApprovedBy("user", approver[:256], clock.now()),
         )
 
     def fn(change: Change, view: runstate.RunView) -> Run:
@@ -188,7 +188,7 @@ def refuse(store: Store, run_id: str, given: str, approver: str, reason: str, cl
         now,
         message,
         expect=Stage.PREPARED,
-        refused={"code": "RUN_POLICY_REFUSED", "message": message[:8000], "by": approver[:256], "at": now},
+        refused=TransitionRefused("RUN_POLICY_REFUSED", message[:8000], approver[:256], now),
     )
     transitions.tell_refused(runstate.journal(store, run_id), transition, "RUN_POLICY_REFUSED", message)
     return transition

@@ -44,7 +44,6 @@ def new_run_id(clock: Clock) -> str:
 
 def bind_policy(store: Store, run_id: str, policy: Policy, trust: Verdict, clock: Clock) -> None:
     journal = Journal(store, runstate.policy_ref(run_id))
-    record = trust.record or {}
 
     def bind(change: Change) -> None:
         if change.exists("binding.json"):
@@ -59,7 +58,7 @@ def bind_policy(store: Store, run_id: str, policy: Policy, trust: Verdict, clock
                 "trust": {
                     "repository": trust.identity.repository,
                     "remote": trust.identity.remote,
-                    "grantedAt": str(record.get("grantedAt", "")),
+                    "grantedAt": trust.record.granted_at if trust.record is not None else "",
                 },
                 "boundAt": clock.now(),
             },

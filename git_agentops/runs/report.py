@@ -247,16 +247,16 @@ def _evidence(
         for handoff in gen.handoffs:
             records = evidence.for_commit(handoff.commit)
             if isinstance(delivery, Mapping) and handoff.commit == gen.delivered == delivery.get("commit"):
-                named = {digest(r): r for r in records}
+                named = {r.digest: r for r in records}
                 chosen = [(str(d), named.get(str(d))) for d in delivery.get("evidence", ())]
             else:
                 until = (handoff.answered_at or gen.ended_at or handoff.at + WINDOW) + SLACK
                 chosen = [
-                    (digest(r), r)
+                    (r.digest, r)
                     for r in records
-                    if r.get("taskId") == gen.task_id
-                    and r.get("producer") == SUPERVISOR.producer
-                    and _within(r.get("startedAt"), handoff.at - SLACK, until)
+                    if r.task_id == gen.task_id
+                    and r.producer == SUPERVISOR.producer
+                    and _within(r.started_at, handoff.at - SLACK, until)
                 ]
             ids = []
             for name, record in chosen:
@@ -264,7 +264,8 @@ def _evidence(
                     continue
                 seen.add(name)
                 ok = record is not None and authentic(record, evidence.keys)
-                facts.append(EvidenceFact(name, "handoff", gen.task_id, gen.id, record, ok))
+                shown = record.to_json() if record is not None else None
+                facts.append(EvidenceFact(name, "handoff", gen.task_id, gen.id, shown, ok))
                 ids.append(facts[-1].id)
             handoffs.append(replace(handoff, evidence=tuple(ids)))
         out.append(replace(gen, handoffs=tuple(handoffs)))
@@ -289,10 +290,11 @@ def _gate_evidence(evidence: EvidenceStore, integration: Integration | None) -> 
     facts = []
     for summary in integration.verification:
         # on the keys the summary has: one kept before the summary carried policyConfigHash still finds its record
-        record = next((r for r in records[::-1] if _agrees(evidence_summary(r), summary)), None)
-        name = digest(record) if record is not None else digest(dict(summary))
+        record = next((r for r in records[::-1] if _agrees(evidence_summary(r.to_json()), summary)), None)
+        name = record.digest if record is not None else digest(dict(summary))
         ok = record is not None and authentic(record, evidence.keys)
-        facts.append(EvidenceFact(name, "gate", summary.get("taskId"), None, record or dict(summary), ok))
+        shown = record.to_json() if record is not None else dict(summary)
+        facts.append(EvidenceFact(name, "gate", summary.get("taskId"), None, shown, ok))
     return facts
 
 

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import pygit2
 
-from ..canonical import canonical_bytes, sha256_hex
+from ..canonical import JsonObject, canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
@@ -241,14 +241,15 @@ def bind(store: Store, transition: Transition, policy: Policy, data: bytes, at: 
             change.put(BASE, change.get("config.json") or b"")
         change.put("config.json", canonical_bytes(dict(policy.doc)) + b"\n")
         change.put(BOUND_FILE, data)
+        approved_by = transition.approved_by.to_json() if transition.approved_by is not None else {}
         record = {
             "transitionId": transition.transition_id,
             "from": transition.old_hash,
             "to": transition.new_hash,
-            "approvedBy": dict(transition.approved_by or {}),
-            "approvals": [dict(a) for a in transition.approvals],
-            "changes": [{k: v for k, v in c.items() if k != "definition"} for c in transition.changes],
-            "delivered": [dict(d) for d in transition.delivered],
+            "approvedBy": approved_by,
+            "approvals": [a.to_json() for a in transition.approvals],
+            "changes": [{k: v for k, v in c.to_json().items() if k != "definition"} for c in transition.changes],
+            "delivered": [d.to_json() for d in transition.delivered],
             "boundAt": at,
         }
         doc = {
@@ -261,13 +262,11 @@ def bind(store: Store, transition: Transition, policy: Policy, data: bytes, at: 
         change.put_json("binding.json", doc, schema="binding")
         authorizations = [
             {
-                "authorizationId": f"{transition.transition_id}:{a['capabilityId']}",
-                "capabilityId": a["capabilityId"],
-                "reason": a["reason"],
-                "approvedBy": dict(transition.approved_by or {}),
-                "definitionDigest": next(
-                    (c["definitionDigest"] for c in transition.changes if c["capabilityId"] == a["capabilityId"]), None
-                ),
+                "authorizationId": f"{transition.transition_id}:{a.capability_id}",
+                "capabilityId": a.capability_id,
+                "reason": a.reason,
+                "approvedBy": approved_by,
+                "definitionDigest": _definition_digest(transition, a.capability_id),
                 "policyConfigHash": transition.new_hash,
                 "expires": f"with run {transition.run_id}",
             }
@@ -287,6 +286,12 @@ def bind(store: Store, transition: Transition, policy: Policy, data: bytes, at: 
         raise runstate.tampered(exc, transition.run_id) from exc
 
 
+def _definition_digest(transition: Transition, capability_id: str) -> str | None:
+    """The digest of the definition an approval vouches for (None: the capability is not among the changes)."""
+    change = transition.change_of(capability_id)
+    return change.definition_digest if change is not None else None
+
+
 # -- telling the run -------------------------------------------------------------------------------------------------
 
 AWAITING: Final = "policy transition "
@@ -301,7 +306,7 @@ def awaiting_reason(transition_id: str) -> str:
 def tell_refused(journal: Journal, transition: Transition, code: str, message: str) -> None:
     """The run goes on (active again if it awaited this transition); the requester is told why, and an idle
     coordinator started again to hear it."""
-    requester = str(transition.requested_by["workerId"])
+    requester = transition.requested_by.worker_id
     text = f"Your policy change {transition.transition_id} was refused ({code}): {message}"
 
     def tell(change: Change, view: runstate.RunView) -> None:
@@ -322,7 +327,7 @@ def tell_refused(journal: Journal, transition: Transition, code: str, message: s
     )
 
 
-def brief(store: Store, run_id: str) -> list[dict[str, Any]]:
+def brief(store: Store, run_id: str) -> list[JsonObject]:
     """The run's transitions as a worker's instructions show them."""
     return [
         {
@@ -331,8 +336,8 @@ def brief(store: Store, run_id: str) -> list[dict[str, Any]]:
             "oldConfigHash": t.old_hash,
             "newConfigHash": t.new_hash,
             "configFile": t.config_file,
-            "requestId": str(t.requested_by["requestId"]),
-            "refused": dict(t.refused) if t.refused is not None else None,
+            "requestId": t.requested_by.request_id,
+            "refused": t.refused.to_json() if t.refused is not None else None,
         }
         for t in all_of(store, run_id)
     ]

@@ -126,8 +126,8 @@ def failed_commands_at(store: Store, commit: str | None) -> tuple[FailedCommand,
         records = EvidenceStore(store, store.private_dir()).authentic_for_commit(commit)
     except AgentOpsError:
         return ()
-    mine = [r for r in records if r.get("producer", "supervisor") == "supervisor"]
-    return tuple(FailedCommand(r["commandId"], ended(r), tuple(shown(r["tail"] or ""))) for r in failed_required(mine))
+    mine = [r for r in records if (r.producer or "supervisor") == "supervisor"]
+    return tuple(FailedCommand(r.command_id, ended(r), tuple(shown(r.tail or ""))) for r in failed_required(mine))
 
 
 def message_lines(message: str, limit: int = MESSAGE_LINES) -> tuple[str, ...]:

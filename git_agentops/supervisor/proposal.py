@@ -31,7 +31,11 @@ from ..model.policy import Policy
 from ..model.run import Role, RunStatus, Worker, WorkerStatus
 from ..model.transition import (
     MAX_PROPOSAL_BYTES,
+    Approval,
+    ApprovedBy,
+    RequestedBy,
     Stage,
+    StageMark,
     Transition,
     approval_problems,
     capability_changes,
@@ -119,20 +123,15 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         new_hash=new.config_hash,
         proposal_digest=sha256_hex(data),
         config_file=doc["configFile"],
-        approvals=tuple(approvals),
-        changes=tuple(c.to_json() for c in changes),
+        approvals=tuple(map(Approval.from_json, approvals)),
+        changes=tuple(changes),
         mode=mode,
-        requested_by={
-            "workerId": worker.worker_id,
-            "generation": worker.generation,
-            "requestId": req.request_id,
-            "requestDigest": req.digest,
-        },
+        requested_by=RequestedBy(worker.worker_id, worker.generation, req.request_id, req.digest),
         requested_at=now,
-        approved_by={"by": "coordinator", "name": f"{worker.worker_id} generation {worker.generation}", "at": now}
+        approved_by=ApprovedBy("coordinator", f"{worker.worker_id} generation {worker.generation}", now)
         if mode == "coordinator"
         else None,
-        stages=({"stage": "prepared", "at": now},),
+        stages=(StageMark(Stage.PREPARED, now),),
     )
     transitions.begin(store, transition, data)
     loop.ctx.fault("policy:prepared")

@@ -41,7 +41,14 @@ from ..integrate.secrets import clean_text
 from ..model.policy import POLICY_PATH
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..model.task import TaskStatus, task_contract_hash
-from ..model.transition import MAX_PROPOSAL_BYTES, Stage, Transition, describe_changes
+from ..model.transition import (
+    MAX_PROPOSAL_BYTES,
+    FrozenDelivery,
+    Stage,
+    Transition,
+    TransitionRefused,
+    describe_changes,
+)
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs import transitions
@@ -146,7 +153,7 @@ def _fence(loop: Loop, transition: Transition) -> Transition | None:
         return None
     store = loop.state.store
     data = transitions.proposal(store, loop.run_id, tid)  # RUN_POLICY_PROPOSAL_CHANGED when the record was edited
-    requester = loop.state.workers().get(str(transition.requested_by["workerId"]))
+    requester = loop.state.workers().get(transition.requested_by.worker_id)
     if requester is not None:
         try:
             now = read_private(Path(requester.worktree), transition.config_file, max_bytes=MAX_PROPOSAL_BYTES)
@@ -177,11 +184,11 @@ def _fence(loop: Loop, transition: Transition) -> Transition | None:
     loop.ctx.fault("policy:fence")
     workers = loop.state.workers().values()
     delivered = [
-        {
-            "taskId": t.id,
-            "commit": t.extra["delivery"]["commit"],
-            "configHash": t.policy_config_hash or transition.old_hash,
-        }
+        FrozenDelivery(
+            t.id,
+            t.extra["delivery"]["commit"],
+            t.policy_config_hash or transition.old_hash,
+        )
         for t in loop.state.tasks().values()
         if t.status is TaskStatus.DELIVERED and isinstance(t.extra.get("delivery"), dict)
     ]
@@ -189,7 +196,7 @@ def _fence(loop: Loop, transition: Transition) -> Transition | None:
         w.worker_id
         for w in workers
         if w.status in (WorkerStatus.FENCED, WorkerStatus.STOPPED, WorkerStatus.IDLE)
-        or w.worker_id == transition.requested_by["workerId"]
+        or w.worker_id == transition.requested_by.worker_id
     )
     fenced = transitions.update(
         store,
@@ -216,7 +223,7 @@ def _dirty_writers(loop: Loop, transition: Transition) -> list[str]:
     out = []
     for worker in _writers(loop):
         paths = dirty_paths(Path(worker.worktree))
-        if worker.worker_id == transition.requested_by["workerId"]:
+        if worker.worker_id == transition.requested_by.worker_id:
             paths = [p for p in paths if p[3:] != transition.config_file]
         if paths:
             out.append(f"{worker.worker_id}: {', '.join(paths[:8])}")
@@ -324,16 +331,16 @@ def _sync_worktree(loop: Loop, worker: Worker, transition: Transition, data: byt
 def _tell_writers(loop: Loop, transition: Transition) -> None:
     """Stage ``synchronized``: the diagnostic of every writer to restart; an idle coordinator is started again."""
     lines = describe_changes(transition.changes)
-    by = transition.approved_by or {}
+    by = transition.approved_by
     text = (
         f"Execution policy changed: transition {transition.transition_id} ({transition.old_hash[:12]} -> "
-        f"{transition.new_hash[:12]}), approved by {by.get('by', '?')} ({by.get('name', '?')}), was assessed and "
+        f"{transition.new_hash[:12]}), approved by {by.by if by else '?'} ({by.name if by else '?'}), was assessed and "
         "synchronized.\n"
         + "".join(f"- {line}\n" for line in lines)
         + "Tasks not yet delivered were revised: their proof must be made under the new policy. "
         "Authorization expires with this run."
     )
-    resume = set(transition.resume) | {str(transition.requested_by["workerId"])}
+    resume = set(transition.resume) | {transition.requested_by.worker_id}
 
     def tell(change: Change, view: runstate.RunView) -> None:
         for worker in view.workers():
@@ -361,7 +368,7 @@ def _refuse(loop: Loop, transition: Transition, code: str, message: str) -> None
         Stage.REFUSED,
         now,
         f"refused ({code})",
-        refused={"code": code, "message": shown, "by": "supervisor", "at": now},
+        refused=TransitionRefused(code, shown, "supervisor", now),
     )
     transitions.tell_refused(loop.journal, transition, code, shown)
     loop.state.refresh()

@@ -36,8 +36,9 @@ import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
+from ..canonical import JsonObject, JsonValue
 from ..clock import Clock
 from ..envs.probe import probe
 from ..errors import AgentOpsError
@@ -49,8 +50,12 @@ from ..process.command import run_command, scrub_environment
 from .evidence import (
     FOR_RUNS,
     SUPERVISOR,
+    Attribution,
+    EvidenceRecord,
     EvidenceStore,
     Provenance,
+    Reading,
+    Subject,
     cached_copy,
     environment_digest,
     make_record,
@@ -80,24 +85,24 @@ class Planned:
 class Outcome:
     commit: str
     tree: str
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[EvidenceRecord] = field(default_factory=list)
     notes_commit: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return all(r["passed"] for r in self.records if r["required"])
+        return all(r.passed for r in self.records if r.required)
 
-    def failures(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["required"] and not r["passed"]]
+    def failures(self) -> list[EvidenceRecord]:
+        return [r for r in self.records if r.required and not r.passed]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "passed": self.passed,
             "commit": self.commit,
             "tree": self.tree,
             "notesCommit": self.notes_commit,
-            "results": self.records,
+            "results": [r.to_json() for r in self.records],
         }
 
 
@@ -119,23 +124,23 @@ def plan(policy: Policy, task: Task | None) -> list[Planned]:
     return planned
 
 
-def describe(record: Mapping[str, Any]) -> str:
-    if record["cached"]:
+def describe(record: EvidenceRecord) -> str:
+    if record.cached:
         state = "PASS (cached)"
-    elif record["passed"]:
+    elif record.passed:
         state = "PASS"
-    elif record["timedOut"]:
+    elif record.timed_out:
         state = "TIMEOUT"
-    elif record["spawnError"]:
-        state = f"DID NOT START ({record['spawnError']})"
-    elif record["parseError"]:
-        state = f"FAIL ({record['parseError']})"
+    elif record.spawn_error:
+        state = f"DID NOT START ({record.spawn_error})"
+    elif record.parse_error:
+        state = f"FAIL ({record.parse_error})"
     else:
-        ended = f"exit {record['exitCode']}" if record["exitCode"] is not None else f"signal {record['signal']}"
+        ended = f"exit {record.exit_code}" if record.exit_code is not None else f"signal {record.signal}"
         state = f"FAIL ({ended})"
-    tests = record["tests"]
+    tests = record.tests
     counts = f", {tests['passed']} passed / {tests['failed']} failed / {tests['skipped']} skipped" if tests else ""
-    return f"{record['commandId']}: {state}{counts} in {record['durationMs'] / 1000:.1f}s"
+    return f"{record.command_id}: {state}{counts} in {record.duration_ms / 1000:.1f}s"
 
 
 def verify_checkout(
@@ -187,7 +192,7 @@ def verify_checkout(
             provenance=provenance,
             before_run=take_slot if provenance == PERSON else None,
         )
-    outcome.notes_commit = evidence.record(outcome.commit, outcome.tree, outcome.records)
+    outcome.notes_commit, outcome.records = evidence.record(outcome.commit, outcome.tree, outcome.records)
     return outcome
 
 
@@ -243,7 +248,7 @@ def check_in_place(
         accept=None,
         before_run=before_run,
     )
-    ran = any(not r["cached"] for r in outcome.records)
+    ran = any(not r.cached for r in outcome.records)
     after, changed = head_and_changes(worktree, untracked=False) if ran else (start.commit, [])
     if after != start.commit or changed:  # when nothing ran, nothing can have changed the checkout
         what = "HEAD moved" if after != start.commit else ", ".join(changed[:5])
@@ -310,7 +315,7 @@ def verify_clean(
             f"the verification commands wrote what they may only read ({', '.join(written[:8])}); nothing was recorded",
             details={"written": written},
         )
-    if any(not r["cached"] for r in outcome.records):
+    if any(not r.cached for r in outcome.records):
         drift = checkout.inspect(commit)
         if drift.changed:
             raise AgentOpsError(
@@ -327,7 +332,7 @@ def verify_clean(
                 f"({', '.join(planted[:8])}); nothing was recorded",
                 details={"extra": planted},
             )
-    outcome.notes_commit = evidence.record(commit, tree, outcome.records)
+    outcome.notes_commit, outcome.records = evidence.record(commit, tree, outcome.records)
     return outcome
 
 
@@ -371,6 +376,7 @@ def _run_all(
     total = len(planned)
     task_id = task.id if task is not None else None
     for index, item in enumerate(planned, start=1):
+        attribution = Attribution(task_id, item.criteria)
         command = item.command
         env = scrub_environment(environ, command.env)
         env_digest = environment_digest(env, environment.to_json())
@@ -384,9 +390,7 @@ def _run_all(
                 accept=accept,
             )
         if hit is not None:
-            record = cached_copy(
-                hit, commit=commit, command=command, task_id=task_id, criteria=item.criteria, started_at=clock.now()
-            )
+            record = cached_copy(hit, commit=commit, command=command, attribution=attribution, started_at=clock.now())
         else:
             if before_run is not None:
                 before_run()
@@ -397,12 +401,9 @@ def _run_all(
                 item,
                 cwd=cwd,
                 env={**env, **(git_env or {})},
-                env_digest=env_digest,
-                commit=commit,
-                tree=tree,
+                subject=Subject(tree, commit, policy.config_hash, env_digest, environment.to_json()),
+                attribution=attribution,
                 policy=policy,
-                environment=environment.to_json(),
-                task_id=task_id,
                 clock=clock,
                 grace=grace,
                 provenance=provenance,
@@ -419,17 +420,14 @@ def _run_one(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    env_digest: str,
-    commit: str,
-    tree: str,
+    subject: Subject,
+    attribution: Attribution,
     policy: Policy,
-    environment: Mapping[str, Any],
-    task_id: str | None,
     clock: Clock,
     grace: float,
     provenance: Provenance,
     wall: Wall | None = None,
-) -> dict[str, Any]:
+) -> EvidenceRecord:
     command = item.command
     run = wall.run if wall is not None else run_command
     result = run(command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
@@ -441,25 +439,11 @@ def _run_one(
     except AgentOpsError as exc:
         parse_error = f"{exc.code}: {exc.message}"
     passed = result.ok and parse_error is None and not (tests is not None and (tests["failed"] or tests["errors"]))
-    return make_record(
-        command=command,
-        kind=item.kind,
-        result=result,
-        passed=passed,
-        tests=tests,
-        parse_error=parse_error,
-        tail=stored_tail(
-            result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
-        ),
-        tree=tree,
-        commit=commit,
-        policy_hash=policy.config_hash,
-        env_digest=env_digest,
-        environment=environment,
-        task_id=task_id,
-        criteria=item.criteria,
-        provenance=provenance,
+    tail = stored_tail(
+        result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)
     )
+    reading = Reading(passed, tests, parse_error, tail)
+    return make_record(command, item.kind, result, reading, subject, attribution, provenance)
 
 
 def _redact(text: str, patterns: tuple[str, ...]) -> str:

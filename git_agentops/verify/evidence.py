@@ -24,44 +24,55 @@ seal the summaries they rely on, each saying whether its result was fresh or reu
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from .. import __version__
-from ..canonical import canonical_bytes, digest
+from ..canonical import JsonValue, canonical_bytes, digest
 from ..clock import iso8601
 from ..errors import AgentOpsError
 from ..gitstore.backend import ObjectBackend
 from ..gitstore.keys import Keyring, keyring
 from ..gitstore.notes import EVIDENCE_REF, Notes
+from ..model.evidence import Attribution, EvidenceRecord, Provenance, Reading, Subject
 from ..model.policy import CommandSpec
 from ..schema import documents
 
 if TYPE_CHECKING:
     from ..gitstore.repo import Store
+    from ..process.command import CommandResult
+
+__all__ = [
+    "FOR_RUNS",
+    "SUPERVISOR",
+    "Attribution",
+    "EvidenceRecord",
+    "EvidenceStore",
+    "Provenance",
+    "Reading",
+    "Subject",
+    "authentic",
+    "cached_copy",
+    "environment_digest",
+    "make_record",
+    "note_line",
+    "parse_records",
+    "seal_record",
+    "stored_tail",
+]
 
 TAIL_CHARS: Final = 4096
 MAC_PURPOSE: Final = "evidence"
-
-
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """Who produced a record and where: ``supervisor``/``person``/``agent``, ``clean``/``worktree``."""
-
-    producer: str
-    checkout: str
-
 
 SUPERVISOR: Final = Provenance("supervisor", "clean")
 FOR_RUNS: Final = frozenset({SUPERVISOR})
 """The provenance a run (handoff, final gate) accepts for reuse."""
 
 
-def environment_digest(env: Mapping[str, str], environment: Mapping[str, Any] | None = None) -> str:
+def environment_digest(env: Mapping[str, str], environment: Mapping[str, JsonValue] | None = None) -> str:
     """What a reusable result must share with its reuse: the command's variables and, when known, the environment
     it ran in (lockfile digest, interpreter version, installed set: :mod:`git_agentops.envs.probe`)."""
     if environment is None:
@@ -97,87 +108,79 @@ def stored_tail(tail: bytes, redact: Callable[[str], str], *, cut: bool) -> str:
 
 
 def make_record(
-    *,
     command: CommandSpec,
     kind: str,
-    result: Any,
-    passed: bool,
-    tests: Mapping[str, int] | None,
-    parse_error: str | None,
-    tail: str,
-    tree: str,
-    commit: str,
-    policy_hash: str,
-    env_digest: str,
-    task_id: str | None,
-    criteria: Sequence[str],
-    environment: Mapping[str, Any] | None = None,
+    result: CommandResult,
+    reading: Reading,
+    subject: Subject,
+    attribution: Attribution,
     provenance: Provenance | None = None,
-) -> dict[str, Any]:
-    """One evidence record (``schemas/evidence-record.schema.json``) of a command that ran (not yet MAC'd)."""
-    record = {
-        "commandId": command.id,
-        "kind": kind,
-        "argvDigest": command.argv_digest,
-        "required": command.required,
-        "exitCode": result.exit_code,
-        "signal": result.signal,
-        "timedOut": result.timed_out,
-        "spawnError": result.spawn_error,
-        "passed": passed,
-        "durationMs": round(result.duration * 1000),
-        "outputDigest": result.output_digest,
-        "outputSize": result.output_size,
-        "truncated": result.truncated,
-        "tail": tail,
-        "tests": dict(tests) if tests is not None else None,
-        "parseError": parse_error,
-        "tree": tree,
-        "commit": commit,
-        "policyConfigHash": policy_hash,
-        "envDigest": env_digest,
-        "startedAt": iso8601(result.started_at),
-        "cached": False,
-        "cachedFrom": None,
-        "taskId": task_id,
-        "criteria": list(criteria),
-        "toolkitVersion": __version__,
-    }
-    if environment is not None:
-        record["environment"] = dict(environment)
-    if provenance is not None:
-        record["producer"], record["checkout"] = provenance.producer, provenance.checkout
-    return record
+) -> EvidenceRecord:
+    """The evidence record (not yet sealed) of a ``command`` that ran: its ``result``, how its output was judged,
+    what it verified and why it ran. Without ``provenance`` the record says nothing of who ran it (as records did
+    before they said so)."""
+    return EvidenceRecord(
+        command_id=command.id,
+        kind=kind,
+        argv_digest=command.argv_digest,
+        required=command.required,
+        exit_code=result.exit_code,
+        signal=result.signal,
+        timed_out=result.timed_out,
+        spawn_error=result.spawn_error,
+        passed=reading.passed,
+        duration_ms=round(result.duration * 1000),
+        output_digest=result.output_digest,
+        output_size=result.output_size,
+        truncated=result.truncated,
+        tail=reading.tail,
+        tests=dict(reading.tests) if reading.tests is not None else None,
+        parse_error=reading.parse_error,
+        tree=subject.tree,
+        commit=subject.commit,
+        policy_config_hash=subject.policy_config_hash,
+        env_digest=subject.env_digest,
+        started_at=iso8601(result.started_at),
+        cached=False,
+        cached_from=None,
+        task_id=attribution.task_id,
+        criteria=tuple(attribution.criteria),
+        toolkit_version=__version__,
+        environment=dict(subject.environment) if subject.environment is not None else None,
+        producer=provenance.producer if provenance is not None else None,
+        checkout=provenance.checkout if provenance is not None else None,
+    )
 
 
-def _mac_input(record: Mapping[str, Any]) -> bytes:
-    return canonical_bytes({k: v for k, v in record.items() if k != "mac"})
-
-
-def seal_record(record: dict[str, Any], keys: Keyring) -> dict[str, Any]:
+def seal_record(record: EvidenceRecord, keys: Keyring) -> EvidenceRecord:
     """``record`` with its MAC (replacing any it had)."""
-    record["mac"] = keys.mac(MAC_PURPOSE, _mac_input(record))
-    return record
+    return replace(record, mac=keys.mac(MAC_PURPOSE, record.mac_input()))
 
 
-def authentic(record: Mapping[str, Any], keys: Keyring) -> bool:
+def authentic(record: EvidenceRecord, keys: Keyring) -> bool:
     """Whether this repository's toolkit wrote ``record`` exactly as it is."""
-    return keys.check(MAC_PURPOSE, _mac_input(record), record.get("mac"))
+    return keys.check(MAC_PURPOSE, record.mac_input(), record.mac)
 
 
-def parse_records(data: bytes | None, *, what: str) -> list[dict[str, Any]]:
-    """The records of one evidence note (JSON lines). Lines that are not valid records are skipped."""
+def parse_records(data: bytes | None, *, what: str) -> list[EvidenceRecord]:
+    """The records of one evidence note (JSON lines), each validated by its schema -- the one place evidence is
+    read. Lines that are not valid records are skipped."""
     if not data:
         return []
-    records: list[dict[str, Any]] = []
+    records: list[EvidenceRecord] = []
     for line in data.splitlines():
         if not line.strip():
             continue
         try:
-            records.append(documents.load(line, schema="evidence-record", what=what))
+            records.append(EvidenceRecord.from_json(documents.load(line, schema="evidence-record", what=what)))
         except AgentOpsError:  # a foreign or damaged line never breaks the reading of the others
             pass
     return records
+
+
+def note_line(record: EvidenceRecord) -> bytes:
+    """The line of an evidence note that holds ``record``."""
+    return canonical_bytes(record.to_json()) + b"\n"
 
 
 class EvidenceStore:
@@ -188,10 +191,10 @@ class EvidenceStore:
         self.keys = keyring(private_dir)
         self.private_dir = private_dir
 
-    def for_commit(self, commit: str) -> list[dict[str, Any]]:
+    def for_commit(self, commit: str) -> list[EvidenceRecord]:
         return parse_records(self.notes.read(commit), what=f"evidence of {commit}")
 
-    def authentic_for_commit(self, commit: str) -> list[dict[str, Any]]:
+    def authentic_for_commit(self, commit: str) -> list[EvidenceRecord]:
         """The records on ``commit`` this repository's toolkit wrote (forged or damaged lines left out)."""
         return [r for r in self.for_commit(commit) if authentic(r, self.keys)]
 
@@ -203,64 +206,67 @@ class EvidenceStore:
         policy_hash: str,
         env_digest: str,
         accept: frozenset[Provenance] | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> EvidenceRecord | None:
         """A passing, authenticated record for this tree and exactly this command, policy and environment
         (newest first); with ``accept``, only one of those provenances."""
         entries = parse_records(self.notes.read(tree), what=f"evidence cache of tree {tree}")
         for entry in entries[::-1]:
-            if accept is not None and Provenance(entry.get("producer", ""), entry.get("checkout", "")) not in accept:
+            if accept is not None and entry.provenance not in accept:
                 continue
             if (
                 authentic(entry, self.keys)
-                and entry["passed"] is True
-                and entry["tree"] == tree
-                and entry["argvDigest"] == argv_digest
-                and entry["policyConfigHash"] == policy_hash
-                and entry["envDigest"] == env_digest
+                and entry.passed is True
+                and entry.tree == tree
+                and entry.argv_digest == argv_digest
+                and entry.policy_config_hash == policy_hash
+                and entry.env_digest == env_digest
             ):
                 return entry
         return None
 
-    def record(self, commit: str, tree: str, records: Iterable[dict[str, Any]]) -> str | None:
-        """Append records to the commit's note, and passing fresh ones to the tree's (the cache)."""
-        records = list(records)
-        if not records:
-            return None
+    def record(
+        self, commit: str, tree: str, records: Iterable[EvidenceRecord]
+    ) -> tuple[str | None, list[EvidenceRecord]]:
+        """Seal the records and append them to the commit's note, and passing fresh ones to the tree's (the cache).
+
+        Returns the notes commit (None when there was nothing to record) and the sealed records, as the notes hold
+        them.
+        """
+        sealed = [seal_record(record, self.keys) for record in records]
+        if not sealed:
+            return None, sealed
         lines: dict[str, bytes] = {}
-        for record in records:
-            seal_record(record, self.keys)
-            documents.validate(record, "evidence-record", what=f"evidence record {record['commandId']}")
-            line = canonical_bytes(record) + b"\n"
+        for record in sealed:
+            documents.validate(record.to_json(), "evidence-record", what=f"evidence record {record.command_id}")
+            line = note_line(record)
             lines[commit] = lines.get(commit, b"") + line
-            if record["passed"] and not record["cached"]:
+            if record.passed and not record.cached:
                 lines[tree] = lines.get(tree, b"") + line
-        return self.notes.append(lines, message=f"Evidence for {commit[:12]} ({len(records)} record(s))")
+        notes_commit = self.notes.append(lines, message=f"Evidence for {commit[:12]} ({len(sealed)} record(s))")
+        return notes_commit, sealed
 
 
 def cached_copy(
-    record: Mapping[str, Any],
+    record: EvidenceRecord,
     *,
     commit: str,
     command: CommandSpec,
-    task_id: str | None,
-    criteria: Sequence[str],
+    attribution: Attribution,
     started_at: float,
-) -> dict[str, Any]:
-    """The evidence line for a cache hit: the cached result, attributed to this commit and this command."""
-    copy: dict[str, Any] = json.loads(json.dumps(record))
-    copy.pop("mac", None)
-    copy.update(
-        {
-            "commandId": command.id,
-            "required": command.required,
-            "commit": commit,
-            "cached": True,
-            "cachedFrom": record["commit"],
-            "taskId": task_id,
-            "criteria": list(criteria),
-            "startedAt": iso8601(started_at),
-            "durationMs": 0,
-            "toolkitVersion": __version__,
-        }
+) -> EvidenceRecord:
+    """The evidence line for a cache hit: the cached result, attributed to this commit and this command (not yet
+    sealed)."""
+    return replace(
+        record,
+        command_id=command.id,
+        required=command.required,
+        commit=commit,
+        cached=True,
+        cached_from=record.commit,
+        task_id=attribution.task_id,
+        criteria=tuple(attribution.criteria),
+        started_at=iso8601(started_at),
+        duration_ms=0,
+        toolkit_version=__version__,
+        mac=None,
     )
-    return copy

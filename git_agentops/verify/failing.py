@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from ..canonical import digest
+from ..model.evidence import EvidenceRecord
 
 SHOWN_LINES: Final = 5
 """How many failing lines a person is shown for one command."""
@@ -89,33 +90,33 @@ def symptom(tail: str) -> str:
     return digest(sorted({normalise(line) for line in failing_lines(tail)} - {""}))
 
 
-def ended(record: Mapping[str, Any]) -> str:
+def ended(record: EvidenceRecord) -> str:
     """How a failed command ended, in one word: ``timeout``, ``spawn``, ``parse``, ``tests``, ``exit:N``."""
-    if record["timedOut"]:
+    if record.timed_out:
         return "timeout"
-    if record["spawnError"]:
+    if record.spawn_error:
         return "spawn"
-    if record["parseError"]:
+    if record.parse_error:
         return "parse"
-    if record["tests"] and (record["tests"]["failed"] or record["tests"]["errors"]) and record["exitCode"] == 0:
+    if record.tests and (record.tests["failed"] or record.tests["errors"]) and record.exit_code == 0:
         return "tests"
-    return f"exit:{record['exitCode'] if record['exitCode'] is not None else 'signal ' + str(record['signal'])}"
+    return f"exit:{record.exit_code if record.exit_code is not None else 'signal ' + str(record.signal)}"
 
 
-def failed_required(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def failed_required(records: Iterable[EvidenceRecord]) -> list[EvidenceRecord]:
     """The failed required commands of one verification, each once (its last record), in the order they ran."""
-    last: dict[str, Mapping[str, Any]] = {}
+    last: dict[str, EvidenceRecord] = {}
     for record in records:
-        if record["required"] and not record["passed"]:
-            last.pop(record["commandId"], None)
-            last[record["commandId"]] = record
+        if record.required and not record.passed:
+            last.pop(record.command_id, None)
+            last[record.command_id] = record
     return list(last.values())
 
 
-def failed_commands(records: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+def failed_commands(records: Iterable[EvidenceRecord]) -> list[list[str]]:
     """``[command id, how it ended, symptom]`` of each failed required command, sorted: a verification failure's
     fingerprint (never its timing, its commit or anything else that differs between two runs of one failure)."""
-    return sorted([r["commandId"], ended(r), symptom(r["tail"] or "")] for r in failed_required(records))
+    return sorted([r.command_id, ended(r), symptom(r.tail or "")] for r in failed_required(records))
 
 
 def output_of(detail: Mapping[str, Any]) -> str | None:

@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
+from ..canonical import JsonValue
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.refnames import check_component
@@ -37,6 +38,9 @@ from ..model.policy import Policy
 from ..model.task import Task
 from ..schema import documents
 from .core import AGENT, Outcome, Progress, check_in_place
+
+if TYPE_CHECKING:
+    from ..model.policydoc import PolicyDoc
 
 RUNS_PREFIX: Final = "refs/agentops/runs/"
 """Where runs keep their refs (:data:`git_agentops.runs.state.RUNS_PREFIX`: that layer is above this one)."""
@@ -113,7 +117,7 @@ def read_bound_policy(worktree: Path, run_id: str) -> tuple[str, Policy]:
     if found.returncode != 0 or not commit:
         raise _unreadable(run_id, f"{ref} does not exist")
     blobs = _blobs(worktree, commit, ("config.json", "binding.json"))
-    docs: dict[str, Any] = {}
+    docs: dict[str, JsonValue] = {}
     for name, data in blobs.items():
         if data is None:
             raise _unreadable(run_id, f"{ref} has no {name}")
@@ -124,7 +128,7 @@ def read_bound_policy(worktree: Path, run_id: str) -> tuple[str, Policy]:
     config, binding = docs["config.json"], docs["binding.json"]
     if not isinstance(config, dict) or not isinstance(binding, dict):
         raise _unreadable(run_id, f"{ref}: config.json or binding.json is not a JSON object")
-    policy = Policy.from_effective(config, source=f"{ref}:config.json")
+    policy = Policy.from_effective(cast("PolicyDoc", config), source=f"{ref}:config.json")  # checked just below
     try:  # the supervisor wrote an effective, valid document; a damaged one is refused here, not a crash later
         _ = (policy.commands, policy.runners, policy.setup, policy.deny_patterns)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
