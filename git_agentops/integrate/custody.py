@@ -133,8 +133,8 @@ def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_has
 
 def check_delivered(store: Store, run_id: str, task: Task, policy_hashes: Collection[str]) -> Mismatch | None:
     """The custody chain of one delivered task (see the module docstring); a moved ref is quarantined here."""
-    delivery = task.extra.get("delivery") or {}
-    commit = str(delivery.get("commit") or "")
+    delivery = task.delivery
+    commit = delivery.commit if delivery is not None else ""
     ref = runstate.delivery_ref(run_id, task.id)
     current = read_ref(store, ref)
     if current != commit:
@@ -145,8 +145,10 @@ def check_delivered(store: Store, run_id: str, task: Task, policy_hashes: Collec
     note = note_for(store, commit, run_id, task.id)
     if note is None:
         return Mismatch(task.id, f"no authentic delivery note on {commit[:12]}")
-    if note.get("deliveryDigest") != delivery.get("digest") or list(note.get("evidence") or []) != list(
-        delivery.get("evidence") or []
+    if (
+        delivery is None
+        or note.get("deliveryDigest") != delivery.digest
+        or list(note.get("evidence") or []) != list(delivery.evidence)
     ):
         return Mismatch(task.id, "the delivery note and the run state disagree")
     why = check_evidence(store, commit, list(note["evidence"]), policy_hashes)

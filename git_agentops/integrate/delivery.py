@@ -48,6 +48,7 @@ from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
+from ..model.delivery import DELIVERY_NOTE, CommitId, Delivery, Digest
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
@@ -175,7 +176,8 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused
-    note = _delivery_record(ctx, store, handoff, task.id, outcome, commit)
+    delivery = _delivery(ctx.run_id, handoff, outcome, CommitId(commit))
+    note = _delivery_note(store, ctx.run_id, task.id, handoff, delivery)
     ctx.fault("delivery:verified")
     # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
     Notes(store, DELIVERIES_REF).append(
@@ -186,7 +188,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     if refused is not None:
         return refused
     ctx.fault("delivery:frozen")
-    response = _mark_delivered(ctx, store, handoff, note)
+    response = _mark_delivered(ctx, store, handoff, task.id, delivery)
     try:
         mailbox.write_response(worktree, response)
     except AgentOpsError:
@@ -232,26 +234,31 @@ def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
     )
 
 
-def _delivery_record(
-    ctx: JobContext, store: Store, handoff: Handoff, task_id: str, outcome: Outcome, commit: str
-) -> dict[str, Any]:
-    """The delivery note of ``commit`` (the handed-off commit, or its squash: then ``squashedFrom`` names the
+def _delivery(run_id: str, handoff: Handoff, outcome: Outcome, commit: CommitId) -> Delivery:
+    """The delivery of ``commit`` (the handed-off commit, or its squash: then ``squashed_from`` names the
     handed-off one)."""
     worker = handoff.worker
+    return Delivery(
+        commit=commit,
+        digest=Digest(delivery_digest(run_id, worker.worker_id, worker.generation, handoff.contract, commit)),
+        worker_id=worker.worker_id,
+        generation=worker.generation,
+        evidence=tuple(Digest(digest(r)) for r in outcome.records),
+        no_change=handoff.head == worker.base,
+        squashed_from=CommitId(handoff.head) if commit != handoff.head else None,
+    )
+
+
+def _delivery_note(store: Store, run_id: str, task_id: str, handoff: Handoff, delivery: Delivery) -> dict[str, Any]:
+    """The sealed delivery note: the delivery in the note's spelling, with the run, task, contract and source
+    files it was delivered under."""
     record = {
-        "runId": ctx.run_id,
+        "runId": run_id,
         "taskId": task_id,
-        "workerId": worker.worker_id,
-        "generation": worker.generation,
-        "sourceCommit": commit,
-        "deliveryDigest": delivery_digest(ctx.run_id, worker.worker_id, worker.generation, handoff.contract, commit),
         "contractHash": handoff.contract,
-        "evidence": [digest(r) for r in outcome.records],
-        "noChange": handoff.head == worker.base,
         "sourceFiles": list(handoff.source_files),
+        **DELIVERY_NOTE.dump(delivery),
     }
-    if commit != handoff.head:
-        record["squashedFrom"] = handoff.head
     return seal_note(record, keyring(store.private_dir()))
 
 
@@ -283,20 +290,22 @@ def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff, commit: s
     return _refusal(handoff, "RUN_DELIVERY_CHANGED", f"{ref} kept changing; take a new handoff", {"why": "ref"}, None)
 
 
-def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mapping[str, Any]) -> dict[str, Any]:
+def _mark_delivered(
+    ctx: JobContext, store: Store, handoff: Handoff, task_id: str, delivery: Delivery
+) -> dict[str, Any]:
     """The state commit: task delivered, worker delivered, the request's record; returns the response."""
-    worker_id, task_id, commit = handoff.worker.worker_id, str(note["taskId"]), str(note["sourceCommit"])
+    worker_id, commit = handoff.worker.worker_id, delivery.commit
     squashed = f" (the squash of {handoff.head[:12]})" if commit != handoff.head else ""
     response = mailbox.response(
         handoff.request.request_id,
         handoff.request.raw_digest,
         "RUN_WORKER_DELIVERED",
         f"{task_id} delivered as {commit[:12]}{squashed}",
-        {"taskId": task_id, "sourceCommit": commit, "deliveryDigest": note["deliveryDigest"]},
+        {"taskId": task_id, "sourceCommit": commit, "deliveryDigest": delivery.digest},
     )
 
     def freeze(change: Change, view: runstate.RunView) -> None:
-        mark_task_delivered(change, view.task(task_id), note)
+        mark_task_delivered(change, view.task(task_id), delivery)
         runstate.put_worker(
             change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None, diagnostic=None)
         )
@@ -325,7 +334,7 @@ def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mappi
                 "workerId": worker_id,
                 "generation": handoff.worker.generation,
                 "commit": commit,
-                "deliveryDigest": note["deliveryDigest"],
+                "deliveryDigest": delivery.digest,
                 **({"squashedFrom": handoff.head} if squashed else {}),
             },
         ),
@@ -333,18 +342,9 @@ def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mappi
     return response
 
 
-def mark_task_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> None:
-    """Record on the task the delivery its delivery note describes (the live path and adoption share it)."""
-    delivery = {
-        "commit": note["sourceCommit"],
-        "digest": note["deliveryDigest"],
-        "workerId": note["workerId"],
-        "generation": note["generation"],
-        "evidence": note["evidence"],
-        "noChange": note["noChange"],
-        **({"squashedFrom": note["squashedFrom"]} if "squashedFrom" in note else {}),
-    }
-    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": delivery}))
+def mark_task_delivered(change: Change, task: Task, delivery: Delivery) -> None:
+    """Record ``delivery`` on the task (the live path and adoption share it)."""
+    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, delivery=delivery))
 
 
 # -- after a crash ---------------------------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
         def adopt(
             change: Change, view: runstate.RunView, task_id: str = task.id, record: dict[str, Any] = record
         ) -> None:
-            mark_task_delivered(change, view.task(task_id), record)
+            mark_task_delivered(change, view.task(task_id), Delivery.from_note(record))
             worker_id = record["workerId"]
             if f"{worker_id}.json" in view.view.list("workers"):
                 runstate.put_worker(

@@ -290,7 +290,6 @@ class Report:
 
 def task_json(task: Task) -> dict[str, Any]:
     """A task as the report shows it: its contract, status, and delivery."""
-    delivery = task.extra.get("delivery")
     return {
         "taskId": task.id,
         "title": task.title,
@@ -301,6 +300,6 @@ def task_json(task: Task) -> dict[str, Any]:
         "criteria": [c.to_json() for c in task.criteria],
         "revision": task.revision,
         "blockedReason": task.blocked_reason,
-        "workerId": task.extra.get("workerId"),
-        "delivery": dict(delivery) if isinstance(delivery, Mapping) else None,
+        "workerId": task.worker_id,
+        "delivery": task.delivery.to_json() if task.delivery is not None else None,
     }

@@ -71,6 +71,7 @@ from typing import Any, Final
 from ..canonical import digest
 from ..canonical import seal as make_seal
 from ..clock import iso8601
+from ..model.delivery import DeliveryEntry, MergeStep, ReviewResult
 from ..model.sandbox import weaker
 from ..model.task import Task
 from ..schema import documents
@@ -178,10 +179,10 @@ def build_predicate(
     toolkit_version: str,
     tasks: Iterable[Mapping[str, Any] | Task],
     contract_hash: str,
-    deliveries: Sequence[Mapping[str, Any]],
+    deliveries: Sequence[DeliveryEntry | Mapping[str, Any]],
     integration: Mapping[str, Any],
     verification: Sequence[Mapping[str, Any]],
-    reviews: Sequence[Mapping[str, Any]],
+    reviews: Sequence[ReviewResult | Mapping[str, Any]],
     created_at: float | str,
     usage: Mapping[str, Any] | None = None,
     version: int = 2,
@@ -191,10 +192,11 @@ def build_predicate(
 ) -> dict[str, Any]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
-    ``tasks`` may be :class:`..model.task.Task` values (see :func:`task_record`) or records already in the
-    predicate's form; ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same
-    order); ``created_at`` seconds since the epoch or an RFC 3339 UTC string; ``usage`` the tokens and dollars the
-    agent hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given.
+    ``tasks``, ``deliveries``, ``reviews`` and ``integration["steps"]`` may be the records (:class:`Task`,
+    :class:`DeliveryEntry`, :class:`ReviewResult`, :class:`MergeStep`) or their forms in the predicate already;
+    ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same order);
+    ``created_at`` seconds since the epoch or an RFC 3339 UTC string; ``usage`` the tokens and dollars the agent
+    hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given.
     ``base_config_hash`` is the policy the run was started and trusted under and ``policy_transitions`` its
     journaled changes in order (see :func:`transition_record`); without transitions a base equal to
     ``policy_config_hash`` (or None) adds nothing, so the receipt is byte for byte what it was before transitions
@@ -216,21 +218,18 @@ def build_predicate(
         "policy": seal(policy_record(policy_config_hash, toolkit_version, base_config_hash, policy_transitions)),
         "tasks": seal(task_records),
         "contractHash": contract_hash,
-        "deliveries": seal([dict(d) for d in deliveries]),
+        "deliveries": seal([_form(d) for d in deliveries]),
         "integration": seal(
             {
                 "target": integration["target"],
                 "base": integration["base"],
                 "order": list(integration["order"]),
-                "steps": [
-                    {"label": s["label"], "commit": s["commit"], "parents": list(s["parents"]), "tree": s["tree"]}
-                    for s in integration["steps"]
-                ],
+                "steps": [_step(s) for s in integration["steps"]],
                 **{k: integration[k] for k in ("unreviewed", "targetRewritten") if integration.get(k)},
             }
         ),
         "verification": seal([dict(v) for v in verification]),
-        "reviews": seal([dict(r) for r in reviews]),
+        "reviews": seal([_form(r) for r in reviews]),
         "toolkitVersion": toolkit_version,
         "createdAt": iso8601(created_at) if isinstance(created_at, int | float) else created_at,
     }
@@ -240,6 +239,17 @@ def build_predicate(
         predicate["sandbox"] = sandbox
     documents.validate(predicate, "receipt-predicate", what="receipt predicate")
     return predicate
+
+
+def _form(item: DeliveryEntry | ReviewResult | Mapping[str, Any]) -> dict[str, object]:
+    """A record's predicate form, or a form given already."""
+    return item.to_json() if isinstance(item, DeliveryEntry | ReviewResult) else dict(item)
+
+
+def _step(step: MergeStep | Mapping[str, Any]) -> dict[str, object]:
+    """A merge step's predicate form (a given form is cut to the step's keys)."""
+    record = step if isinstance(step, MergeStep) else MergeStep.from_json(step)
+    return record.to_json()
 
 
 def build_statement(

@@ -179,11 +179,11 @@ def _fence(loop: Loop, transition: Transition) -> Transition | None:
     delivered = [
         {
             "taskId": t.id,
-            "commit": t.extra["delivery"]["commit"],
+            "commit": t.delivery.commit,
             "configHash": t.policy_config_hash or transition.old_hash,
         }
         for t in loop.state.tasks().values()
-        if t.status is TaskStatus.DELIVERED and isinstance(t.extra.get("delivery"), dict)
+        if t.status is TaskStatus.DELIVERED and t.delivery is not None
     ]
     resume = sorted(
         w.worker_id
