@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from .. import __version__
 from ..clock import iso8601
@@ -346,7 +346,7 @@ def _reviews(facts: Report) -> str:
     return "\n".join(out)
 
 
-def _finding(finding: Mapping[str, Any]) -> str:
+def _finding(finding: Mapping[str, object]) -> str:
     where = ""
     if finding.get("path"):
         where = f" <code>{e(finding['path'])}{':' + e(finding['line']) if finding.get('line') else ''}</code>"
@@ -372,7 +372,7 @@ def _receipt(facts: Report) -> str:
     return "\n".join(out)
 
 
-def _summary_line(record: Mapping[str, Any]) -> str:
+def _summary_line(record: Mapping[str, object]) -> str:
     origin = f"reused from {_short(record.get('cachedFrom'))}" if record.get("cached") else "fresh"
     verdict = "passed" if record.get("passed") else f"failed (exit {record.get('exitCode')})"
     return f"<div class='meta'>sealed: <code>{e(record.get('commandId'))}</code> {e(verdict)}, {origin}</div>"

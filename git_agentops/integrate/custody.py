@@ -43,13 +43,13 @@ NOTE_PURPOSE: Final = "delivery"
 UNREVIEWED_LIMIT: Final = 100
 
 
-def seal_note(record: dict[str, Any], keys: Keyring) -> dict[str, Any]:
+def seal_note(record: dict[str, object], keys: Keyring) -> dict[str, object]:
     """``record`` (a delivery note) with its MAC."""
     record["mac"] = keys.mac(NOTE_PURPOSE, canonical_bytes({k: v for k, v in record.items() if k != "mac"}))
     return record
 
 
-def authentic_note(record: Mapping[str, Any], keys: Keyring) -> bool:
+def authentic_note(record: Mapping[str, object], keys: Keyring) -> bool:
     """Whether this repository's supervisor wrote the delivery note ``record`` as it is."""
     data = canonical_bytes({k: v for k, v in record.items() if k != "mac"})
     return keys.check(NOTE_PURPOSE, data, record.get("mac"))

@@ -196,7 +196,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     return Delivered(task.id, commit)
 
 
-def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, Any], head: str | None) -> Refusal:
+def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, object], head: str | None) -> Refusal:
     return Refusal(code, message, handoff.request, dict(detail), head)
 
 
@@ -350,8 +350,8 @@ def mark_task_delivered(change: Change, task: Task, delivery: Delivery) -> None:
 # -- after a crash ---------------------------------------------------------------------------------------------------
 
 
-Reverify = Callable[[Store, Task, Mapping[str, Any]], "str | None"]
-"""``reverify(store, task, note)``: None when the note's commit passes verification again, else why not."""
+Reverify = Callable[[Store, Task, Delivery], "str | None"]
+"""``reverify(store, task, delivery)``: None when the delivered commit passes verification again, else why not."""
 
 
 def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify | None = None) -> list[str]:
@@ -372,23 +372,22 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
         commit = read_ref(store, ref)
         if commit is None:
             continue
-        record = custody.note_for(store, commit, run_id, task.id)
-        why = "no authentic delivery note" if record is None else None
-        if record is not None:
+        note = custody.note_for(store, commit, run_id, task.id)
+        found = Delivery.from_note(note) if note is not None else None
+        why = "no authentic delivery note" if found is None else None
+        if found is not None:
             why = (
-                reverify(store, task, record)
+                reverify(store, task, found)
                 if reverify is not None
-                else custody.check_evidence(store, commit, list(record.get("evidence") or []), {run.policy_config_hash})
+                else custody.check_evidence(store, commit, list(found.evidence), {run.policy_config_hash})
             )
-        if why is not None or record is None:
+        if why is not None or found is None:
             custody.quarantine(store, run_id, ref, commit, None, f"an orphaned delivery that was not adopted: {why}")
             continue
 
-        def adopt(
-            change: Change, view: runstate.RunView, task_id: str = task.id, record: dict[str, Any] = record
-        ) -> None:
-            mark_task_delivered(change, view.task(task_id), Delivery.from_note(record))
-            worker_id = record["workerId"]
+        def adopt(change: Change, view: runstate.RunView, task_id: str = task.id, found: Delivery = found) -> None:
+            mark_task_delivered(change, view.task(task_id), found)
+            worker_id = found.worker_id
             if f"{worker_id}.json" in view.view.list("workers"):
                 runstate.put_worker(
                     change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None)
@@ -410,9 +409,9 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
 def reverifier(ctx: JobContext) -> Reverify:
     """The supervisor's re-verification of an orphaned delivery: :func:`prove` in the delivering worker's slot."""
 
-    def reverify(store: Store, task: Task, note: Mapping[str, Any]) -> str | None:
+    def reverify(store: Store, task: Task, delivery: Delivery) -> str | None:
         try:
-            outcome = prove(ctx, store, slot=str(note["workerId"]), commit=str(note["sourceCommit"]), task=task)
+            outcome = prove(ctx, store, slot=delivery.worker_id, commit=delivery.commit, task=task)
         except AgentOpsError as exc:
             return f"{exc.code}: {exc.message}"
         return None if outcome.passed else "it fails verification"

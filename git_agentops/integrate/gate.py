@@ -10,10 +10,10 @@ forger nothing but a re-run. The reviewers then read the same checkout.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
@@ -126,7 +126,7 @@ def _review(
     run: Run,
     candidate: str,
     base: str,
-    verification: list[dict[str, Any]],
+    verification: Sequence[Mapping[str, object]],
 ) -> tuple[Refusal | None, list[ReviewResult]]:
     view = runstate.read(store, ctx.run_id)
     doc = review_input(

@@ -7,6 +7,7 @@ failure and turns it into the refusal of the finalize request it answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
@@ -38,7 +39,7 @@ def advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: An
     return run
 
 
-def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[str, Any]) -> Refusal:
+def fail(ctx: JobContext, store: Store, code: str, message: str, detail: Mapping[str, object]) -> Refusal:
     """Record the failure and refuse the finalize request it answers."""
     run = runstate.read(store, ctx.run_id).run()
     pending = answered(run.integration)

@@ -98,11 +98,11 @@ def diff_text(repo_dir: Path, base: str, candidate: str) -> str:
 def review_input(
     *,
     goal: str,
-    tasks: Sequence[Mapping[str, Any]],
+    tasks: Sequence[Mapping[str, object]],
     base: str,
     candidate: str,
     diff: str,
-    evidence: Sequence[Mapping[str, Any]],
+    evidence: Sequence[Mapping[str, object]],
 ) -> dict[str, Any]:
     """The document a reviewer reads."""
     return {

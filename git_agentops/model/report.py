@@ -46,7 +46,7 @@ class EventFact:
     summary: str
     foreign: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The event with its time also in RFC 3339 (``at``)."""
         return {
             "time": self.time,
@@ -101,7 +101,7 @@ class Handoff:
     answered_at: float | None = None
     evidence: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """As the report's JSON shows it."""
         return {"commit": self.commit, "at": self.at, "answeredAt": self.answered_at, "evidence": list(self.evidence)}
 
@@ -136,7 +136,7 @@ class Generation:
         """The ids of the evidence records of all its handoffs."""
         return tuple(name for handoff in self.handoffs for name in handoff.evidence)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """As the report's JSON shows it."""
         return {
             "id": self.id,
@@ -199,7 +199,7 @@ class ReceiptFact:
         """``valid``, ``invalid`` or ``none``."""
         return "none" if self.ok is None else "valid" if self.ok else "invalid"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """As the report's JSON shows it."""
         return {
             "commit": self.commit,

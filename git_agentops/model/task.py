@@ -55,9 +55,9 @@ class Criterion:
     runner: str | None = None
     review_only: str | None = None  # the recorded reason why no runner can check it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The stored form, which the contract hash also covers: ``runner`` and ``reviewOnly`` only when set."""
-        doc: dict[str, Any] = {"id": self.id, "description": self.description}
+        doc: dict[str, object] = {"id": self.id, "description": self.description}
         if self.runner is not None:
             doc["runner"] = self.runner
         if self.review_only is not None:
@@ -97,7 +97,7 @@ class Task:
         """Whether no later revision supersedes this one; only current revisions count in :func:`contract_hash`."""
         return self.superseded_by is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The stored ``task`` document of this revision, status included; the worker and the delivery are the
         document's ``extra`` (``workerId``, ``delivery``), each only when set."""
         return {
@@ -152,7 +152,7 @@ def delivered(task: Task) -> Delivery:
     return task.delivery
 
 
-def _contract_entry(task: Task) -> dict[str, Any]:
+def _contract_entry(task: Task) -> dict[str, object]:
     return {
         "id": task.id,
         "goal": task.goal,

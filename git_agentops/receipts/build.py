@@ -48,7 +48,7 @@ def signing_keys(store: Store) -> list[Path]:
 def deliveries_of(
     integration: Integration,
     tasks: Mapping[str, Task],
-    evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     sandboxes: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, object]]:
     """The JSON form of :func:`delivery_entries`: the predicate's ``deliveries``."""
@@ -58,7 +58,7 @@ def deliveries_of(
 def delivery_entries(
     integration: Integration,
     tasks: Mapping[str, Task],
-    evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     sandboxes: Mapping[str, str | None] | None = None,
 ) -> list[DeliveryEntry]:
     """The receipt's delivery entries, in merge order, from each task's recorded delivery.
@@ -89,10 +89,10 @@ def integration_receipt(
     policy_config_hash: str,
     created_at: float,
     keys: Sequence[Path],
-    usage: Mapping[str, Any] | None = None,
+    usage: Mapping[str, object] | None = None,
     base_config_hash: str | None = None,
     policy_transitions: Sequence[Mapping[str, Any]] = (),
-    delivery_evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    delivery_evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     workers: Sequence[Worker] = (),
 ) -> bytes:
     """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``).
@@ -139,7 +139,7 @@ def integration_receipt(
     return make_receipt(statement, keys=keys)
 
 
-def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = ()) -> dict[str, Any]:
+def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = ()) -> dict[str, object]:
     """The receipt's ``usage`` section: what every generation of every worker and every reviewer attempt (as
     ``reviewer-<name>``) reported, and the totals."""
     from ..model.usage import Accounted, Reviews, total_usage, usage_partial
@@ -151,7 +151,11 @@ def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = (
     generations = [
         {"workerId": who, **{k: v for k, v in usage.to_json().items() if k != "session"}} for who, usage in spent
     ]
-    record = {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}
+    record: dict[str, object] = {
+        "tokens": tokens,
+        "costUsd": round(cost, 6) if cost is not None else None,
+        "generations": generations,
+    }
     if usage_partial(accounts):  # some generation's figures are a floor: say so, sealed with the rest
         record["partial"] = True
     return record

@@ -117,7 +117,7 @@ def goal_hash(goal: str) -> str:
     return digest({"goal": goal})
 
 
-def task_record(task: Task) -> dict[str, Any]:
+def task_record(task: Task) -> dict[str, object]:
     """The predicate's record of one task: identity, place in the tree and status (not its full contract)."""
     return {
         "id": task.id,
@@ -129,7 +129,7 @@ def task_record(task: Task) -> dict[str, Any]:
     }
 
 
-def evidence_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+def evidence_summary(record: Mapping[str, object]) -> dict[str, object]:
     """The predicate's summary of one evidence record (``schemas/evidence-record.schema.json``).
 
     Keeps what a verifier judges -- command, argv digest, exit code, test counts, output digest, tree, and whether
@@ -161,9 +161,9 @@ def transition_record(transition: Mapping[str, Any]) -> dict[str, Any]:
 
 def policy_record(
     config_hash: str, toolkit_version: str, base_config_hash: str | None, transitions: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The sealed ``policy`` value: ``configHash`` and ``toolkitVersion``, plus the base and transitions if any."""
-    record: dict[str, Any] = {"configHash": config_hash, "toolkitVersion": toolkit_version}
+    record: dict[str, object] = {"configHash": config_hash, "toolkitVersion": toolkit_version}
     if base_config_hash is not None and (transitions or base_config_hash != config_hash):
         record["baseConfigHash"] = base_config_hash
     if transitions:
@@ -177,19 +177,19 @@ def build_predicate(
     goal: str,
     policy_config_hash: str,
     toolkit_version: str,
-    tasks: Iterable[Mapping[str, Any] | Task],
+    tasks: Iterable[Mapping[str, object] | Task],
     contract_hash: str,
-    deliveries: Sequence[DeliveryEntry | Mapping[str, Any]],
+    deliveries: Sequence[DeliveryEntry | Mapping[str, object]],
     integration: Mapping[str, Any],
-    verification: Sequence[Mapping[str, Any]],
-    reviews: Sequence[ReviewResult | Mapping[str, Any]],
+    verification: Sequence[Mapping[str, object]],
+    reviews: Sequence[ReviewResult | Mapping[str, object]],
     created_at: float | str,
-    usage: Mapping[str, Any] | None = None,
+    usage: Mapping[str, object] | None = None,
     version: int = 2,
     base_config_hash: str | None = None,
     policy_transitions: Sequence[Mapping[str, Any]] = (),
     sandbox: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
     ``tasks``, ``deliveries``, ``reviews`` and ``integration["steps"]`` may be the records (:class:`Task`,
@@ -208,10 +208,10 @@ def build_predicate(
     task_records = [task_record(t) if isinstance(t, Task) else dict(t) for t in tasks]
     jcs = version >= 2
 
-    def seal(value: Any) -> dict[str, Any]:
+    def seal(value: object) -> dict[str, object]:
         return make_seal(value, jcs=jcs)
 
-    predicate: dict[str, Any] = {
+    predicate: dict[str, object] = {
         "runId": run_id,
         "goal": seal(goal),
         "goalHash": goal_hash(goal),
@@ -241,26 +241,26 @@ def build_predicate(
     return predicate
 
 
-def _form(item: DeliveryEntry | ReviewResult | Mapping[str, Any]) -> dict[str, object]:
+def _form(item: DeliveryEntry | ReviewResult | Mapping[str, object]) -> dict[str, object]:
     """A record's predicate form, or a form given already."""
     return item.to_json() if isinstance(item, DeliveryEntry | ReviewResult) else dict(item)
 
 
-def _step(step: MergeStep | Mapping[str, Any]) -> dict[str, object]:
+def _step(step: MergeStep | Mapping[str, object]) -> dict[str, object]:
     """A merge step's predicate form (a given form is cut to the step's keys)."""
     record = step if isinstance(step, MergeStep) else MergeStep.from_json(step)
     return record.to_json()
 
 
 def build_statement(
-    *, commit: str, tree: str, subject_name: str, predicate: Mapping[str, Any], version: int = 2
-) -> dict[str, Any]:
+    *, commit: str, tree: str, subject_name: str, predicate: Mapping[str, object], version: int = 2
+) -> dict[str, object]:
     """The in-toto Statement binding ``predicate`` to ``commit`` and its ``tree``.
 
     ``subject_name`` is the target branch (``main``) or ``integration``; the subject is named ``git:<that>``.
     Raises ``SCHEMA_INVALID`` when the result is not a valid receipt statement.
     """
-    statement = {
+    statement: dict[str, object] = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": SUBJECT_PREFIX + subject_name, "digest": {"gitCommit": commit, "gitTree": tree}}],
         "predicateType": PREDICATE_TYPE if version >= 2 else PREDICATE_TYPE_V1,
