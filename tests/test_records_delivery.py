@@ -8,6 +8,7 @@ and writing it back gives the same bytes; so does building it from the records.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import replace
@@ -23,6 +24,9 @@ from git_agentops.model.delivery import (
     DELIVERY,
     DELIVERY_NOTE,
     DELIVERY_RECEIPT,
+    MERGE_STEP,
+    PENDING_FINALIZE,
+    REVIEW_RESULT,
     CommitId,
     Delivery,
     DeliveryEntry,
@@ -32,10 +36,10 @@ from git_agentops.model.delivery import (
     ReviewResult,
     TreeId,
 )
-from git_agentops.model.fieldmap import Field, field_map
+from git_agentops.model.fieldmap import Field, FieldMap, field_map
 from git_agentops.model.integration import INTEGRATION, Integration, IntegrationStatus
 from git_agentops.model.lifecycle import interrupted, restart_wake
-from git_agentops.model.run import Interruption, Role, Worker, WorkerStatus
+from git_agentops.model.run import INTERRUPTION, Interruption, Role, Worker, WorkerStatus
 from git_agentops.model.task import Criterion, Task, TaskStatus, delivered
 from git_agentops.receipts.build import deliveries_of, integration_receipt
 from git_agentops.schema import documents
@@ -270,3 +274,26 @@ def test_the_schemas_refuse_extra_keys_nobody_writes() -> None:
     with pytest.raises(AgentOpsError) as refused:
         documents.validate(broken, "task", what="task")
     assert refused.value.code == "SCHEMA_INVALID"
+
+
+@pytest.mark.parametrize(
+    ("declared", "record"),
+    [
+        (DELIVERY, Delivery),
+        (PENDING_FINALIZE, PendingFinalize),
+        (MERGE_STEP, MergeStep),
+        (REVIEW_RESULT, ReviewResult),
+        (INTEGRATION, Integration),
+        (INTERRUPTION, Interruption),
+    ],
+)
+def test_a_record_s_field_map_declares_every_field_it_has(declared: FieldMap[Any], record: type) -> None:
+    """A field the map forgot would silently vanish from the stored form."""
+    assert {f.name for f in declared.fields} == {f.name for f in dataclasses.fields(record)}
+
+
+def test_a_field_map_refuses_a_field_its_record_lacks_or_a_key_twice() -> None:
+    with pytest.raises(ValueError, match="no fields"):
+        field_map(Interruption, ("generation", "generation"), ("nonsense", "n"))
+    with pytest.raises(ValueError, match="twice"):
+        field_map(Interruption, ("generation", "g"), ("reason", "g"))

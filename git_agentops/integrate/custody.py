@@ -34,6 +34,7 @@ from ..gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import RefUpdate, read_ref, update_refs
 from ..gitstore.repo import Store
+from ..model.delivery import CommitId, Digest
 from ..model.task import Task
 from ..runs import state as runstate
 from ..schema import documents
@@ -110,7 +111,9 @@ class Mismatch:
     why: str
 
 
-def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_hashes: Collection[str]) -> str | None:
+def check_evidence(
+    store: Store, commit: CommitId, digests: Sequence[Digest], policy_hashes: Collection[str]
+) -> str | None:
     """None when every evidence record named by ``digests`` is on ``commit``, authentic, passed (if required) and
     the supervisor's, under one of ``policy_hashes`` (the run's policy; for a delivery frozen before a policy
     transition, the policy it was proven under too); else why not."""
@@ -151,7 +154,7 @@ def check_delivered(store: Store, run_id: str, task: Task, policy_hashes: Collec
         or list(note.get("evidence") or []) != list(delivery.evidence)
     ):
         return Mismatch(task.id, "the delivery note and the run state disagree")
-    why = check_evidence(store, commit, list(note["evidence"]), policy_hashes)
+    why = check_evidence(store, delivery.commit, list(note["evidence"]), policy_hashes)
     return Mismatch(task.id, why) if why is not None else None
 
 

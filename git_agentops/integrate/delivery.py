@@ -77,10 +77,10 @@ class Handoff:
     source_files: tuple[str, ...]
 
 
-def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str, head: str) -> str:
+def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str, head: CommitId) -> Digest:
     """What a delivery is: this run, this worker generation, this contract, this commit."""
-    return digest(
-        {"runId": run_id, "workerId": worker_id, "generation": generation, "contract": contract, "head": head}
+    return Digest(
+        digest({"runId": run_id, "workerId": worker_id, "generation": generation, "contract": contract, "head": head})
     )
 
 
@@ -240,7 +240,7 @@ def _delivery(run_id: str, handoff: Handoff, outcome: Outcome, commit: CommitId)
     worker = handoff.worker
     return Delivery(
         commit=commit,
-        digest=Digest(delivery_digest(run_id, worker.worker_id, worker.generation, handoff.contract, commit)),
+        digest=delivery_digest(run_id, worker.worker_id, worker.generation, handoff.contract, commit),
         worker_id=worker.worker_id,
         generation=worker.generation,
         evidence=tuple(Digest(digest(r)) for r in outcome.records),
@@ -379,7 +379,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
             why = (
                 reverify(store, task, found)
                 if reverify is not None
-                else custody.check_evidence(store, commit, list(found.evidence), {run.policy_config_hash})
+                else custody.check_evidence(store, found.commit, list(found.evidence), {run.policy_config_hash})
             )
         if why is not None or found is None:
             custody.quarantine(store, run_id, ref, commit, None, f"an orphaned delivery that was not adopted: {why}")

@@ -14,6 +14,7 @@ through :mod:`git_agentops.schema.documents`), once, and the record is trusted a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Generic, TypeVar
@@ -114,5 +115,16 @@ def _convert(value: object, how: Callable[..., object] | None) -> object:
 
 
 def field_map(make: Callable[..., R], *fields: Field | tuple[str, str]) -> FieldMap[R]:
-    """A :class:`FieldMap`; a plain ``(name, key)`` pair is a field always written, scalar."""
-    return FieldMap(make, tuple(f if isinstance(f, Field) else Field(*f) for f in fields))
+    """A :class:`FieldMap`; a plain ``(name, key)`` pair is a field always written, scalar.
+
+    ``ValueError`` (at import: a declaration is code) when ``make`` is a dataclass without one of the fields, or
+    two fields share a name or a key."""
+    declared = tuple(f if isinstance(f, Field) else Field(*f) for f in fields)
+    names, keys = [f.name for f in declared], [f.key for f in declared]
+    if len(set(names)) != len(names) or len(set(keys)) != len(keys):
+        raise ValueError(f"a field map names a field or a key twice: {names} {keys}")
+    if dataclasses.is_dataclass(make):
+        missing = set(names) - {f.name for f in dataclasses.fields(make)}
+        if missing:
+            raise ValueError(f"{make.__name__} has no fields {sorted(missing)}")
+    return FieldMap(make, declared)
