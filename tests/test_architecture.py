@@ -354,3 +354,42 @@ def test_module_level_regexes_are_anchored_by_the_call() -> None:
             if text.startswith("^") or (text.endswith("$") and not text.endswith("\\$") and not multiline):
                 offences.append(f"{_rel(path)}:{node.lineno} compiles {text!r}")
     assert offences == []
+
+
+EXTRA_OF_OTHER_RECORDS = {
+    ("integrate/reviews.py", "launch"),  # a host launch's own extra values, not a task's or a worker's
+    ("gitstore/clean.py", "self"),  # a checkout drift's untracked paths
+}
+"""The ``.extra`` attributes that are not a task's or a worker's: (module, receiver)."""
+
+
+def test_tasks_and_workers_are_read_through_their_fields_not_an_extra_dict() -> None:
+    """Invariant: no ``x.extra[...]`` or ``x.extra.get(...)`` on a task or a worker. Their run-level bookkeeping
+    (worker id, delivery; wake, resumed session, interruption, provisioning) are typed fields whose stored
+    ``extra`` object is generated from one field map (``TASK_EXTRA``, ``WORKER_EXTRA``), and neither record has an
+    ``extra`` attribute for a reader to reach into."""
+    from dataclasses import fields
+
+    from git_agentops.model.run import Worker
+    from git_agentops.model.task import Task
+
+    assert [f.name for f in (*fields(Task), *fields(Worker)) if f.name == "extra"] == []
+    offences = []
+    for path, tree in _trees():
+        for node in ast.walk(tree):
+            attribute = None
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+                attribute = node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Attribute)
+            ):
+                attribute = node.func.value
+            if attribute is None or attribute.attr != "extra":
+                continue
+            receiver = ast.unparse(attribute.value)
+            if (_rel(path), receiver) not in EXTRA_OF_OTHER_RECORDS:
+                offences.append(f"{_rel(path)}:{node.lineno} reads {receiver}.extra")
+    assert offences == []

@@ -199,6 +199,7 @@ def test_at_integration_a_delivery_whose_evidence_is_gone_or_forged_does_not_hol
     from git_agentops.clock import SystemClock
     from git_agentops.gitstore.repo import open_store
     from git_agentops.integrate import custody
+    from git_agentops.model.task import delivered
     from git_agentops.runs import state as runstate
 
     from .helpers import simple_child
@@ -216,7 +217,7 @@ def test_at_integration_a_delivery_whose_evidence_is_gone_or_forged_does_not_hol
     task = view.task(task_by_title(doc, "Part A")["taskId"])
     policy_hash = view.run().policy_config_hash
     assert custody.check_delivered(store, run_id, task, policy_hash) is None
-    commit = task.extra["delivery"]["commit"]
+    commit = delivered(task).commit
     forged = {"runId": run_id, "taskId": task.id, "sourceCommit": commit, "deliveryDigest": "0" * 64, "evidence": []}
     git(repo, "notes", "--ref=agentops/deliveries", "append", "-m", json.dumps(forged), commit)
     assert custody.check_delivered(store, run_id, task, policy_hash) is None  # the authentic line still speaks

@@ -20,6 +20,7 @@ import pytest
 from git_agentops.canonical import canonical_bytes, seal
 from git_agentops.clock import iso8601
 from git_agentops.errors import CODES, EXIT_NEGATIVE, AgentOpsError
+from git_agentops.model.delivery import CommitId, Delivery, Digest, MergeStep
 from git_agentops.model.integration import Integration, IntegrationStatus
 from git_agentops.model.task import Task, TaskStatus
 from git_agentops.receipts import Verdict, build_predicate, build_statement, make_receipt, verify_receipt
@@ -355,8 +356,8 @@ def test_the_schema_caps_delivery_evidence_at_256() -> None:
 
 def _tasks() -> dict[str, Task]:
     def task(task_id: str, parent: str | None, status: TaskStatus, source: str | None) -> Task:
-        extra = {"delivery": {"workerId": "worker-1", "generation": 1, "commit": source, "digest": SHA_A}}
-        return Task(task_id, "t", "i", "g", (), parent=parent, status=status, extra=extra if source else {})
+        delivery = Delivery(CommitId(source), Digest(SHA_A), "worker-1", 1) if source else None
+        return Task(task_id, "t", "i", "g", (), parent=parent, status=status, delivery=delivery)
 
     return {
         ROOT: task(ROOT, None, TaskStatus.RUNNING, None),
@@ -372,8 +373,8 @@ def _integration() -> Integration:
         candidate=M2,
         order=(T1, T2),
         steps=(
-            {"label": "merge task 1", "commit": M1, "parents": [BASE, D1], "tree": TREE1},
-            {"label": "merge task 2", "commit": M2, "parents": [M1, D2], "tree": TREE2},
+            MergeStep.from_json({"label": "merge task 1", "commit": M1, "parents": [BASE, D1], "tree": TREE1}),
+            MergeStep.from_json({"label": "merge task 2", "commit": M2, "parents": [M1, D2], "tree": TREE2}),
         ),
         verification=(_evidence(P2),),
         reviews=(),

@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 
 from git_agentops.errors import CODES, EXIT_NEGATIVE, AgentOpsError
+from git_agentops.model.delivery import Digest, ReviewResult
 from git_agentops.model.run import Role, Worker
 from git_agentops.model.sandbox import LEVELS, weaker, weakest, weakest_of_all
+from git_agentops.model.task import delivered
 from git_agentops.receipts import Verdict, make_receipt
 from git_agentops.receipts.build import integration_receipt
 from git_agentops.schema import documents
@@ -93,12 +95,12 @@ def _receipt(
     delivered by ``worker-1`` (the tasks of ``test_receipt_policy``), T2 by ``worker-2``; one review per entry of
     ``reviews``."""
     tasks = _tasks()
-    tasks[T2] = replace(tasks[T2], extra={"delivery": {**tasks[T2].extra["delivery"], "workerId": "worker-2"}})
-    records = [{"reviewer": f"r{i}", "verdict": "approve", "reportDigest": SHA_A} for i, _ in enumerate(reviews)]
+    tasks[T2] = replace(tasks[T2], delivery=replace(delivered(tasks[T2]), worker_id="worker-2"))
+    records = [ReviewResult(f"r{i}", "approve", Digest(SHA_A)) for i, _ in enumerate(reviews)]
     integration = replace(
         _integration(),
         reviews=tuple(
-            r if level is None else {**r, "sandbox": level} for r, level in zip(records, reviews, strict=True)
+            r if level is None else replace(r, sandbox=level) for r, level in zip(records, reviews, strict=True)
         ),
     )
     run: Any = SimpleNamespace(

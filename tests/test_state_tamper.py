@@ -309,7 +309,9 @@ class _Loop:
 def _delivered(task: Any, commit: str) -> Any:
     from dataclasses import replace
 
-    return replace(task, status=TaskStatus.DELIVERED, extra={"delivery": {"commit": commit}})
+    from git_agentops.model.delivery import CommitId, Delivery, Digest
+
+    return replace(task, status=TaskStatus.DELIVERED, delivery=Delivery(CommitId(commit), Digest("0" * 64), "w", 1))
 
 
 def _based(worker: Worker, base: str) -> Worker:

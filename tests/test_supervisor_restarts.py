@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from git_agentops.model.lifecycle import (
-    INTERRUPTED,
     allowance_spent,
     failed_generations,
     interrupted,
@@ -324,16 +323,16 @@ def test_an_interruption_is_not_a_failure_and_the_next_generation_is_told_why() 
     after = interrupted(running, "the previous supervisor died")
     assert (after.status, after.process) == (WorkerStatus.STOPPED, None)
     assert (after.failures, after.session, after.generation) == (running.failures, "s1", 3)
-    assert after.extra[INTERRUPTED]["generation"] == 3
+    assert after.interrupted is not None and after.interrupted.generation == 3
     told = restart_wake(after) or ""
     assert "previous generation (3)" in told and "not counted as your failure" in told
     assert "hand off again" not in told
     handing_off = restart_wake(interrupted(_worker(status=WorkerStatus.HANDING_OFF), "x")) or ""
     assert "hand off again" in handing_off
-    woken = interrupted(_worker(role=Role.COORDINATOR, extra={"wake": "- Every child task (2) is delivered"}), "x")
+    woken = interrupted(_worker(role=Role.COORDINATOR, wake="- Every child task (2) is delivered"), "x")
     assert (restart_wake(woken) or "").startswith("- Every child task (2) is delivered\n- The supervisor stopped")
     assert restart_wake(running) is None  # not interrupted: nothing to tell
-    again = interrupted(replace(woken, extra={"wake": restart_wake(woken)}, generation=4), "y")
+    again = interrupted(replace(woken, wake=restart_wake(woken), generation=4), "y")
     told_again = (restart_wake(again) or "").splitlines()
     assert told_again[0] == "- Every child task (2) is delivered" and len(told_again) == 2  # the last one only
     assert "generation (4)" in told_again[1]

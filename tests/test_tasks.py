@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.journal import Event, Journal
 from git_agentops.gitstore.repo import Store
+from git_agentops.model.delivery import CommitId, Delivery, Digest
 from git_agentops.model.task import (
     Criterion,
     Task,
@@ -60,10 +61,12 @@ def test_contract_hash_is_stable_under_key_order_and_record_order() -> None:
     assert contract_hash([root, shuffled]) == contract_hash([root, child])
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=5), st.integers(), max_size=5))
-def test_contract_hash_ignores_bookkeeping(extra: dict[str, int]) -> None:
+@given(st.one_of(st.none(), st.text(min_size=1, max_size=5)), st.integers(min_value=0))
+def test_contract_hash_ignores_bookkeeping(worker_id: str | None, generation: int) -> None:
     root = _root()
-    assert contract_hash([replace(root, extra=extra, status="delivered", title="Renamed")]) == contract_hash([root])  # type: ignore[arg-type]
+    delivery = Delivery(CommitId("c" * 40), Digest("d" * 64), worker_id or "worker-1", generation)
+    changed = replace(root, worker_id=worker_id, delivery=delivery, status="delivered", title="Renamed")  # type: ignore[arg-type]
+    assert contract_hash([changed]) == contract_hash([root])
 
 
 @pytest.mark.parametrize(

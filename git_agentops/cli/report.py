@@ -249,11 +249,11 @@ def markdown(facts: Report) -> str:
         )
         lines.append("")
         for number, step in enumerate(integration.steps, start=1):
-            label = str(step.get("label"))
-            parents = list(step.get("parents") or [])
+            label = step.label
+            parents = step.parents
             lines.append(
-                f"{number}. {short(step.get('commit'))} merges {md(facts.task_title(label), 60)} (`{label}`) "
-                f"delivery {short(parents[-1] if parents else None)}, tree {short(step.get('tree'))}"
+                f"{number}. {short(step.commit)} merges {md(facts.task_title(label), 60)} (`{label}`) "
+                f"delivery {short(parents[-1] if parents else None)}, tree {short(step.tree)}"
             )
     lines += ["", "## Reviews", ""]
     for review in doc["reviews"]:

@@ -10,7 +10,7 @@ row centred. Every title is escaped; a long one is cut on the node and shown who
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from ..model.task import Task
@@ -92,8 +92,8 @@ def graph_svg(tasks: Sequence[Task], root_id: str | None) -> str:
     for task in tasks:
         x, y = where[task.id]
         kind = "node root" if task.id == root_id else "node"
-        delivery = task.extra.get("delivery")
-        sub = str(task.status) + (f" · gen {delivery.get('generation')}" if isinstance(delivery, Mapping) else "")
+        delivery = task.delivery
+        sub = str(task.status) + (f" · gen {delivery.generation}" if delivery is not None else "")
         out.append(
             f'<g id="task-{e(task.id)}" class="{kind} st-{e(task.status)}" data-status="{e(task.status)}">'
             f"<title>{e(task.title)} ({e(task.id)})</title>"

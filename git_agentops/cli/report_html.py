@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from .. import __version__
 from ..clock import iso8601
@@ -177,11 +177,11 @@ def _header(facts: Report) -> str:
 def _tasks(facts: Report) -> str:
     rows = []
     for t in facts.tasks:
-        delivery = t.extra.get("delivery") if isinstance(t.extra.get("delivery"), Mapping) else None
+        delivery = t.delivery
         got = (
-            f"{_short(delivery.get('commit'))} by {e(delivery.get('workerId'))} "
-            f'<a href="#gen-{e(delivery.get("workerId"))}-{e(delivery.get("generation"))}">gen '
-            f"{e(delivery.get('generation'))}</a>"
+            f"{_short(delivery.commit)} by {e(delivery.worker_id)} "
+            f'<a href="#gen-{e(delivery.worker_id)}-{e(delivery.generation)}">gen '
+            f"{e(delivery.generation)}</a>"
             if delivery
             else "-"
         )
@@ -309,13 +309,13 @@ def _merge_chain(facts: Report) -> str:
         + "</p><ol>"
     ]
     for step in integration.steps or ():
-        label = str(step.get("label"))
-        parents = list(step.get("parents") or [])
+        label = step.label
+        parents = step.parents
         out.append(
-            f'<li id="step-{e(step.get("commit"))}">{_short(step.get("commit"))} merges '
+            f'<li id="step-{e(step.commit)}">{_short(step.commit)} merges '
             f'<a href="#about-{e(label)}">{e(facts.task_title(label))}</a> delivery '
             f"{_short(parents[-1] if parents else None)} onto {_short(parents[0] if parents else None)}"
-            f" · tree {_short(step.get('tree'))}</li>"
+            f" · tree {_short(step.tree)}</li>"
         )
     out.append("</ol>")
     events = [x for x in facts.run_events if x.code.startswith(("INTEGRATION_", "REVIEWS_", "RUN_COMPLETE"))]
@@ -346,7 +346,7 @@ def _reviews(facts: Report) -> str:
     return "\n".join(out)
 
 
-def _finding(finding: Mapping[str, Any]) -> str:
+def _finding(finding: Mapping[str, object]) -> str:
     where = ""
     if finding.get("path"):
         where = f" <code>{e(finding['path'])}{':' + e(finding['line']) if finding.get('line') else ''}</code>"
@@ -372,7 +372,7 @@ def _receipt(facts: Report) -> str:
     return "\n".join(out)
 
 
-def _summary_line(record: Mapping[str, Any]) -> str:
+def _summary_line(record: Mapping[str, object]) -> str:
     origin = f"reused from {_short(record.get('cachedFrom'))}" if record.get("cached") else "fresh"
     verdict = "passed" if record.get("passed") else f"failed (exit {record.get('exitCode')})"
     return f"<div class='meta'>sealed: <code>{e(record.get('commandId'))}</code> {e(verdict)}, {origin}</div>"

@@ -34,6 +34,7 @@ from ..gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import RefUpdate, read_ref, update_refs
 from ..gitstore.repo import Store
+from ..model.delivery import CommitId, Digest
 from ..model.task import Task
 from ..runs import state as runstate
 from ..schema import documents
@@ -43,13 +44,13 @@ NOTE_PURPOSE: Final = "delivery"
 UNREVIEWED_LIMIT: Final = 100
 
 
-def seal_note(record: dict[str, Any], keys: Keyring) -> dict[str, Any]:
+def seal_note(record: dict[str, object], keys: Keyring) -> dict[str, object]:
     """``record`` (a delivery note) with its MAC."""
     record["mac"] = keys.mac(NOTE_PURPOSE, canonical_bytes({k: v for k, v in record.items() if k != "mac"}))
     return record
 
 
-def authentic_note(record: Mapping[str, Any], keys: Keyring) -> bool:
+def authentic_note(record: Mapping[str, object], keys: Keyring) -> bool:
     """Whether this repository's supervisor wrote the delivery note ``record`` as it is."""
     data = canonical_bytes({k: v for k, v in record.items() if k != "mac"})
     return keys.check(NOTE_PURPOSE, data, record.get("mac"))
@@ -110,7 +111,9 @@ class Mismatch:
     why: str
 
 
-def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_hashes: Collection[str]) -> str | None:
+def check_evidence(
+    store: Store, commit: CommitId, digests: Sequence[Digest], policy_hashes: Collection[str]
+) -> str | None:
     """None when every evidence record named by ``digests`` is on ``commit``, authentic, passed (if required) and
     the supervisor's, under one of ``policy_hashes`` (the run's policy; for a delivery frozen before a policy
     transition, the policy it was proven under too); else why not."""
@@ -133,8 +136,8 @@ def check_evidence(store: Store, commit: str, digests: Sequence[str], policy_has
 
 def check_delivered(store: Store, run_id: str, task: Task, policy_hashes: Collection[str]) -> Mismatch | None:
     """The custody chain of one delivered task (see the module docstring); a moved ref is quarantined here."""
-    delivery = task.extra.get("delivery") or {}
-    commit = str(delivery.get("commit") or "")
+    delivery = task.delivery
+    commit = delivery.commit if delivery is not None else ""
     ref = runstate.delivery_ref(run_id, task.id)
     current = read_ref(store, ref)
     if current != commit:
@@ -145,11 +148,13 @@ def check_delivered(store: Store, run_id: str, task: Task, policy_hashes: Collec
     note = note_for(store, commit, run_id, task.id)
     if note is None:
         return Mismatch(task.id, f"no authentic delivery note on {commit[:12]}")
-    if note.get("deliveryDigest") != delivery.get("digest") or list(note.get("evidence") or []) != list(
-        delivery.get("evidence") or []
+    if (
+        delivery is None
+        or note.get("deliveryDigest") != delivery.digest
+        or list(note.get("evidence") or []) != list(delivery.evidence)
     ):
         return Mismatch(task.id, "the delivery note and the run state disagree")
-    why = check_evidence(store, commit, list(note["evidence"]), policy_hashes)
+    why = check_evidence(store, delivery.commit, list(note["evidence"]), policy_hashes)
     return Mismatch(task.id, why) if why is not None else None
 
 

@@ -47,6 +47,7 @@ from ..gitstore.notes import DELIVERIES_REF, Notes
 from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
+from ..model.delivery import DELIVERY_NOTE, CommitId, Delivery, Digest
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
@@ -75,10 +76,10 @@ class Handoff:
     source_files: tuple[str, ...]
 
 
-def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str, head: str) -> str:
+def delivery_digest(run_id: str, worker_id: str, generation: int, contract: str, head: CommitId) -> Digest:
     """What a delivery is: this run, this worker generation, this contract, this commit."""
-    return digest(
-        {"runId": run_id, "workerId": worker_id, "generation": generation, "contract": contract, "head": head}
+    return Digest(
+        digest({"runId": run_id, "workerId": worker_id, "generation": generation, "contract": contract, "head": head})
     )
 
 
@@ -174,7 +175,8 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     refused = _verification_refusal(handoff, outcome)
     if refused is not None:
         return refused
-    note = _delivery_record(ctx, store, handoff, task.id, outcome, commit)
+    delivery = _delivery(ctx.run_id, handoff, outcome, CommitId(commit))
+    note = _delivery_note(store, ctx.run_id, task.id, handoff, delivery)
     ctx.fault("delivery:verified")
     # the record first, then the frozen ref: a crash between the two leaves a ref the next supervisor adopts
     Notes(store, DELIVERIES_REF).append(
@@ -185,7 +187,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     if refused is not None:
         return refused
     ctx.fault("delivery:frozen")
-    response = _mark_delivered(ctx, store, handoff, note)
+    response = _mark_delivered(ctx, store, handoff, task.id, delivery)
     try:
         mailbox.write_response(worktree, response)
     except AgentOpsError:
@@ -193,7 +195,7 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
     return Delivered(task.id, commit)
 
 
-def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, Any], head: str | None) -> Refusal:
+def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, object], head: str | None) -> Refusal:
     return Refusal(code, message, handoff.request, dict(detail), head)
 
 
@@ -229,26 +231,31 @@ def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
     )
 
 
-def _delivery_record(
-    ctx: JobContext, store: Store, handoff: Handoff, task_id: str, outcome: Outcome, commit: str
-) -> dict[str, Any]:
-    """The delivery note of ``commit`` (the handed-off commit, or its squash: then ``squashedFrom`` names the
+def _delivery(run_id: str, handoff: Handoff, outcome: Outcome, commit: CommitId) -> Delivery:
+    """The delivery of ``commit`` (the handed-off commit, or its squash: then ``squashed_from`` names the
     handed-off one)."""
     worker = handoff.worker
+    return Delivery(
+        commit=commit,
+        digest=delivery_digest(run_id, worker.worker_id, worker.generation, handoff.contract, commit),
+        worker_id=worker.worker_id,
+        generation=worker.generation,
+        evidence=tuple(Digest(r.digest) for r in outcome.records),
+        no_change=handoff.head == worker.base,
+        squashed_from=CommitId(handoff.head) if commit != handoff.head else None,
+    )
+
+
+def _delivery_note(store: Store, run_id: str, task_id: str, handoff: Handoff, delivery: Delivery) -> dict[str, Any]:
+    """The sealed delivery note: the delivery in the note's spelling, with the run, task, contract and source
+    files it was delivered under."""
     record = {
-        "runId": ctx.run_id,
+        "runId": run_id,
         "taskId": task_id,
-        "workerId": worker.worker_id,
-        "generation": worker.generation,
-        "sourceCommit": commit,
-        "deliveryDigest": delivery_digest(ctx.run_id, worker.worker_id, worker.generation, handoff.contract, commit),
         "contractHash": handoff.contract,
-        "evidence": [r.digest for r in outcome.records],
-        "noChange": handoff.head == worker.base,
         "sourceFiles": list(handoff.source_files),
+        **DELIVERY_NOTE.dump(delivery),
     }
-    if commit != handoff.head:
-        record["squashedFrom"] = handoff.head
     return seal_note(record, keyring(store.private_dir()))
 
 
@@ -280,20 +287,22 @@ def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff, commit: s
     return _refusal(handoff, "RUN_DELIVERY_CHANGED", f"{ref} kept changing; take a new handoff", {"why": "ref"}, None)
 
 
-def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mapping[str, Any]) -> dict[str, Any]:
+def _mark_delivered(
+    ctx: JobContext, store: Store, handoff: Handoff, task_id: str, delivery: Delivery
+) -> dict[str, Any]:
     """The state commit: task delivered, worker delivered, the request's record; returns the response."""
-    worker_id, task_id, commit = handoff.worker.worker_id, str(note["taskId"]), str(note["sourceCommit"])
+    worker_id, commit = handoff.worker.worker_id, delivery.commit
     squashed = f" (the squash of {handoff.head[:12]})" if commit != handoff.head else ""
     response = mailbox.response(
         handoff.request.request_id,
         handoff.request.raw_digest,
         "RUN_WORKER_DELIVERED",
         f"{task_id} delivered as {commit[:12]}{squashed}",
-        {"taskId": task_id, "sourceCommit": commit, "deliveryDigest": note["deliveryDigest"]},
+        {"taskId": task_id, "sourceCommit": commit, "deliveryDigest": delivery.digest},
     )
 
     def freeze(change: Change, view: runstate.RunView) -> None:
-        mark_task_delivered(change, view.task(task_id), note)
+        mark_task_delivered(change, view.task(task_id), delivery)
         runstate.put_worker(
             change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None, diagnostic=None)
         )
@@ -322,7 +331,7 @@ def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mappi
                 "workerId": worker_id,
                 "generation": handoff.worker.generation,
                 "commit": commit,
-                "deliveryDigest": note["deliveryDigest"],
+                "deliveryDigest": delivery.digest,
                 **({"squashedFrom": handoff.head} if squashed else {}),
             },
         ),
@@ -330,25 +339,16 @@ def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mappi
     return response
 
 
-def mark_task_delivered(change: Change, task: Task, note: Mapping[str, Any]) -> None:
-    """Record on the task the delivery its delivery note describes (the live path and adoption share it)."""
-    delivery = {
-        "commit": note["sourceCommit"],
-        "digest": note["deliveryDigest"],
-        "workerId": note["workerId"],
-        "generation": note["generation"],
-        "evidence": note["evidence"],
-        "noChange": note["noChange"],
-        **({"squashedFrom": note["squashedFrom"]} if "squashedFrom" in note else {}),
-    }
-    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": delivery}))
+def mark_task_delivered(change: Change, task: Task, delivery: Delivery) -> None:
+    """Record ``delivery`` on the task (the live path and adoption share it)."""
+    taskbook.put(change, replace(task, status=TaskStatus.DELIVERED, delivery=delivery))
 
 
 # -- after a crash ---------------------------------------------------------------------------------------------------
 
 
-Reverify = Callable[[Store, Task, Mapping[str, Any]], "str | None"]
-"""``reverify(store, task, note)``: None when the note's commit passes verification again, else why not."""
+Reverify = Callable[[Store, Task, Delivery], "str | None"]
+"""``reverify(store, task, delivery)``: None when the delivered commit passes verification again, else why not."""
 
 
 def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify | None = None) -> list[str]:
@@ -369,23 +369,22 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
         commit = read_ref(store, ref)
         if commit is None:
             continue
-        record = custody.note_for(store, commit, run_id, task.id)
-        why = "no authentic delivery note" if record is None else None
-        if record is not None:
+        note = custody.note_for(store, commit, run_id, task.id)
+        found = Delivery.from_note(note) if note is not None else None
+        why = "no authentic delivery note" if found is None else None
+        if found is not None:
             why = (
-                reverify(store, task, record)
+                reverify(store, task, found)
                 if reverify is not None
-                else custody.check_evidence(store, commit, list(record.get("evidence") or []), {run.policy_config_hash})
+                else custody.check_evidence(store, found.commit, list(found.evidence), {run.policy_config_hash})
             )
-        if why is not None or record is None:
+        if why is not None or found is None:
             custody.quarantine(store, run_id, ref, commit, None, f"an orphaned delivery that was not adopted: {why}")
             continue
 
-        def adopt(
-            change: Change, view: runstate.RunView, task_id: str = task.id, record: dict[str, Any] = record
-        ) -> None:
-            mark_task_delivered(change, view.task(task_id), record)
-            worker_id = record["workerId"]
+        def adopt(change: Change, view: runstate.RunView, task_id: str = task.id, found: Delivery = found) -> None:
+            mark_task_delivered(change, view.task(task_id), found)
+            worker_id = found.worker_id
             if f"{worker_id}.json" in view.view.list("workers"):
                 runstate.put_worker(
                     change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None)
@@ -407,9 +406,9 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
 def reverifier(ctx: JobContext) -> Reverify:
     """The supervisor's re-verification of an orphaned delivery: :func:`prove` in the delivering worker's slot."""
 
-    def reverify(store: Store, task: Task, note: Mapping[str, Any]) -> str | None:
+    def reverify(store: Store, task: Task, delivery: Delivery) -> str | None:
         try:
-            outcome = prove(ctx, store, slot=str(note["workerId"]), commit=str(note["sourceCommit"]), task=task)
+            outcome = prove(ctx, store, slot=delivery.worker_id, commit=delivery.commit, task=task)
         except AgentOpsError as exc:
             return f"{exc.code}: {exc.message}"
         return None if outcome.passed else "it fails verification"

@@ -10,10 +10,10 @@ forger nothing but a re-run. The reviewers then read the same checkout.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
@@ -21,6 +21,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..hooks.hostconfig import hook_entry
 from ..hosts.launch import HostSpec
+from ..model.delivery import ReviewResult
 from ..model.integration import IntegrationStatus
 from ..model.run import Run
 from ..model.task import Task
@@ -69,7 +70,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
         status=IntegrationStatus.VERIFIED,
         verification=verification,
     )
-    reviews: list[dict[str, Any]] = []
+    reviews: list[ReviewResult] = []
     if int(ctx.policy.doc["review"]["required"]) > 0:
         checkout = slot_checkout(ctx, store, CANDIDATE_SLOT).root
         refused, reviews = _review(ctx, store, checkout, run, candidate, base, verification)
@@ -124,8 +125,8 @@ def _review(
     run: Run,
     candidate: str,
     base: str,
-    verification: list[dict[str, Any]],
-) -> tuple[Refusal | None, list[dict[str, Any]]]:
+    verification: Sequence[Mapping[str, object]],
+) -> tuple[Refusal | None, list[ReviewResult]]:
     view = runstate.read(store, ctx.run_id)
     doc = review_input(
         goal=run.goal,
@@ -149,7 +150,7 @@ def _review(
     )
     _account(store, ctx.run_id, results)
     blocking = {r.reviewer: r.blocking for r in results if r.blocking}
-    reviews = [r.to_json() for r in results]
+    reviews = [r.result() for r in results]
     if blocking:
         findings = "\n".join(f"- {name}: {item}" for name, items in blocking.items() for item in items)
         return (
@@ -169,7 +170,7 @@ def _review(
                 change.put_artifact(canonical_bytes(result.report) + b"\n")
 
     runstate.journal(store, ctx.run_id).mutate(
-        keep, Event("REVIEWS_RECORDED", f"{len(results)} review(s)", {"reviews": reviews})
+        keep, Event("REVIEWS_RECORDED", f"{len(results)} review(s)", {"reviews": [r.to_json() for r in reviews]})
     )
     return None, reviews
 

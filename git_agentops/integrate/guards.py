@@ -35,7 +35,7 @@ import os
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 import pygit2
 
@@ -65,7 +65,7 @@ class Breach:
     """What the final gate fails with when the candidate changes protected paths (see :func:`candidate_breach`)."""
 
     message: str
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, object] = field(default_factory=dict)
     code: str = CODE
 
 
@@ -217,7 +217,7 @@ def _shown(changes: Sequence[ProtectedChange], patterns: Sequence[str]) -> str:
     return listed + (f"; and {len(changes) - SHOWN} more" if len(changes) > SHOWN else "")
 
 
-def _detail(changes: Sequence[ProtectedChange], patterns: Sequence[str]) -> dict[str, Any]:
+def _detail(changes: Sequence[ProtectedChange], patterns: Sequence[str]) -> dict[str, object]:
     return {"paths": [[clean_text(c.path, 300, patterns), c.pattern] for c in changes]}
 
 

@@ -70,6 +70,7 @@ from pygit2.index import MergeFileResult
 from ..errors import AgentOpsError
 from ..gitstore import objects
 from ..gitstore.repo import Store
+from ..model.delivery import CommitId, MergeStep, TreeId
 from .bases import Graph
 
 _TREE: Final = int(pygit2.enums.FileMode.TREE)
@@ -105,16 +106,6 @@ class MergeResult:
 
 
 @dataclass(frozen=True, slots=True)
-class ChainStep:
-    """One merge of a chain: the delivery ``label``, the merge commit written, its two parents and its tree."""
-
-    label: str
-    commit: str
-    parents: tuple[str, str]
-    tree: str
-
-
-@dataclass(frozen=True, slots=True)
 class ChainResult:
     """Where a chain ended.
 
@@ -124,7 +115,7 @@ class ChainResult:
     """
 
     head: str | None
-    steps: tuple[ChainStep, ...]
+    steps: tuple[MergeStep, ...]  # the delivery's label, the merge commit written, its two parents and its tree
     conflict: tuple[str, tuple[str, ...]] | None
 
 
@@ -419,15 +410,15 @@ def merge_chain(
     """
     head = store.resolve_commit(base_commit)
     merger = _TreeMerger(store)
-    steps: list[ChainStep] = []
+    steps: list[MergeStep] = []
     for label, delivery in deliveries:
         theirs = store.resolve_commit(delivery)
         result = _merge_commit_ids(store, merger, head, theirs)
         if result.tree is None:
             return ChainResult(None, tuple(steps), (label, result.conflicts))
-        parents = (str(head.id), str(theirs.id))
+        parents = (CommitId(str(head.id)), CommitId(str(theirs.id)))
         commit = objects.write_commit(store, result.tree, parents, message(label, parents[1]))
-        steps.append(ChainStep(label, commit, parents, result.tree))
+        steps.append(MergeStep(label, CommitId(commit), parents, TreeId(result.tree)))
         head = store.resolve_commit(commit)
     return ChainResult(str(head.id), tuple(steps), None)
 

@@ -46,7 +46,7 @@ from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
 from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
-from ..model.task import Task, TaskStatus
+from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
 from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
@@ -165,7 +165,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
     order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
     frozen_before = _frozen_before_transitions(store, ctx.run_id)
     for task_id in order:  # the state is authentic; the refs, notes and evidence around it must agree with it
-        commit = str((tasks[task_id].extra.get("delivery") or {}).get("commit"))
+        commit = str(delivery.commit if (delivery := tasks[task_id].delivery) is not None else None)
         hashes = {run.policy_config_hash, *frozen_before.get((task_id, commit), ())}
         mismatch = custody.check_delivered(store, ctx.run_id, tasks[task_id], hashes)
         if mismatch is not None:
@@ -176,7 +176,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
                 f"the delivery of {task_id} ({tasks[task_id].title}) does not hold together: {mismatch.why}",
                 {"taskId": task_id, "why": mismatch.why},
             )
-    deliveries = [(task_id, tasks[task_id].extra["delivery"]["commit"]) for task_id in order]
+    deliveries = [(task_id, delivered(tasks[task_id]).commit) for task_id in order]
     root = tasks[run.root_task_id] if run.root_task_id else None
     for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
         base = _tip(ctx, store, run.target)
@@ -317,7 +317,7 @@ def _prepare(
 ) -> None:
     """Point the candidate ref at the new candidate and record step 1 (a candidate ref someone else moved is
     quarantined, not silently overwritten)."""
-    steps = [{"label": s.label, "commit": s.commit, "parents": list(s.parents), "tree": s.tree} for s in chain.steps]
+    steps = list(chain.steps)
     candidate_ref = runstate.candidate_ref(ctx.run_id)
     current = read_ref(store, candidate_ref)
     recorded = (
@@ -425,9 +425,9 @@ def _receipt_transition(bound: dict[str, Any]) -> dict[str, Any]:
 def _evidence_of(store: Store, task: Task) -> list[JsonObject]:
     """The evidence records a task's delivery names, as the evidence store holds them (authentic only), in their
     JSON form (what the receipt summarises)."""
-    delivery = task.extra.get("delivery") or {}
-    wanted = list(delivery.get("evidence") or ())
-    records = {r.digest: r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(delivery["commit"])}
+    delivery = delivered(task)
+    wanted = list(delivery.evidence)
+    records = {r.digest: r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(delivery.commit)}
     return [records[d].to_json() for d in wanted if d in records]
 
 
@@ -436,11 +436,11 @@ def _complete(ctx: JobContext, store: Store) -> str:
     view = runstate.read(store, ctx.run_id)
     run = view.run()
     integration = run.integration or Integration(IntegrationStatus.REQUESTED)
-    info = integration.request or {}
+    pending = integration.request
     candidate = integration.candidate or ""
     response = mailbox.response(
-        info.get("requestId"),
-        info.get("rawDigest", ZERO_DIGEST),
+        pending.request_id if pending is not None else None,
+        pending.raw_digest if pending is not None else ZERO_DIGEST,
         "RUN_COMPLETE",
         f"{run.target} is at {candidate[:12]}, receipted",
         {"commit": integration.candidate, "receiptDigest": integration.receipt_digest},
@@ -456,14 +456,14 @@ def _complete(ctx: JobContext, store: Store) -> str:
                 runstate.put_worker(change, replace(worker, status=status, process=None))
         if current.root_task_id:
             taskbook.put(change, replace(view.task(current.root_task_id), status=TaskStatus.DELIVERED))
-        if info.get("requestId"):
+        if pending is not None and pending.request_id:
             change.put_json(
-                runstate.request_path(info["requestId"]),
+                runstate.request_path(pending.request_id),
                 {
-                    "requestId": info["requestId"],
-                    "requestDigest": info.get("requestDigest", ZERO_DIGEST),
+                    "requestId": pending.request_id,
+                    "requestDigest": pending.request_digest,
                     "workerId": current.coordinator_id,
-                    "generation": info.get("generation", 1),
+                    "generation": pending.generation,
                     "action": "finalize",
                     "response": response,
                     "at": ctx.clock.now(),

@@ -7,17 +7,19 @@ failure and turns it into the refusal of the finalize request it answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model.integration import Integration, IntegrationStatus
+from ..model.delivery import UNRECORDED_DIGEST, UNRECORDED_FINALIZE, PendingFinalize
+from ..model.integration import INTEGRATION, Integration, IntegrationStatus
 from ..model.run import Run
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refusal, Request
 
-ZERO_DIGEST: Final = "0" * 64
+ZERO_DIGEST: Final = UNRECORDED_DIGEST
 
 
 def advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: Any) -> Run:
@@ -30,37 +32,33 @@ def advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: An
         runstate.put_run(change, run)
         return run
 
-    data = {k: (str(v) if isinstance(v, IntegrationStatus) else v) for k, v in fields.items()}
-    run = runstate.mutate(
-        runstate.journal(store, ctx.run_id),
-        update,
-        Event(code, summary, {_camel(k): v for k, v in data.items() if k not in ("reviews", "verification")}),
-    )
+    data = dict(INTEGRATION.encode(k, v) for k, v in fields.items() if k not in ("reviews", "verification"))
+    run = runstate.mutate(runstate.journal(store, ctx.run_id), update, Event(code, summary, data))
     if "status" in fields:
         ctx.fault(f"integration:{fields['status']}")
     return run
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[str, Any]) -> Refusal:
+def fail(ctx: JobContext, store: Store, code: str, message: str, detail: Mapping[str, object]) -> Refusal:
     """Record the failure and refuse the finalize request it answers."""
     run = runstate.read(store, ctx.run_id).run()
-    info = (run.integration.request if run.integration else None) or {}
+    pending = answered(run.integration)
     advance(
         ctx, store, "INTEGRATION_FAILED", f"integration failed: {code}", status=IntegrationStatus.FAILED, failure=code
     )
     request = Request(
         {
-            "requestId": info.get("requestId", "finalize"),
+            "requestId": pending.request_id,
             "workerId": run.coordinator_id,
-            "generation": info.get("generation", 1),
+            "generation": pending.generation,
             "action": "finalize",
         },
-        info.get("requestDigest", ZERO_DIGEST),
-        info.get("rawDigest", ZERO_DIGEST),
+        pending.request_digest,
+        pending.raw_digest,
     )
     return Refusal(code, message, request, detail, None)
+
+
+def answered(integration: Integration | None) -> PendingFinalize:
+    """The finalize request ``integration`` answers (:data:`UNRECORDED_FINALIZE` for a record without one)."""
+    return (integration.request if integration is not None else None) or UNRECORDED_FINALIZE

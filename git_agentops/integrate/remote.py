@@ -24,9 +24,9 @@ so the server's ``pre-receive`` finds it among the incoming refs. What can happe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from ..errors import AgentOpsError
 from ..gitstore import sync
@@ -179,7 +179,7 @@ def follow(ctx: JobContext, store: Store, remote: str, target: str, base: str, c
         _not_followed(ctx, store, f"{stays}: it was moved meanwhile", {"published": candidate, "local": local})
 
 
-def _not_followed(ctx: JobContext, store: Store, summary: str, data: dict[str, Any]) -> None:
+def _not_followed(ctx: JobContext, store: Store, summary: str, data: Mapping[str, object]) -> None:
     """A ``RUN_TARGET_NOT_FOLLOWED`` event on the run's log (and the supervisor's log): nothing local was moved."""
     ctx.log(f"RUN_TARGET_NOT_FOLLOWED: {summary}; {data}")
     runstate.mutate(

@@ -37,6 +37,7 @@ from ..gitstore.private import read_private, remove_private, write_private
 from ..gitstore.safegit import run_git
 from ..hosts.launch import HostSpec, Launch, agent_environment, command_for, host_spec, passed_variables, unnest
 from ..hosts.output import parse as parse_output
+from ..model.delivery import Digest, ReviewResult
 from ..model.policy import Policy
 from ..model.usage import Usage
 from ..process.command import CommandResult, run_command
@@ -77,11 +78,14 @@ class Review:
             found = [f"rejected: {self.report.get('summary') or 'no reason given'}"]
         return found
 
-    def to_json(self) -> dict[str, Any]:
+    def result(self) -> ReviewResult:
+        """What the integration record and the receipt keep of it (``missing`` when it wrote no valid report)."""
+        verdict = str(self.report["verdict"]) if self.report is not None else "missing"
+        return ReviewResult(self.reviewer, verdict, Digest(self.digest), self.sandbox)
+
+    def to_json(self) -> dict[str, object]:
         """The predicate's review record (``sandbox`` when known)."""
-        verdict = self.report["verdict"] if self.report is not None else "missing"
-        record = {"reviewer": self.reviewer, "verdict": verdict, "reportDigest": self.digest}
-        return record if self.sandbox is None else {**record, "sandbox": self.sandbox}
+        return self.result().to_json()
 
 
 def diff_text(repo_dir: Path, base: str, candidate: str) -> str:
@@ -94,11 +98,11 @@ def diff_text(repo_dir: Path, base: str, candidate: str) -> str:
 def review_input(
     *,
     goal: str,
-    tasks: Sequence[Mapping[str, Any]],
+    tasks: Sequence[Mapping[str, object]],
     base: str,
     candidate: str,
     diff: str,
-    evidence: Sequence[Mapping[str, Any]],
+    evidence: Sequence[Mapping[str, object]],
 ) -> dict[str, Any]:
     """The document a reviewer reads."""
     return {

@@ -9,9 +9,13 @@ moves ``requested -> prepared -> verified -> reviewed -> published -> receipted 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
+
+from .delivery import CommitId, Digest, MergeStep, PendingFinalize, ReviewResult
+from .fieldmap import Field, FieldMap, field_map
 
 
 class IntegrationStatus(enum.StrEnum):
@@ -32,39 +36,22 @@ BUILT: Final = frozenset({IntegrationStatus.PREPARED, IntegrationStatus.VERIFIED
 SETTLED: Final = frozenset({IntegrationStatus.COMPLETE, IntegrationStatus.FAILED})
 """Nothing is left to roll forward."""
 
-_JSON_NAMES: Final = {
-    "status": "status",
-    "request": "request",
-    "attempts": "attempts",
-    "base": "base",
-    "candidate": "candidate",
-    "order": "order",
-    "steps": "steps",
-    "verification": "verification",
-    "reviews": "reviews",
-    "published_at": "publishedAt",
-    "receipt_digest": "receiptDigest",
-    "failure": "failure",
-    "unreviewed": "unreviewed",
-    "target_rewritten": "targetRewritten",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Integration:
     """One run's integration record. ``None`` marks a field its step has not written yet."""
 
     status: IntegrationStatus
-    request: Mapping[str, Any] | None = None  # the finalize request: requestId, requestDigest, rawDigest, generation
+    request: PendingFinalize | None = None  # the finalize request it answers
     attempts: int | None = None  # candidates built so far (the target moved under the earlier ones)
-    base: str | None = None  # the target tip the candidate was built on
-    candidate: str | None = None
+    base: CommitId | None = None  # the target tip the candidate was built on
+    candidate: CommitId | None = None
     order: tuple[str, ...] | None = None  # task ids in merge order
-    steps: tuple[Mapping[str, Any], ...] | None = None  # {label, commit, parents, tree} per merge
+    steps: tuple[MergeStep, ...] | None = None  # one per merge
     verification: tuple[Mapping[str, Any], ...] | None = None  # evidence summaries of the final gate
-    reviews: tuple[Mapping[str, Any], ...] | None = None
+    reviews: tuple[ReviewResult, ...] | None = None
     published_at: float | None = None
-    receipt_digest: str | None = None
+    receipt_digest: Digest | None = None
     failure: str | None = None  # the code that failed it
     unreviewed: tuple[str, ...] | None = None  # target commits since the run's base that carry no receipt
     target_rewritten: bool | None = None  # the run's base is not an ancestor of the candidate's base
@@ -81,29 +68,35 @@ class Integration:
                 changes[key] = tuple(changes[key])
         return replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The ``run.json`` form: camelCase keys, only the fields that were written."""
-        doc: dict[str, Any] = {}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is None:
-                continue
-            if isinstance(value, tuple):
-                value = [dict(v) if isinstance(v, Mapping) else v for v in value]
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            elif isinstance(value, IntegrationStatus):
-                value = str(value)
-            doc[_JSON_NAMES[item.name]] = value
-        return doc
+        return INTEGRATION.dump(self)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Integration:
+    def from_json(cls, doc: Mapping[str, object]) -> Integration:
         """Read a ``run.json`` integration object (the schema has checked its shape)."""
-        values: dict[str, Any] = {}
-        for name, key in _JSON_NAMES.items():
-            if key in doc and doc[key] is not None:
-                value = doc[key]
-                values[name] = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
-        values["status"] = IntegrationStatus(doc["status"])
-        return cls(**values)
+        return INTEGRATION.load(doc)
+
+
+_written: Final = functools.partial(Field, absent=None)
+"""A field its step writes: absent from the JSON until then."""
+
+
+INTEGRATION: Final[FieldMap[Integration]] = field_map(
+    Integration,
+    Field("status", "status", decode=IntegrationStatus, encode=str),
+    _written("request", "request", decode=PendingFinalize.from_json, encode=PendingFinalize.to_json),
+    _written("attempts", "attempts"),
+    _written("base", "base"),
+    _written("candidate", "candidate"),
+    _written("order", "order", sequence=True),
+    _written("steps", "steps", sequence=True, decode=MergeStep.from_json, encode=MergeStep.to_json),
+    _written("verification", "verification", sequence=True, decode=dict, encode=dict),
+    _written("reviews", "reviews", sequence=True, decode=ReviewResult.from_json, encode=ReviewResult.to_json),
+    _written("published_at", "publishedAt"),
+    _written("receipt_digest", "receiptDigest"),
+    _written("failure", "failure"),
+    _written("unreviewed", "unreviewed", sequence=True),
+    _written("target_rewritten", "targetRewritten"),
+)
+"""The declaration of the ``run.json`` form."""

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from .run import MAX_GENERATIONS, Role, Run, Worker, WorkerStatus
+from .run import MAX_GENERATIONS, Interruption, Role, Run, Worker, WorkerStatus
 from .task import Task, TaskStatus
 
 
@@ -121,7 +121,8 @@ def wake_events(
 # -- supervisor restarts ------------------------------------------------------------------------------------------
 
 INTERRUPTED: Final = "interrupted"
-"""The worker ``extra`` key naming the generation a supervisor restart stopped (until the next one starts)."""
+"""The worker ``extra`` key naming the generation a supervisor restart stopped (until the next one starts):
+:attr:`~.run.Worker.interrupted`."""
 
 
 def failed_generations(worker: Worker) -> int:
@@ -141,8 +142,8 @@ def interrupted(worker: Worker, reason: str) -> Worker:
     ``stopped`` with no process, so the next supervisor that serves the run starts a new generation; nothing is
     counted against it. ``reason`` and what the generation was doing are kept for :func:`restart_wake`.
     """
-    mark = {"generation": worker.generation, "status": str(worker.status), "reason": reason}
-    return replace(worker, status=WorkerStatus.STOPPED, process=None, extra={**worker.extra, INTERRUPTED: mark})
+    mark = Interruption(worker.generation, str(worker.status), reason)
+    return replace(worker, status=WorkerStatus.STOPPED, process=None, interrupted=mark)
 
 
 def restart_wake(worker: Worker) -> str | None:
@@ -151,15 +152,15 @@ def restart_wake(worker: Worker) -> str | None:
     The lines of an interrupted wake come first: its events are in ``woken_for`` already and wake nobody again. The
     line about an earlier interruption is not repeated: only the last one is told.
     """
-    mark = worker.extra.get(INTERRUPTED)
-    if not isinstance(mark, dict):
+    mark = worker.interrupted
+    if mark is None:
         return None
-    earlier = str(worker.extra.get("wake") or "").splitlines()
+    earlier = (worker.wake or "").splitlines()
     lines = [line for line in earlier if not line.startswith(_RESTARTED)]
-    handing_off = mark.get("status") == WorkerStatus.HANDING_OFF and worker.role is Role.CHILD
+    handing_off = mark.status == WorkerStatus.HANDING_OFF and worker.role is Role.CHILD
     doing = "Its handoff was not judged yet: hand off again. " if handing_off else ""
     lines.append(
-        f"{_RESTARTED} ({mark.get('generation')}) before it finished ({mark.get('reason')}); this is not counted "
+        f"{_RESTARTED} ({mark.generation}) before it finished ({mark.reason}); this is not counted "
         f"as your failure. {doing}Your commits are kept: carry on from your worktree's HEAD."
     )
     return "\n".join(lines)

@@ -46,7 +46,7 @@ class EventFact:
     summary: str
     foreign: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The event with its time also in RFC 3339 (``at``)."""
         return {
             "time": self.time,
@@ -101,7 +101,7 @@ class Handoff:
     answered_at: float | None = None
     evidence: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """As the report's JSON shows it."""
         return {"commit": self.commit, "at": self.at, "answeredAt": self.answered_at, "evidence": list(self.evidence)}
 
@@ -136,7 +136,7 @@ class Generation:
         """The ids of the evidence records of all its handoffs."""
         return tuple(name for handoff in self.handoffs for name in handoff.evidence)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """As the report's JSON shows it."""
         return {
             "id": self.id,
@@ -199,7 +199,7 @@ class ReceiptFact:
         """``valid``, ``invalid`` or ``none``."""
         return "none" if self.ok is None else "valid" if self.ok else "invalid"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """As the report's JSON shows it."""
         return {
             "commit": self.commit,
@@ -290,7 +290,6 @@ class Report:
 
 def task_json(task: Task) -> dict[str, Any]:
     """A task as the report shows it: its contract, status, and delivery."""
-    delivery = task.extra.get("delivery")
     return {
         "taskId": task.id,
         "title": task.title,
@@ -301,6 +300,6 @@ def task_json(task: Task) -> dict[str, Any]:
         "criteria": [c.to_json() for c in task.criteria],
         "revision": task.revision,
         "blockedReason": task.blocked_reason,
-        "workerId": task.extra.get("workerId"),
-        "delivery": dict(delivery) if isinstance(delivery, Mapping) else None,
+        "workerId": task.worker_id,
+        "delivery": task.delivery.to_json() if task.delivery is not None else None,
     }

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import digest
+from .fieldmap import Field, FieldMap, field_map
 from .integration import Integration
 from .sandbox import weakest
 from .task import Task, task_contract_hash
@@ -249,6 +250,30 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class Interruption:
+    """The generation a supervisor restart stopped, what it was doing and why (the worker's ``extra.interrupted``,
+    until the next generation starts): what :func:`~.lifecycle.restart_wake` tells the next one."""
+
+    generation: int
+    status: str  # the worker's status when it was stopped
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        """The stored form."""
+        return INTERRUPTION.dump(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> Interruption:
+        """Read the stored form (the worker schema has checked it)."""
+        return INTERRUPTION.load(doc)
+
+
+INTERRUPTION: Final[FieldMap[Interruption]] = field_map(
+    Interruption, ("generation", "generation"), ("status", "status"), ("reason", "reason")
+)
+
+
+@dataclass(frozen=True, slots=True)
 class Worker:
     """A worker record, ``workers/<id>.json`` in the run's state journal.
 
@@ -269,7 +294,10 @@ class Worker:
     failures: tuple[Failure, ...] = ()
     started_at: float | None = None
     blocked_reason: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    provisioning: bool = False  # assigned, its worktree and setup not made yet
+    wake: str | None = None  # why its current generation was started (its events, an interruption before it)
+    resumed: str | None = None  # the host session its current generation resumed
+    interrupted: Interruption | None = None  # the generation a supervisor restart stopped, until the next one starts
     session: str | None = None  # the host's session id of its latest generation, for resuming it
     usage: tuple[Usage, ...] = ()
     woken_for: tuple[str, ...] = ()  # the events an idle coordinator was already woken for
@@ -301,7 +329,7 @@ class Worker:
             "failures": [f.to_json() for f in self.failures],
             "startedAt": self.started_at,
             "blockedReason": self.blocked_reason,
-            "extra": dict(self.extra),
+            "extra": WORKER_EXTRA.dump(self),
             "session": self.session,
             "usage": [u.to_json() for u in self.usage],
             "wokenFor": list(self.woken_for),
@@ -313,7 +341,8 @@ class Worker:
         """Read a worker record back (already validated against the ``worker`` schema); absent optional keys get
         defaults (a failure without ``head``, a record written before levels were recorded: None)."""
         process = doc.get("process")
-        return cls(
+        return WORKER_EXTRA.load(
+            doc.get("extra", {}),
             worker_id=doc["workerId"],
             role=Role(doc["role"]),
             host=doc["host"],
@@ -328,12 +357,21 @@ class Worker:
             failures=tuple(Failure(**{**f, "head": f.get("head")}) for f in doc.get("failures", ())),
             started_at=doc.get("startedAt"),
             blocked_reason=doc.get("blockedReason"),
-            extra=dict(doc.get("extra", {})),
             session=doc.get("session"),
             usage=tuple(Usage.from_json(u) for u in doc.get("usage", ())),
             woken_for=tuple(doc.get("wokenFor", ())),
             sandbox=doc.get("sandbox"),
         )
+
+
+WORKER_EXTRA: Final[FieldMap[Worker]] = field_map(
+    Worker,
+    Field("provisioning", "provisioning", absent=False),
+    Field("wake", "wake", absent=None),
+    Field("resumed", "resumed", absent=None),
+    Field("interrupted", "interrupted", absent=None, decode=Interruption.from_json, encode=Interruption.to_json),
+)
+"""The worker document's ``extra``: run-level bookkeeping of the current generation, each key only when set."""
 
 
 # -- budget --------------------------------------------------------------------------------------------------------

@@ -18,11 +18,13 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import digest
 from ..errors import AgentOpsError
+from .delivery import Delivery
+from .fieldmap import Field, FieldMap, field_map
 
 TASK_ID: Final = re.compile(r"task-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CRITERION_ID: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
@@ -53,9 +55,9 @@ class Criterion:
     runner: str | None = None
     review_only: str | None = None  # the recorded reason why no runner can check it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The stored form, which the contract hash also covers: ``runner`` and ``reviewOnly`` only when set."""
-        doc: dict[str, Any] = {"id": self.id, "description": self.description}
+        doc: dict[str, object] = {"id": self.id, "description": self.description}
         if self.runner is not None:
             doc["runner"] = self.runner
         if self.review_only is not None:
@@ -87,15 +89,17 @@ class Task:
     superseded_by: int | None = None
     policy_config_hash: str | None = None
     blocked_reason: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # run-level bookkeeping (worker, delivery...)
+    worker_id: str | None = None  # the worker that took the task on (run-level bookkeeping, no part of the contract)
+    delivery: Delivery | None = None  # its frozen delivery, once delivered
 
     @property
     def current(self) -> bool:
         """Whether no later revision supersedes this one; only current revisions count in :func:`contract_hash`."""
         return self.superseded_by is None
 
-    def to_json(self) -> dict[str, Any]:
-        """The stored ``task`` document of this revision, status and ``extra`` bookkeeping included."""
+    def to_json(self) -> dict[str, object]:
+        """The stored ``task`` document of this revision, status included; the worker and the delivery are the
+        document's ``extra`` (``workerId``, ``delivery``), each only when set."""
         return {
             "id": self.id,
             "revision": self.revision,
@@ -109,13 +113,14 @@ class Task:
             "supersededBy": self.superseded_by,
             "policyConfigHash": self.policy_config_hash,
             "blockedReason": self.blocked_reason,
-            "extra": dict(self.extra),
+            "extra": TASK_EXTRA.dump(self),
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Task:
         """Read a ``task`` document back (already validated against its schema); absent optional keys get defaults."""
-        return cls(
+        return TASK_EXTRA.load(
+            doc.get("extra", {}),
             id=doc["id"],
             title=doc["title"],
             intent=doc["intent"],
@@ -128,11 +133,26 @@ class Task:
             superseded_by=doc.get("supersededBy"),
             policy_config_hash=doc.get("policyConfigHash"),
             blocked_reason=doc.get("blockedReason"),
-            extra=dict(doc.get("extra", {})),
         )
 
 
-def _contract_entry(task: Task) -> dict[str, Any]:
+TASK_EXTRA: Final[FieldMap[Task]] = field_map(
+    Task,
+    Field("worker_id", "workerId", absent=None),
+    Field("delivery", "delivery", absent=None, decode=Delivery.from_json, encode=Delivery.to_json),
+)
+"""The task document's ``extra``: run-level bookkeeping, no part of the contract, each key only when set."""
+
+
+def delivered(task: Task) -> Delivery:
+    """The delivery of a task its caller knows to be delivered (a dependency that let its dependant start, a task
+    in the merge order). A task without one breaks that invariant: ``KeyError``, as a lookup that finds nothing."""
+    if task.delivery is None:
+        raise KeyError(f"{task.id} has no recorded delivery")
+    return task.delivery
+
+
+def _contract_entry(task: Task) -> dict[str, object]:
     return {
         "id": task.id,
         "goal": task.goal,
@@ -252,7 +272,9 @@ def revise(
         dependencies=dependencies if dependencies is not None else task.dependencies,
         policy_config_hash=policy_config_hash if policy_config_hash is not None else task.policy_config_hash,
     )
-    new = replace(fresh, revision=task.revision + 1, status=task.status, extra=task.extra)
+    new = replace(
+        fresh, revision=task.revision + 1, status=task.status, worker_id=task.worker_id, delivery=task.delivery
+    )
     return replace(task, superseded_by=new.revision), new
 
 

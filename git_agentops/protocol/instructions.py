@@ -49,9 +49,7 @@ def instructions(
                 "title": t.title,
                 "status": str(t.status),
                 "dependencies": list(t.dependencies),
-                "delivery": t.extra.get("delivery", {}).get("commit")
-                if isinstance(t.extra.get("delivery"), dict)
-                else None,
+                "delivery": t.delivery.commit if t.delivery is not None else None,
                 "blockedReason": t.blocked_reason,
                 "criteria": [c.to_json() for c in t.criteria],
             }
@@ -59,7 +57,7 @@ def instructions(
         ],
         "rootTaskId": run.root_task_id,
         "diagnostic": worker.diagnostic,
-        "wake": worker.extra.get("wake"),
+        "wake": worker.wake,
         "answers": [
             {"questionId": a["questionId"], "prompt": a["prompt"], "answer": a["answer"]}
             for a in answers

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import AgentOpsError
+from ..model.delivery import DeliveryEntry
 from ..model.sandbox import weakest_of_all
+from ..model.task import delivered
 from . import make_receipt
 from .statement import build_predicate, build_statement, evidence_summary
 
@@ -46,9 +48,19 @@ def signing_keys(store: Store) -> list[Path]:
 def deliveries_of(
     integration: Integration,
     tasks: Mapping[str, Task],
-    evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     sandboxes: Mapping[str, str | None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
+    """The JSON form of :func:`delivery_entries`: the predicate's ``deliveries``."""
+    return [entry.to_json() for entry in delivery_entries(integration, tasks, evidence, sandboxes)]
+
+
+def delivery_entries(
+    integration: Integration,
+    tasks: Mapping[str, Task],
+    evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
+    sandboxes: Mapping[str, str | None] | None = None,
+) -> list[DeliveryEntry]:
     """The receipt's delivery entries, in merge order, from each task's recorded delivery.
 
     ``evidence`` (task id -> the evidence of that task's delivery) adds ``evidence``, as summaries, to the entries
@@ -57,19 +69,16 @@ def deliveries_of(
     """
     entries = []
     for task_id in integration.order or ():
-        delivery = tasks[task_id].extra["delivery"]
-        entry: dict[str, Any] = {
-            "taskId": task_id,
-            "workerId": delivery["workerId"],
-            "generation": delivery["generation"],
-            "sourceCommit": delivery["commit"],
-            "deliveryDigest": delivery["digest"],
-        }
-        if evidence is not None and task_id in evidence:
-            entry["evidence"] = [evidence_summary(record) for record in evidence[task_id]]
-        if (level := (sandboxes or {}).get(delivery["workerId"])) is not None:
-            entry["sandbox"] = level
-        entries.append(entry)
+        delivery = delivered(tasks[task_id])
+        summaries = evidence.get(task_id) if evidence is not None else None
+        entries.append(
+            DeliveryEntry(
+                task_id,
+                delivery,
+                tuple(evidence_summary(record) for record in summaries) if summaries is not None else None,
+                (sandboxes or {}).get(delivery.worker_id),
+            )
+        )
     return entries
 
 
@@ -80,10 +89,10 @@ def integration_receipt(
     policy_config_hash: str,
     created_at: float,
     keys: Sequence[Path],
-    usage: Mapping[str, Any] | None = None,
+    usage: Mapping[str, object] | None = None,
     base_config_hash: str | None = None,
     policy_transitions: Sequence[Mapping[str, Any]] = (),
-    delivery_evidence: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    delivery_evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     workers: Sequence[Worker] = (),
 ) -> bytes:
     """The signed receipt of ``run``'s published integration (``RECEIPT_SIGNING_FAILED``).
@@ -98,9 +107,9 @@ def integration_receipt(
     if integration is None or integration.candidate is None or not integration.steps or integration.base is None:
         raise AgentOpsError("RECEIPT_MALFORMED", f"run {run.run_id} has no built integration to receipt")
     sandboxes = {worker.worker_id: worker.sandbox for worker in workers}
-    deliveries = deliveries_of(integration, tasks, delivery_evidence, sandboxes)
-    reviews = [dict(r) for r in integration.reviews or ()]
-    agents = [*(d.get("sandbox") for d in deliveries), *(r.get("sandbox") for r in reviews)]
+    deliveries = delivery_entries(integration, tasks, delivery_evidence, sandboxes)
+    reviews = integration.reviews or ()
+    agents = [*(d.sandbox for d in deliveries), *(r.sandbox for r in reviews)]
     predicate = build_predicate(
         run_id=run.run_id,
         goal=run.goal,
@@ -113,7 +122,7 @@ def integration_receipt(
             "target": run.target,
             "base": integration.base,
             "order": list(integration.order or ()),
-            "steps": [dict(step) for step in integration.steps],
+            "steps": integration.steps,
             **({"unreviewed": list(integration.unreviewed)} if integration.unreviewed else {}),
             **({"targetRewritten": True} if integration.target_rewritten else {}),
         },
@@ -125,12 +134,12 @@ def integration_receipt(
         policy_transitions=policy_transitions,
         sandbox=weakest_of_all([*agents, sandboxes.get(run.coordinator_id)]) if workers else None,
     )
-    tree = str(integration.steps[-1]["tree"])
+    tree = integration.steps[-1].tree
     statement = build_statement(commit=integration.candidate, tree=tree, subject_name=run.target, predicate=predicate)
     return make_receipt(statement, keys=keys)
 
 
-def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = ()) -> dict[str, Any]:
+def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = ()) -> dict[str, object]:
     """The receipt's ``usage`` section: what every generation of every worker and every reviewer attempt (as
     ``reviewer-<name>``) reported, and the totals."""
     from ..model.usage import Accounted, Reviews, total_usage, usage_partial
@@ -142,7 +151,11 @@ def usage_record(workers: Sequence[Worker], reviews: Sequence[ReviewerUsage] = (
     generations = [
         {"workerId": who, **{k: v for k, v in usage.to_json().items() if k != "session"}} for who, usage in spent
     ]
-    record = {"tokens": tokens, "costUsd": round(cost, 6) if cost is not None else None, "generations": generations}
+    record: dict[str, object] = {
+        "tokens": tokens,
+        "costUsd": round(cost, 6) if cost is not None else None,
+        "generations": generations,
+    }
     if usage_partial(accounts):  # some generation's figures are a floor: say so, sealed with the rest
         record["partial"] = True
     return record

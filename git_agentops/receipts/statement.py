@@ -71,6 +71,7 @@ from typing import Any, Final
 from ..canonical import digest
 from ..canonical import seal as make_seal
 from ..clock import iso8601
+from ..model.delivery import DeliveryEntry, MergeStep, ReviewResult
 from ..model.sandbox import weaker
 from ..model.task import Task
 from ..schema import documents
@@ -116,7 +117,7 @@ def goal_hash(goal: str) -> str:
     return digest({"goal": goal})
 
 
-def task_record(task: Task) -> dict[str, Any]:
+def task_record(task: Task) -> dict[str, object]:
     """The predicate's record of one task: identity, place in the tree and status (not its full contract)."""
     return {
         "id": task.id,
@@ -128,7 +129,7 @@ def task_record(task: Task) -> dict[str, Any]:
     }
 
 
-def evidence_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+def evidence_summary(record: Mapping[str, object]) -> dict[str, object]:
     """The predicate's summary of one evidence record (``schemas/evidence-record.schema.json``).
 
     Keeps what a verifier judges -- command, argv digest, exit code, test counts, output digest, tree, and whether
@@ -160,9 +161,9 @@ def transition_record(transition: Mapping[str, Any]) -> dict[str, Any]:
 
 def policy_record(
     config_hash: str, toolkit_version: str, base_config_hash: str | None, transitions: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The sealed ``policy`` value: ``configHash`` and ``toolkitVersion``, plus the base and transitions if any."""
-    record: dict[str, Any] = {"configHash": config_hash, "toolkitVersion": toolkit_version}
+    record: dict[str, object] = {"configHash": config_hash, "toolkitVersion": toolkit_version}
     if base_config_hash is not None and (transitions or base_config_hash != config_hash):
         record["baseConfigHash"] = base_config_hash
     if transitions:
@@ -176,25 +177,26 @@ def build_predicate(
     goal: str,
     policy_config_hash: str,
     toolkit_version: str,
-    tasks: Iterable[Mapping[str, Any] | Task],
+    tasks: Iterable[Mapping[str, object] | Task],
     contract_hash: str,
-    deliveries: Sequence[Mapping[str, Any]],
+    deliveries: Sequence[DeliveryEntry | Mapping[str, object]],
     integration: Mapping[str, Any],
-    verification: Sequence[Mapping[str, Any]],
-    reviews: Sequence[Mapping[str, Any]],
+    verification: Sequence[Mapping[str, object]],
+    reviews: Sequence[ReviewResult | Mapping[str, object]],
     created_at: float | str,
-    usage: Mapping[str, Any] | None = None,
+    usage: Mapping[str, object] | None = None,
     version: int = 2,
     base_config_hash: str | None = None,
     policy_transitions: Sequence[Mapping[str, Any]] = (),
     sandbox: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
-    ``tasks`` may be :class:`..model.task.Task` values (see :func:`task_record`) or records already in the
-    predicate's form; ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same
-    order); ``created_at`` seconds since the epoch or an RFC 3339 UTC string; ``usage`` the tokens and dollars the
-    agent hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given.
+    ``tasks``, ``deliveries``, ``reviews`` and ``integration["steps"]`` may be the records (:class:`Task`,
+    :class:`DeliveryEntry`, :class:`ReviewResult`, :class:`MergeStep`) or their forms in the predicate already;
+    ``deliveries`` in merge order (``integration["order"]`` lists their task ids in the same order);
+    ``created_at`` seconds since the epoch or an RFC 3339 UTC string; ``usage`` the tokens and dollars the agent
+    hosts reported (``{"tokens", "costUsd", "generations": [...]}``), sealed when given.
     ``base_config_hash`` is the policy the run was started and trusted under and ``policy_transitions`` its
     journaled changes in order (see :func:`transition_record`); without transitions a base equal to
     ``policy_config_hash`` (or None) adds nothing, so the receipt is byte for byte what it was before transitions
@@ -206,31 +208,28 @@ def build_predicate(
     task_records = [task_record(t) if isinstance(t, Task) else dict(t) for t in tasks]
     jcs = version >= 2
 
-    def seal(value: Any) -> dict[str, Any]:
+    def seal(value: object) -> dict[str, object]:
         return make_seal(value, jcs=jcs)
 
-    predicate: dict[str, Any] = {
+    predicate: dict[str, object] = {
         "runId": run_id,
         "goal": seal(goal),
         "goalHash": goal_hash(goal),
         "policy": seal(policy_record(policy_config_hash, toolkit_version, base_config_hash, policy_transitions)),
         "tasks": seal(task_records),
         "contractHash": contract_hash,
-        "deliveries": seal([dict(d) for d in deliveries]),
+        "deliveries": seal([_form(d) for d in deliveries]),
         "integration": seal(
             {
                 "target": integration["target"],
                 "base": integration["base"],
                 "order": list(integration["order"]),
-                "steps": [
-                    {"label": s["label"], "commit": s["commit"], "parents": list(s["parents"]), "tree": s["tree"]}
-                    for s in integration["steps"]
-                ],
+                "steps": [_step(s) for s in integration["steps"]],
                 **{k: integration[k] for k in ("unreviewed", "targetRewritten") if integration.get(k)},
             }
         ),
         "verification": seal([dict(v) for v in verification]),
-        "reviews": seal([dict(r) for r in reviews]),
+        "reviews": seal([_form(r) for r in reviews]),
         "toolkitVersion": toolkit_version,
         "createdAt": iso8601(created_at) if isinstance(created_at, int | float) else created_at,
     }
@@ -242,15 +241,26 @@ def build_predicate(
     return predicate
 
 
+def _form(item: DeliveryEntry | ReviewResult | Mapping[str, object]) -> dict[str, object]:
+    """A record's predicate form, or a form given already."""
+    return item.to_json() if isinstance(item, DeliveryEntry | ReviewResult) else dict(item)
+
+
+def _step(step: MergeStep | Mapping[str, object]) -> dict[str, object]:
+    """A merge step's predicate form (a given form is cut to the step's keys)."""
+    record = step if isinstance(step, MergeStep) else MergeStep.from_json(step)
+    return record.to_json()
+
+
 def build_statement(
-    *, commit: str, tree: str, subject_name: str, predicate: Mapping[str, Any], version: int = 2
-) -> dict[str, Any]:
+    *, commit: str, tree: str, subject_name: str, predicate: Mapping[str, object], version: int = 2
+) -> dict[str, object]:
     """The in-toto Statement binding ``predicate`` to ``commit`` and its ``tree``.
 
     ``subject_name`` is the target branch (``main``) or ``integration``; the subject is named ``git:<that>``.
     Raises ``SCHEMA_INVALID`` when the result is not a valid receipt statement.
     """
-    statement = {
+    statement: dict[str, object] = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": SUBJECT_PREFIX + subject_name, "digest": {"gitCommit": commit, "gitTree": tree}}],
         "predicateType": PREDICATE_TYPE if version >= 2 else PREDICATE_TYPE_V1,

@@ -111,7 +111,7 @@ def resume(
                 )
         for task in view.tasks().values():
             if task.status is TaskStatus.BLOCKED:
-                started = task.parent is None or "workerId" in task.extra
+                started = task.parent is None or task.worker_id is not None
                 taskbook.put(
                     change,
                     replace(task, status=TaskStatus.RUNNING if started else TaskStatus.PLANNED, blocked_reason=None),
@@ -245,7 +245,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
                 "parent": t.parent,
                 "dependencies": list(t.dependencies),
                 "revision": t.revision,
-                "delivery": (t.extra.get("delivery") or {}).get("commit"),
+                "delivery": t.delivery.commit if t.delivery is not None else None,
                 "blockedReason": t.blocked_reason,
             }
             for t in sorted(tasks.values(), key=lambda t: (t.parent is not None, order.get(t.id, 0)))

@@ -157,7 +157,7 @@ def _started(journal: Journal, entry: Entry, final: Worker | None, count: int) -
     worker_id = str(entry.data["workerId"])
     record = _worker_at(journal, entry.commit, worker_id)
     known = record or final
-    reason = (record.extra.get("wake") or record.diagnostic) if record is not None else None
+    reason = (record.wake or record.diagnostic) if record is not None else None
     return Generation(
         worker_id=worker_id,
         role=str(known.role) if known else str(Role.CHILD),
@@ -242,13 +242,13 @@ def _evidence(
     out = []
     for gen in generations:
         task = tasks.get(gen.task_id or "")
-        delivery = task.extra.get("delivery") if task is not None else None
+        delivery = task.delivery if task is not None else None
         handoffs = []
         for handoff in gen.handoffs:
             records = evidence.for_commit(handoff.commit)
-            if isinstance(delivery, Mapping) and handoff.commit == gen.delivered == delivery.get("commit"):
+            if delivery is not None and handoff.commit == gen.delivered == delivery.commit:
                 named = {r.digest: r for r in records}
-                chosen = [(str(d), named.get(str(d))) for d in delivery.get("evidence", ())]
+                chosen = [(str(d), named.get(str(d))) for d in delivery.evidence]
             else:
                 until = (handoff.answered_at or gen.ended_at or handoff.at + WINDOW) + SLACK
                 chosen = [
@@ -310,11 +310,11 @@ def _reviews(journal: Journal, integration: Integration | None, entries: Sequenc
     reports = list(_added_reports(journal, recorded[-1].commit, recorded[-1].parent)) if recorded else []
     facts = []
     for review in integration.reviews:
-        name = str(review.get("reviewer"))
+        name = review.reviewer
         report = next((r for r in reports if r.get("reviewer") == name), None)
         if report is None and len(reports) == len(integration.reviews) == 1:
             report = reports[0]
-        facts.append(ReviewFact(name, str(review.get("verdict")), str(review.get("reportDigest")), report))
+        facts.append(ReviewFact(name, review.verdict, review.report_digest, report))
     return facts
 
 

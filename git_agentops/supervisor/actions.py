@@ -30,6 +30,7 @@ from ..gitstore.journal import Change, Event
 from ..integrate.delivery import Handoff, check_handoff, deliver
 from ..integrate.pipeline import check_finalize, integrate
 from ..integrate.secrets import clean_text
+from ..model.delivery import Digest, PendingFinalize
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
 from ..model.task import Criterion, TaskStatus, check_runners, new_task
@@ -75,7 +76,7 @@ def plan(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
             )
         except AgentOpsError as exc:
             raise AgentOpsError("RUN_PLAN_INVALID", exc.message) from exc
-        taskbook.create(change, replace(task, status=TaskStatus.RUNNING, extra={"workerId": worker.worker_id}))
+        taskbook.create(change, replace(task, status=TaskStatus.RUNNING, worker_id=worker.worker_id))
         runstate.put_run(change, replace(run, root_task_id=task.id))
         runstate.put_worker(change, replace(view.worker(worker.worker_id), task_id=task.id))
         run = runstate.recompute_contract(change, view)
@@ -127,7 +128,9 @@ def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         if replanning:
             old = tasks[replanning]
             taskbook.put(change, replace(old, superseded_by=old.revision + 1))
-            taskbook.put(change, replace(task, revision=old.revision + 1, extra=dict(old.extra)))
+            taskbook.put(
+                change, replace(task, revision=old.revision + 1, worker_id=old.worker_id, delivery=old.delivery)
+            )
             if old.status is TaskStatus.BLOCKED:  # what it blocked may run again once it delivers
                 for other in tasks.values():
                     if (
@@ -251,9 +254,9 @@ def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
     tasks = loop.state.tasks()
     task = tasks.get(worker.task_id or "")
     allowed = {
-        str((tasks[d].extra.get("delivery") or {}).get("commit"))
+        delivery.commit
         for d in (task.dependencies if task is not None else ())
-        if d in tasks
+        if d in tasks and (delivery := tasks[d].delivery) is not None
     }
     repo = loop.state.store.repo
     try:
@@ -279,12 +282,7 @@ def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
 def finalize(loop: Loop, worker: Worker, request: Request) -> None:
     """``finalize``: every child delivered (``RUN_DELIVERIES_PENDING``); stop the coordinator, integrate in a job."""
     check_finalize(worker, loop.state.run(), loop.state.tasks())
-    pending = {
-        "requestId": request.request_id,
-        "requestDigest": request.digest,
-        "rawDigest": request.raw_digest,
-        "generation": worker.generation,
-    }
+    pending = PendingFinalize(request.request_id, Digest(request.digest), Digest(request.raw_digest), worker.generation)
     begin_integration(loop, worker, pending, summary=f"{worker.worker_id} asks to finalize")
     _accepted(
         worker,
@@ -313,20 +311,16 @@ def auto_finalize(loop: Loop, coordinator: Worker, wake_key: str) -> None:
     """
     check_finalize(coordinator, loop.state.run(), loop.state.tasks())
     key = digest({"auto-finalize": wake_key})
-    pending = {
-        "requestId": f"auto-finalize-{key[:12]}",
-        "requestDigest": key,
-        "rawDigest": key,
-        "generation": coordinator.generation,
-        "automatic": True,
-    }
+    pending = PendingFinalize(
+        f"auto-finalize-{key[:12]}", Digest(key), Digest(key), coordinator.generation, automatic=True
+    )
     begin_integration(loop, coordinator, pending, summary="every child is delivered: integrating", woken_for=wake_key)
     ctx = loop.ctx
     loop.submit(coordinator.worker_id, lambda store: integrate(ctx, store))
 
 
 def begin_integration(
-    loop: Loop, worker: Worker, pending: dict[str, Any], *, summary: str, woken_for: str | None = None
+    loop: Loop, worker: Worker, pending: PendingFinalize, *, summary: str, woken_for: str | None = None
 ) -> None:
     """Record the integration as requested and the coordinator as handing off, in one commit."""
 
@@ -337,7 +331,7 @@ def begin_integration(
         woken = (*current.woken_for, woken_for) if woken_for else current.woken_for
         runstate.put_worker(change, replace(current, status=WorkerStatus.HANDING_OFF, woken_for=woken))
 
-    runstate.mutate(loop.journal, begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending["requestId"]}))
+    runstate.mutate(loop.journal, begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending.request_id}))
 
 
 ACTIONS: Mapping[str, Action] = {

@@ -21,7 +21,7 @@ from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..integrate.merge import merge_chain
 from ..model.run import Role, Worker, WorkerStatus
-from ..model.task import TaskStatus
+from ..model.task import TaskStatus, delivered
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
@@ -81,7 +81,7 @@ def schedule(loop: Loop) -> None:
             coordinator_branch=workers[run.coordinator_id].branch,
             coordinator_worktree=workers[run.coordinator_id].worktree,
             deliveries=tuple(
-                (d, tasks[d].extra["delivery"]["commit"])
+                (d, delivered(tasks[d]).commit)
                 for d in sorted(task.dependencies, key=lambda d: order.get(d, len(order)))
             ),
         )
@@ -97,9 +97,7 @@ def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -
         current = view.task(task_id)
         if current.status is not TaskStatus.PLANNED:
             raise AgentOpsError("RUN_NOT_ACTIVE", f"{task_id} is {current.status}")
-        taskbook.put(
-            change, replace(current, status=TaskStatus.RUNNING, extra={**current.extra, "workerId": worker_id})
-        )
+        taskbook.put(change, replace(current, status=TaskStatus.RUNNING, worker_id=worker_id))
         previous = view.worker(worker_id) if f"{worker_id}.json" in view.view.list("workers") else None
         runstate.put_worker(
             change,
@@ -112,7 +110,7 @@ def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -
                 task_id=task_id,
                 status=WorkerStatus.ASSIGNED,
                 generation=previous.generation if previous else 0,  # a fencing token never goes back
-                extra={"provisioning": True},
+                provisioning=True,
                 session=previous.session if previous else None,
                 usage=previous.usage if previous else (),
             ),
@@ -170,8 +168,7 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
 
     def ready(change: Change, view: runstate.RunView) -> None:
         worker = view.worker(job.worker_id)
-        extra = {k: v for k, v in worker.extra.items() if k != "provisioning"}
-        runstate.put_worker(change, replace(worker, base=head, extra=extra))
+        runstate.put_worker(change, replace(worker, base=head, provisioning=False))
 
     runstate.mutate(
         runstate.journal(store, ctx.run_id),

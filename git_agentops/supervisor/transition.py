@@ -184,13 +184,9 @@ def _fence(loop: Loop, transition: Transition) -> Transition | None:
     loop.ctx.fault("policy:fence")
     workers = loop.state.workers().values()
     delivered = [
-        FrozenDelivery(
-            t.id,
-            t.extra["delivery"]["commit"],
-            t.policy_config_hash or transition.old_hash,
-        )
+        FrozenDelivery(t.id, t.delivery.commit, t.policy_config_hash or transition.old_hash)
         for t in loop.state.tasks().values()
-        if t.status is TaskStatus.DELIVERED and isinstance(t.extra.get("delivery"), dict)
+        if t.status is TaskStatus.DELIVERED and t.delivery is not None
     ]
     resume = sorted(
         w.worker_id

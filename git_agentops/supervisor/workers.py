@@ -35,7 +35,6 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..hosts.launch import Launch, generation_output, generation_tail, host_spec, start
 from ..model.lifecycle import (
-    INTERRUPTED,
     Wake,
     allowance_spent,
     failed_generations,
@@ -235,19 +234,16 @@ class Workers:
             if (spent := budget_spent(run, view.workers(), self.clock.now())) is not None:  # the loop ends the run
                 raise AgentOpsError("RUN_NOT_ACTIVE", f"{spent}; no new generation starts")
             current = view.worker(worker_id)
-            extra = {k: v for k, v in current.extra.items() if k not in ("wake", "resumed", INTERRUPTED)}
             told = [f"- {event.reason}" for event in wake or ()] + [line for line in [restart_wake(current)] if line]
-            if told:
-                extra["wake"] = "\n".join(told)
-            if spec.resume and current.session:
-                extra["resumed"] = current.session
             worker = replace(
                 current,
                 generation=current.generation + 1,
                 status=WorkerStatus.STARTING,
                 process=None,
                 started_at=self.clock.now(),
-                extra=extra,
+                wake="\n".join(told) if told else None,
+                resumed=current.session if spec.resume and current.session else None,
+                interrupted=None,
                 woken_for=(*current.woken_for, *(event.key for event in wake or ())),
             )
             runstate.put_worker(change, worker)
@@ -267,7 +263,7 @@ class Workers:
         worktree = Path(worker.worktree)
         doc = self.briefing.write(worker)
         recipe = self.briefing.recipe
-        session = worker.extra.get("resumed")
+        session = worker.resumed
         launch = Launch(
             worktree=worktree,
             mailbox=worktree / mailbox.MAILBOX,
@@ -355,16 +351,15 @@ class Workers:
 
     def _ended(self, worker: Worker, exit_code: int | None, accounted: dict[str, Any]) -> None:
         tail = self.log_tail(worker)
-        if worker.extra.get("resumed") and exit_code not in (0, None):
-            extra = {k: v for k, v in worker.extra.items() if k != "resumed"}
+        if worker.resumed and exit_code not in (0, None):
             self.set(
                 worker.worker_id,
                 status=WorkerStatus.STOPPED,
                 process=None,
                 session=None,
-                extra=extra,
+                resumed=None,
                 event="HOST_RESUME_FAILED",
-                summary=f"{worker.worker_id}: resuming session {worker.extra['resumed']} failed "
+                summary=f"{worker.worker_id}: resuming session {worker.resumed} failed "
                 f"(status {exit_code}); starting a fresh session",
                 **{k: v for k, v in accounted.items() if k != "session"},
             )
