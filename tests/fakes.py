@@ -172,7 +172,8 @@ class FakeLoop:
         self.workers.block(worker_id, code, reason)
 
     def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
-        self.bound = Binding(policy, replace(self.ctx, policy=policy), self.bound.confine)
+        confine = Confinement(self.store, policy, {}, self.ctx.run_dir, self.log)
+        self.bound = Binding(policy, replace(self.ctx, policy=policy), confine)
 
     def set_status(self, status: RunStatus, reason: str | None, *, disable: bool = False) -> None:
         def change_status(change: Change, view: runstate.RunView) -> None:
@@ -183,6 +184,10 @@ class FakeLoop:
 
     def brief_policy(self) -> None:
         self.briefed += 1
+
+    def track_transition(self, transition_id: str | None) -> None:
+        self.transition = transition_id
+        self.brief_policy()
 
     def log(self, message: str) -> None:
         self.logs.append(message)

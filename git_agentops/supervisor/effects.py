@@ -159,8 +159,7 @@ def execute(loop: Loop, effects: Iterable[Effect]) -> dict[str, Any] | None:
             case BeginTransition(transition, data):
                 transitions.begin(loop.state.store, transition, data)
                 loop.ctx.fault("policy:prepared")
-                loop.transition = transition.transition_id
-                loop.brief_policy()
+                loop.track_transition(transition.transition_id)
             case Log(message):
                 loop.log(message)
     return answered

@@ -199,6 +199,10 @@ class Supervisor:
         changes = str(self.policy.doc["run"].get("policy_changes", "user"))
         self.briefing.policy = {"changes": changes, "transitions": transitions.brief(self.store, self.run_id)}
 
+    def track_transition(self, transition_id: str | None) -> None:
+        self.transition = transition_id
+        self.brief_policy()
+
     def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
         ctx = replace(self.ctx, policy=policy, policy_file=transitions.blob_of(policy_file))
         self.bound = Binding(policy, ctx, Confinement(self.store, policy, self.environ, self.dir, self.log))
@@ -318,7 +322,7 @@ class Supervisor:
         self.workers.reconcile()
         adopt_orphans(self.store, self.run_id, self.clock, reverify=reverifier(self.ctx))
         self.state.refresh()
-        transition.discover(self)  # finished before anything else
+        self.transition = transition.discover(self)  # finished before anything else
         self.brief_policy()
         if self._resume_integration():
             self.log("resuming an interrupted integration")

@@ -67,8 +67,11 @@ class Loop(Protocol):
 
     run_id: str
     state: StateCache
-    transition: str | None
-    """The pending policy transition's id (:mod:`.transition`), or None."""
+
+    @property
+    def transition(self) -> str | None:
+        """The pending policy transition's id (:mod:`.transition`), or None."""
+        ...
 
     @property
     def policy(self) -> Policy:
@@ -133,6 +136,11 @@ class Loop(Protocol):
 
     def brief_policy(self) -> None:
         """Tell every worker's instructions the policy in force and the run's transitions (after one changed)."""
+        ...
+
+    def track_transition(self, transition_id: str | None) -> None:
+        """The pending policy transition is now ``transition_id`` (None: it ended); every worker's instructions say
+        so (:meth:`brief_policy`)."""
         ...
 
     def log(self, message: str) -> None:
