@@ -19,7 +19,8 @@ transaction:
 6. **complete** -- the run is complete and its worktrees removed (branches and delivery refs stay).
 
 Each step is recorded in ``run.json`` (:class:`~git_agentops.model.integration.Integration`) before the next
-starts. After a crash the next supervisor rolls forward from the record: the target moves at most once
+starts; the transaction is the table :data:`STEPS`, driven by one roll-forward loop (:mod:`.steps`), so after a
+crash the next supervisor rolls forward from the record by the same loop: the target moves at most once
 (publishing is a CAS from the recorded base, and a candidate that is already in the target's history counts as
 published), and once resumed a receipt exists exactly when the target moved. A failure before publishing is a
 :class:`~git_agentops.runs.jobs.Refusal` of the finalize request: the coordinator restarts with it as its
@@ -29,6 +30,7 @@ diagnostic.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -60,11 +62,12 @@ from .gate import gate
 from .merge import ChainResult, merge_chain
 from .record import ZERO_DIGEST, advance, fail
 from .remote import follow, publish, remote_tip
+from .steps import Progress, Step, roll_forward
 
 MAX_PUBLISH_ATTEMPTS: Final = 3
 
 
-def check_finalize(worker: Worker, run: Run, tasks: dict[str, Task]) -> None:
+def check_finalize(worker: Worker, run: Run, tasks: Mapping[str, Task]) -> None:
     """``RUN_DELIVERIES_PENDING`` unless the coordinator asks and every child task is delivered."""
     if worker.role is not Role.COORDINATOR:
         raise AgentOpsError("RUN_DELIVERIES_PENDING", "only the coordinator finalizes")
@@ -104,49 +107,100 @@ def _tip(ctx: JobContext, store: Store, target: str) -> str | None:
 
 
 def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
-    view = runstate.read(store, ctx.run_id)
-    run = view.run()
-    integration = run.integration or Integration(IntegrationStatus.REQUESTED)
-    status = integration.status
-    if status in BUILT and integration.candidate is not None:
-        tip = _tip(ctx, store, run.target)
-        if tip is not None and _contains(store, tip, integration.candidate):
-            if ctx.policy.remote and integration.base:  # pushed before a crash: the local target follows now
-                follow(ctx, store, ctx.policy.remote, run.target, integration.base, integration.candidate)
-            elif integration.base:  # the CAS moved it before a crash: its checkouts follow now
-                _follow_local(ctx, store, run.target, integration.base, integration.candidate)
-            advance(
-                ctx,
-                store,
-                "INTEGRATION_PUBLISHED",
-                "the target already holds the candidate",
-                status=IntegrationStatus.PUBLISHED,
-            )
-            status = IntegrationStatus.PUBLISHED
-    if status not in (IntegrationStatus.PUBLISHED, IntegrationStatus.RECEIPTED):
-        published: bool | Wait = False
-        gated = status is IntegrationStatus.REVIEWED and integration.candidate and integration.base
-        if gated and integration.base == _tip(ctx, store, run.target):  # gated already: publish it
-            assert integration.base is not None and integration.candidate is not None
-            published = _publish(ctx, store, run.target, integration.base, integration.candidate)
-        if isinstance(published, Wait):
-            return published
-        if not published:
-            refused = _build_and_publish(ctx, store, view)
-            if refused is not None:
-                return refused
-    run = runstate.read(store, ctx.run_id).run()
-    if run.integration is not None and run.integration.status is IntegrationStatus.PUBLISHED:
-        receipt_digest = _add_receipt(ctx, store)
-        advance(
-            ctx,
-            store,
-            "INTEGRATION_RECEIPTED",
-            "receipt added",
-            status=IntegrationStatus.RECEIPTED,
-            receipt_digest=receipt_digest,
-        )
+    return roll_forward(ctx, store, STEPS, _finish)
+
+
+# -- the table of steps (:mod:`.steps`): each reads the record afresh; resuming is finding the first one due ----------
+
+
+def _adopt(ctx: JobContext, store: Store, now: Progress) -> None:
+    """A candidate built before a crash that the target already holds (the CAS or the push happened, the record
+    was not written): the target's checkouts follow now, and the record says published."""
+    integration, target = now.integration, now.run.target
+    assert integration.candidate is not None  # the step's precondition
+    tip = _tip(ctx, store, target)
+    if tip is None or not _contains(store, tip, integration.candidate):
+        return None
+    if ctx.policy.remote and integration.base:  # pushed before a crash: the local target follows now
+        follow(ctx, store, ctx.policy.remote, target, integration.base, integration.candidate)
+    elif integration.base:  # the CAS moved it before a crash: its checkouts follow now
+        _follow_local(ctx, store, target, integration.base, integration.candidate)
+    advance(
+        ctx,
+        store,
+        "INTEGRATION_PUBLISHED",
+        "the target already holds the candidate",
+        status=IntegrationStatus.PUBLISHED,
+    )
+
+
+def _publish_gated(ctx: JobContext, store: Store, now: Progress) -> Wait | None:
+    """A candidate gated before a crash, on the target's tip still: publish it without building it again (a tip
+    that moved, or moves before the CAS, leaves the record as it is, and the next step rebuilds)."""
+    integration, target = now.integration, now.run.target
+    assert integration.base is not None and integration.candidate is not None  # the step's precondition
+    if integration.base != _tip(ctx, store, target):
+        return None
+    published = _publish(ctx, store, target, integration.base, integration.candidate)
+    return published if isinstance(published, Wait) else None
+
+
+def _build(ctx: JobContext, store: Store, now: Progress) -> Refusal | Wait | None:
+    """Steps 1 to 4 as one step: a crash anywhere in them resumes by building on the target's tip anew."""
+    return _build_and_publish(ctx, store, now.view)
+
+
+def _receipt(ctx: JobContext, store: Store, now: Progress) -> None:
+    """Step 5 (:func:`_add_receipt`), recorded."""
+    receipt_digest = _add_receipt(ctx, store)
+    advance(
+        ctx,
+        store,
+        "INTEGRATION_RECEIPTED",
+        "receipt added",
+        status=IntegrationStatus.RECEIPTED,
+        receipt_digest=receipt_digest,
+    )
+
+
+def _finish(ctx: JobContext, store: Store, now: Progress) -> Integrated:
+    """Step 6 (:func:`_complete`): always due last."""
     return Integrated(_complete(ctx, store))
+
+
+_DONE: Final = (IntegrationStatus.PUBLISHED, IntegrationStatus.RECEIPTED)
+STEPS: Final = (
+    Step(
+        "adopt",
+        lambda now: now.status in BUILT and now.integration.candidate is not None,
+        _adopt,
+        (IntegrationStatus.PUBLISHED,),
+    ),
+    Step(
+        "publish",
+        lambda now: (
+            now.status is IntegrationStatus.REVIEWED
+            and now.integration.candidate is not None
+            and now.integration.base is not None
+        ),
+        _publish_gated,
+        (IntegrationStatus.PUBLISHED,),
+    ),
+    Step(
+        "build",
+        lambda now: now.status not in _DONE,
+        _build,
+        (
+            IntegrationStatus.PREPARED,
+            IntegrationStatus.VERIFIED,
+            IntegrationStatus.REVIEWED,
+            IntegrationStatus.PUBLISHED,
+            IntegrationStatus.FAILED,
+        ),
+    ),
+    Step("receipt", lambda now: now.status is IntegrationStatus.PUBLISHED, _receipt, (IntegrationStatus.RECEIPTED,)),
+)
+"""The integration, in order; :func:`_finish` (``complete``) follows the last row. See :mod:`.steps`."""
 
 
 def _contains(store: Store, tip: str, commit: str) -> bool:

@@ -9,15 +9,17 @@
 | ``finalize`` | the coordinator           | every child delivered: stops the writers and integrates in a job          |
 | ``policy``   | the coordinator           | records a policy transition (:mod:`.proposal`, :mod:`.transition`)        |
 
-An action refuses by raising :class:`~git_agentops.errors.AgentOpsError`; the refusal is recorded as the
-request's answer. ``handoff`` and ``finalize`` answer from their job.
+Each action reads a :class:`~.ports.Snapshot` and returns the effects to carry out (:mod:`.effects`): the loop
+executes them, in order, and a test can assert them without a supervisor. An action refuses by raising
+:class:`~git_agentops.errors.AgentOpsError`; the refusal is recorded as the request's answer. ``handoff`` and
+``finalize`` answer from their job (after an acceptance the agent reads while it ends its turn).
 """
 
 from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,20 +29,37 @@ import pygit2
 from ..canonical import digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
+from ..gitstore.repo import Store
 from ..integrate.delivery import Handoff, check_handoff, deliver
 from ..integrate.pipeline import check_finalize, integrate
 from ..integrate.secrets import clean_text
 from ..model.delivery import Digest, PendingFinalize
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
-from ..model.task import Criterion, TaskStatus, check_runners, new_task
+from ..model.task import Criterion, Task, TaskStatus, check_runners, new_task
 from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Request
 from . import proposal
-from .ports import Loop
-from .requests import Action, answer
+from .effects import (
+    Answer,
+    ChangeState,
+    Effect,
+    EndTurn,
+    Log,
+    Respond,
+    StopWorkers,
+    Submit,
+    execute,
+    set_worker,
+)
+from .ports import Loop, Snapshot
+from .requests import Action
+
+Effects = tuple[Effect, ...]
+Handler = Callable[[Snapshot, Worker, Request], Effects]
+"""An action: what to do about a request, from a snapshot (see the module docstring)."""
 
 
 def _criteria(items: list[Any]) -> list[Criterion]:
@@ -55,7 +74,7 @@ def _criteria(items: list[Any]) -> list[Criterion]:
     return out
 
 
-def plan(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+def plan(snap: Snapshot, worker: Worker, request: Request) -> Effects:
     """``plan``: the root task (``RUN_COORDINATOR_REQUIRED``, ``RUN_PLAN_INVALID``)."""
     if worker.role is not Role.COORDINATOR:
         raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator plans the root task")
@@ -72,7 +91,7 @@ def plan(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
                 intent=doc["intent"],
                 goal=run.goal,
                 criteria=_criteria(doc["criteria"]),
-                policy_config_hash=loop.policy.config_hash,
+                policy_config_hash=snap.policy.config_hash,
             )
         except AgentOpsError as exc:
             raise AgentOpsError("RUN_PLAN_INVALID", exc.message) from exc
@@ -82,12 +101,12 @@ def plan(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         run = runstate.recompute_contract(change, view)
         return {"taskId": task.id, "contractHash": run.contract_hash}
 
-    return answer(loop, worker, request, "RUN_PLAN_CREATED", "root task created", effect)
+    return (Answer(worker, request, "RUN_PLAN_CREATED", "root task created", effect),)
 
 
-def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+def plan_child(snap: Snapshot, worker: Worker, request: Request) -> Effects:
     """``worker``: a child task (``RUN_DEPENDENCY_UNKNOWN``, ``RUN_DEPENDENCY_CYCLE``, ``RUN_PLAN_INVALID``)."""
-    if worker.role is not Role.COORDINATOR or loop.state.run().root_task_id is None:
+    if worker.role is not Role.COORDINATOR or snap.run.root_task_id is None:
         raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator plans children, after 'plan'")
     doc = request.doc
 
@@ -120,9 +139,9 @@ def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
                 criteria=_criteria(doc["criteria"]),
                 parent=run.root_task_id,
                 dependencies=dependencies,
-                policy_config_hash=loop.policy.config_hash,
+                policy_config_hash=snap.policy.config_hash,
             )
-            check_runners(task, (r.id for r in loop.policy.runners))
+            check_runners(task, (r.id for r in snap.policy.runners))
         except AgentOpsError as exc:
             raise AgentOpsError("RUN_PLAN_INVALID", exc.message) from exc
         if replanning:
@@ -145,10 +164,10 @@ def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         runstate.recompute_contract(change, view)
         return {"taskId": task.id}
 
-    return answer(loop, worker, request, "RUN_WORKER_PLANNED", "child task planned", effect)
+    return (Answer(worker, request, "RUN_WORKER_PLANNED", "child task planned", effect),)
 
 
-def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
+def question(snap: Snapshot, worker: Worker, request: Request) -> Effects:
     """``question``: record it, answer, then stop every writer until a person answers (``RUN_QUESTION_INVALID``)."""
     prompt = request.doc["prompt"]
     if not prompt.strip():
@@ -163,7 +182,7 @@ def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
                 "workerId": worker.worker_id,
                 "generation": worker.generation,
                 "prompt": prompt,
-                "askedAt": loop.ctx.clock.now(),
+                "askedAt": snap.ctx.clock.now(),
                 "answer": None,
                 "answeredAt": None,
             },
@@ -178,97 +197,102 @@ def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         )
         return {"questionId": question_id}
 
-    response = answer(
-        loop,
-        worker,
-        request,
-        "RUN_AWAITING_INPUT",
-        f"question {question_id} recorded; answer with 'git agentops-run answer {loop.run_id} {question_id} TEXT'",
-        effect,
+    return (
+        Answer(
+            worker,
+            request,
+            "RUN_AWAITING_INPUT",
+            f"question {question_id} recorded; answer with 'git agentops-run answer {snap.run_id} {question_id} TEXT'",
+            effect,
+            deliver=True,  # before the asker is stopped with everyone else
+        ),
+        StopWorkers(WorkerStatus.FENCED, f"awaiting the answer to {question_id}"),
+        Log(f"{worker.worker_id} asks ({question_id}): {clean_text(prompt, 200, snap.ctx.policy.deny_patterns)}"),
     )
-    mailbox.write_response(Path(worker.worktree), response)  # before the asker is stopped with everyone else
-    loop.state.refresh()
-    loop.stop_all(WorkerStatus.FENCED, f"awaiting the answer to {question_id}")
-    loop.log(f"{worker.worker_id} asks ({question_id}): {clean_text(prompt, 200, loop.ctx.policy.deny_patterns)}")
-    return response
 
 
-def handoff(loop: Loop, worker: Worker, request: Request) -> None:
+def handoff(snap: Snapshot, worker: Worker, request: Request) -> Effects:
     """``handoff``: check the checkout, stop the worker, then verify and freeze its commit in a job."""
     if worker.role is Role.COORDINATOR:
         raise AgentOpsError("RUN_COORDINATOR_FINALIZE_REQUIRED", "the coordinator finalizes; it does not hand off")
     source_files = tuple(request.doc.get("sourceFiles") or ())
     head = check_handoff(Path(worker.worktree), base=worker.base, source_files=source_files)
-    _note_foreign_merges(loop, worker, head)
     job = Handoff(
         worker=worker,
         request=request,
         head=head,
-        contract=worker_contract(loop.state.run(), worker, loop.state.tasks()),
+        contract=worker_contract(snap.run, worker, dict(snap.tasks)),
         source_files=source_files,
     )
-    loop.set_worker(
-        worker.worker_id,
-        status=WorkerStatus.HANDING_OFF,
-        event="WORKER_HANDING_OFF",
-        summary=f"{worker.worker_id} hands off {head[:12]}",
-    )
-    _accepted(
-        worker,
-        request,
-        "RUN_HANDOFF_ACCEPTED",
-        f"the supervisor took commit {head[:12]}: it verifies it itself in a clean checkout and freezes it. End your "
-        "turn now; if verification fails you are started again with the failure.",
-        {"head": head},
-    )
-    ctx = loop.ctx
+    ctx = snap.ctx
 
-    def stopped(accounted: Mapping[str, Any], by_itself: bool) -> None:
+    def stopped(accounted: Mapping[str, Any], by_itself: bool) -> Effects:
         how = "ended its turn" if by_itself else "stopped"
-        loop.set_worker(
-            worker.worker_id,
-            process=None,
-            event="WORKER_STOPPED_FOR_HANDOFF",
-            summary=f"{worker.worker_id} generation {worker.generation} {how} after its handoff",
-            **accounted,
+        return (
+            set_worker(
+                worker.worker_id,
+                process=None,
+                event="WORKER_STOPPED_FOR_HANDOFF",
+                summary=f"{worker.worker_id} generation {worker.generation} {how} after its handoff",
+                **accounted,
+            ),
+            Submit(worker.worker_id, lambda store: deliver(ctx, store, job)),
         )
-        loop.submit(worker.worker_id, lambda store: deliver(ctx, store, job))
 
-    loop.end_turn(worker, stopped)
+    return (
+        *foreign_merges(snap.store, snap.tasks, worker, head),
+        set_worker(
+            worker.worker_id,
+            status=WorkerStatus.HANDING_OFF,
+            event="WORKER_HANDING_OFF",
+            summary=f"{worker.worker_id} hands off {head[:12]}",
+        ),
+        _accepted(
+            worker,
+            request,
+            "RUN_HANDOFF_ACCEPTED",
+            f"the supervisor took commit {head[:12]}: it verifies it itself in a clean checkout and freezes it. End "
+            "your turn now; if verification fails you are started again with the failure.",
+            {"head": head},
+        ),
+        EndTurn(worker, stopped),
+    )
 
 
-def _accepted(worker: Worker, request: Request, code: str, message: str, data: Mapping[str, Any]) -> None:
+def _accepted(worker: Worker, request: Request, code: str, message: str, data: Mapping[str, Any]) -> Respond:
     """Tell the agent its handoff or finalize was taken, so it ends its turn (and its host prints its usage) while
-    the supervisor works; the job's own answer replaces this one in the mailbox when it is done."""
-    response = mailbox.response(request.request_id, request.raw_digest, code, message, data)
-    try:
-        mailbox.write_response(Path(worker.worktree), response)
-    except AgentOpsError:
-        pass  # the agent is stopped at the end of its grace all the same
+    the supervisor works; the job's own answer replaces this one in the mailbox when it is done (and when the
+    mailbox cannot be written, the agent is stopped at the end of its grace all the same)."""
+    return Respond(worker, mailbox.response(request.request_id, request.raw_digest, code, message, data))
 
 
 def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
-    """Record ``WORKER_FOREIGN_MERGE`` when the commits a child hands off merge in anything but the frozen
-    deliveries of its task's dependencies -- what the ``post-merge`` hook can only warn about (a hook runs in the
-    agent's own git process, so it never writes run state; the supervisor notes it here)."""
-    tasks = loop.state.tasks()
+    """:func:`foreign_merges`, carried out at once (for a caller holding the loop rather than a snapshot)."""
+    execute(loop, foreign_merges(loop.state.store, loop.state.tasks(), worker, head))
+
+
+def foreign_merges(store: Store, tasks: Mapping[str, Task], worker: Worker, head: str) -> Effects:
+    """``WORKER_FOREIGN_MERGE`` when the commits a child hands off merge in anything but the frozen deliveries of
+    its task's dependencies -- what the ``post-merge`` hook can only warn about (a hook runs in the agent's own git
+    process, so it never writes run state; the supervisor notes it here). Nothing when there is none."""
     task = tasks.get(worker.task_id or "")
     allowed = {
         delivery.commit
         for d in (task.dependencies if task is not None else ())
         if d in tasks and (delivery := tasks[d].delivery) is not None
     }
-    repo = loop.state.store.repo
+    repo = store.repo
     try:
         walker = repo.walk(pygit2.Oid(hex=head), pygit2.enums.SortMode.TOPOLOGICAL)
         if worker.base:
             walker.hide(pygit2.Oid(hex=worker.base))
         foreign = [str(p) for c in itertools.islice(walker, 1000) for p in c.parent_ids[1:] if str(p) not in allowed]
     except (KeyError, ValueError, pygit2.GitError):  # an object this repository does not have
-        return
-    if foreign:
-        runstate.mutate(
-            loop.journal,
+        return ()
+    if not foreign:
+        return ()
+    return (
+        ChangeState(
             lambda change, view: None,
             Event(
                 "WORKER_FOREIGN_MERGE",
@@ -276,53 +300,61 @@ def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
                 "not the frozen delivery of a dependency",
                 {"workerId": worker.worker_id, "head": head, "commits": foreign[:20]},
             ),
-        )
-
-
-def finalize(loop: Loop, worker: Worker, request: Request) -> None:
-    """``finalize``: every child delivered (``RUN_DELIVERIES_PENDING``); stop the coordinator, integrate in a job."""
-    check_finalize(worker, loop.state.run(), loop.state.tasks())
-    pending = PendingFinalize(request.request_id, Digest(request.digest), Digest(request.raw_digest), worker.generation)
-    begin_integration(loop, worker, pending, summary=f"{worker.worker_id} asks to finalize")
-    _accepted(
-        worker,
-        request,
-        "RUN_FINALIZE_ACCEPTED",
-        "the supervisor integrates every delivery, has it reviewed and publishes it. End your turn now; you are "
-        "woken if anything needs you.",
-        {},
+        ),
     )
-    ctx = loop.ctx
-
-    def stopped(accounted: Mapping[str, Any], by_itself: bool) -> None:
-        if accounted:
-            how = "ended its turn" if by_itself else "stopped"
-            loop.set_worker(worker.worker_id, event="WORKER_STOPPED", summary=f"{how} for integration", **accounted)
-        loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
-
-    loop.end_turn(worker, stopped)
 
 
-def auto_finalize(loop: Loop, coordinator: Worker, wake_key: str) -> None:
+def finalize(snap: Snapshot, worker: Worker, request: Request) -> Effects:
+    """``finalize``: every child delivered (``RUN_DELIVERIES_PENDING``); stop the coordinator, integrate in a job."""
+    check_finalize(worker, snap.run, snap.tasks)
+    pending = PendingFinalize(request.request_id, Digest(request.digest), Digest(request.raw_digest), worker.generation)
+    ctx = snap.ctx
+
+    def stopped(accounted: Mapping[str, Any], by_itself: bool) -> Effects:
+        how = "ended its turn" if by_itself else "stopped"
+        account = (
+            (set_worker(worker.worker_id, event="WORKER_STOPPED", summary=f"{how} for integration", **accounted),)
+            if accounted
+            else ()
+        )
+        return (*account, Submit(worker.worker_id, lambda store: integrate(ctx, store)))
+
+    return (
+        begin_integration(worker, pending, summary=f"{worker.worker_id} asks to finalize"),
+        _accepted(
+            worker,
+            request,
+            "RUN_FINALIZE_ACCEPTED",
+            "the supervisor integrates every delivery, has it reviewed and publishes it. End your turn now; you are "
+            "woken if anything needs you.",
+            {},
+        ),
+        EndTurn(worker, stopped),
+    )
+
+
+def auto_finalize(snap: Snapshot, coordinator: Worker, wake_key: str) -> Effects:
     """``[run] finalize = "auto"``: every child delivered, so integrate without waking the coordinator.
 
     The integration answers a request of the supervisor's own (``automatic``), so that a failure is recorded and
     restarts the coordinator with it exactly as a failed ``finalize`` would.
     """
-    check_finalize(coordinator, loop.state.run(), loop.state.tasks())
+    check_finalize(coordinator, snap.run, snap.tasks)
     key = digest({"auto-finalize": wake_key})
     pending = PendingFinalize(
         f"auto-finalize-{key[:12]}", Digest(key), Digest(key), coordinator.generation, automatic=True
     )
-    begin_integration(loop, coordinator, pending, summary="every child is delivered: integrating", woken_for=wake_key)
-    ctx = loop.ctx
-    loop.submit(coordinator.worker_id, lambda store: integrate(ctx, store))
+    ctx = snap.ctx
+    return (
+        begin_integration(coordinator, pending, summary="every child is delivered: integrating", woken_for=wake_key),
+        Submit(coordinator.worker_id, lambda store: integrate(ctx, store)),
+    )
 
 
 def begin_integration(
-    loop: Loop, worker: Worker, pending: PendingFinalize, *, summary: str, woken_for: str | None = None
-) -> None:
-    """Record the integration as requested and the coordinator as handing off, in one commit."""
+    worker: Worker, pending: PendingFinalize, *, summary: str, woken_for: str | None = None
+) -> ChangeState:
+    """The integration recorded as requested and the coordinator as handing off, in one commit."""
 
     def begin(change: Change, view: runstate.RunView) -> None:
         integration = Integration(IntegrationStatus.REQUESTED, request=pending, attempts=0)
@@ -331,10 +363,20 @@ def begin_integration(
         woken = (*current.woken_for, woken_for) if woken_for else current.woken_for
         runstate.put_worker(change, replace(current, status=WorkerStatus.HANDING_OFF, woken_for=woken))
 
-    runstate.mutate(loop.journal, begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending.request_id}))
+    return ChangeState(begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending.request_id}))
 
 
-ACTIONS: Mapping[str, Action] = {
+def acting(handler: Handler) -> Action:
+    """The request action that carries out what ``handler`` returns from the loop's snapshot (:mod:`.effects`):
+    the response of its answer, or None when a job answers."""
+
+    def act(loop: Loop, worker: Worker, request: Request) -> dict[str, Any] | None:
+        return execute(loop, handler(loop.snapshot(), worker, request))
+
+    return act
+
+
+HANDLERS: Mapping[str, Handler] = {
     "plan": plan,
     "worker": plan_child,
     "question": question,
@@ -342,3 +384,7 @@ ACTIONS: Mapping[str, Action] = {
     "finalize": finalize,
     "policy": proposal.request,
 }
+"""Every action, by request action: what it decides."""
+
+ACTIONS: Mapping[str, Action] = {name: acting(handler) for name, handler in HANDLERS.items()}
+"""Every action as :mod:`.requests` calls it: decided from the loop's snapshot, carried out by the loop."""

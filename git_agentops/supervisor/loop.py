@@ -19,6 +19,10 @@ answers at most one request per worker (:mod:`.requests`, :mod:`.actions`), star
 generation, provisions ready tasks up to ``max_workers`` (:mod:`.scheduler`) and keeps instructions current
 (:mod:`.briefing`). Slow work -- provisioning a worktree, verifying a handoff, integrating -- runs in job threads
 that get a frozen :class:`~git_agentops.runs.jobs.JobContext`, never the supervisor itself.
+
+The request actions and the scheduler decide from a :class:`~.ports.Snapshot` and return effects; the loop carries
+them out (:mod:`.effects`). The policy in force is one :class:`~.ports.Binding` (the policy, the jobs' context, the
+confinement of generations), swapped whole by :meth:`Supervisor.rebind`.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement
+from .effects import execute
+from .ports import Binding, Snapshot
 from .turns import TurnEnds, turn_grace
 from .workers import Workers
 
@@ -97,7 +103,6 @@ class Supervisor:
     ) -> None:
         self.store = store
         self.run_id = run_id
-        self.policy = policy
         self.environ = MappingProxyType(dict(environ))
         self.clock = clock
         self.poll = poll
@@ -106,7 +111,7 @@ class Supervisor:
         self.state = StateCache(store, run_id, log=self.log)
         self.jobs: dict[str, Future[JobResult]] = {}  # worker id -> its provisioning, handoff or integration job
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentops-job")
-        self.ctx = JobContext(
+        ctx = JobContext(
             run_id=run_id,
             policy=policy,
             trust=trust,
@@ -118,6 +123,7 @@ class Supervisor:
             policy_file=transitions.blob_of(transitions.bound_file(store, run_id)),
             held=HeldSecrets.from_environ(self.environ),  # what agents never get, and deliveries never carry
         )
+        self.bound = Binding(policy, ctx, Confinement(store, policy, self.environ, self.dir, self.log))
         self.transition: str | None = None  # the pending policy transition (supervisor.transition)
         self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (supervisor.tenure)
         self.lease_renewed, self.lease_retry_at, self.lease_lost = 0.0, 0.0, False
@@ -126,7 +132,7 @@ class Supervisor:
             store,
             run_id,
             state=self.state,
-            policy=policy,
+            binding=lambda: self.bound,
             environ=self.environ,
             clock=clock,
             log=self.log,
@@ -141,8 +147,28 @@ class Supervisor:
 
     # -- what handlers see (supervisor.ports.Loop) ------------------------------------------------------------------
     @property
+    def policy(self) -> Policy:
+        return self.bound.policy
+
+    @property
+    def ctx(self) -> JobContext:
+        return self.bound.ctx
+
+    @property
     def journal(self) -> Journal:
         return self.state.journal
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            run_id=self.run_id,
+            run=self.state.run(),
+            tasks=MappingProxyType(self.state.tasks()),
+            workers=MappingProxyType(self.state.workers()),
+            binding=self.bound,
+            busy=frozenset(self.jobs),
+            transition=self.transition,
+            store=self.store,
+        )
 
     def log(self, message: str) -> None:
         self._log(message)
@@ -173,11 +199,13 @@ class Supervisor:
         changes = str(self.policy.doc["run"].get("policy_changes", "user"))
         self.briefing.policy = {"changes": changes, "transitions": transitions.brief(self.store, self.run_id)}
 
+    def track_transition(self, transition_id: str | None) -> None:
+        self.transition = transition_id
+        self.brief_policy()
+
     def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
-        self.policy = policy
-        self.ctx = replace(self.ctx, policy=policy, policy_file=transitions.blob_of(policy_file))
-        self.workers.policy = policy
-        self.workers.confine = Confinement(self.store, policy, self.environ, self.dir, self.log)
+        ctx = replace(self.ctx, policy=policy, policy_file=transitions.blob_of(policy_file))
+        self.bound = Binding(policy, ctx, Confinement(self.store, policy, self.environ, self.dir, self.log))
         self.log(f"now bound to the policy {policy.config_hash[:12]}")
 
     def submit(self, worker_id: str, job: Callable[[Store], JobResult]) -> None:
@@ -294,7 +322,7 @@ class Supervisor:
         self.workers.reconcile()
         adopt_orphans(self.store, self.run_id, self.clock, reverify=reverifier(self.ctx))
         self.state.refresh()
-        transition.discover(self)  # finished before anything else
+        self.transition = transition.discover(self)  # finished before anything else
         self.brief_policy()
         if self._resume_integration():
             self.log("resuming an interrupted integration")
@@ -364,7 +392,10 @@ class Supervisor:
             requests.flush_refusals(self)  # the coalesced counts of refusals whose window has passed
             if self.transition is None:  # a policy request may just have recorded one: then nothing starts
                 self.workers.restart()
-                scheduler.schedule(self)
+                provisions = scheduler.schedule(self.snapshot())
+                execute(self, provisions)
+                if provisions:
+                    self.state.refresh()
             self.briefing.refresh(self.busy)
             # poll fast while requests are flowing, back off to ``poll`` when idle
             idle_ticks = 0 if served else idle_ticks + 1
@@ -392,7 +423,7 @@ class Supervisor:
         if not events:
             return
         if self.policy.doc["run"]["finalize"] == "auto" and [e.kind for e in events] == ["delivered"]:
-            auto_finalize(self, coordinator, events[0].key)
+            execute(self, auto_finalize(self.snapshot(), coordinator, events[0].key))
         else:
             try:
                 self.workers.start(coordinator.worker_id, wake=events)

@@ -3,31 +3,89 @@
 The handlers (:mod:`.requests`, :mod:`.actions`) and the scheduler run in the loop thread and act through this
 interface only, so they depend on what they use -- the state cache, worker updates, stopping, submitting a job,
 the log -- and not on :class:`~git_agentops.supervisor.loop.Supervisor`, which imports them. Tests can hand them
-a fake loop.
+a fake loop (``tests/fakes.py``).
+
+Most handlers do not act through it at all: they read a :class:`Snapshot` -- a frozen view of the run state and of
+the policy in force -- and return the effects to carry out (:mod:`.effects`), which the loop executes in order.
+The policy in force is held in one place, the loop's :class:`Binding`, which ``rebind`` swaps whole: the policy,
+the jobs' context and the confinement of new generations can never disagree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
-from ..model.run import RunStatus, Worker, WorkerStatus
+from ..model.run import Run, RunStatus, Worker, WorkerStatus
+from ..model.task import Task
 from ..runs.jobs import JobContext, JobResult
 from .cache import StateCache
+from .confine import Confinement
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """The policy the loop serves the run under, and what is derived from it: the context every job gets and the
+    confinement of every generation started. One value, replaced whole by ``rebind``."""
+
+    policy: Policy
+    ctx: JobContext
+    confine: Confinement
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a handler reads: the run state at one journal commit, the binding in force, the workers a job holds.
+
+    ``store`` is there for reading objects (a handed-off commit's history), never for writing: a handler's writes
+    are the effects it returns."""
+
+    run_id: str
+    run: Run
+    tasks: Mapping[str, Task]
+    workers: Mapping[str, Worker]
+    binding: Binding
+    busy: frozenset[str]
+    transition: str | None
+    store: Store
+
+    @property
+    def policy(self) -> Policy:
+        return self.binding.policy
+
+    @property
+    def ctx(self) -> JobContext:
+        return self.binding.ctx
 
 
 class Loop(Protocol):
     """The supervisor loop as its handlers see it (the loop thread only)."""
 
     run_id: str
-    policy: Policy
     state: StateCache
-    ctx: JobContext
-    transition: str | None
-    """The pending policy transition's id (:mod:`.transition`), or None."""
+
+    @property
+    def transition(self) -> str | None:
+        """The pending policy transition's id (:mod:`.transition`), or None."""
+        ...
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (the binding's)."""
+        ...
+
+    @property
+    def ctx(self) -> JobContext:
+        """The context of every job started now (the binding's)."""
+        ...
+
+    def snapshot(self) -> Snapshot:
+        """The run state as the journal says now, with the binding in force: what handlers read."""
+        ...
 
     @property
     def journal(self) -> Journal:
@@ -78,6 +136,11 @@ class Loop(Protocol):
 
     def brief_policy(self) -> None:
         """Tell every worker's instructions the policy in force and the run's transitions (after one changed)."""
+        ...
+
+    def track_transition(self, transition_id: str | None) -> None:
+        """The pending policy transition is now ``transition_id`` (None: it ended); every worker's instructions say
+        so (:meth:`brief_policy`)."""
         ...
 
     def log(self, message: str) -> None:

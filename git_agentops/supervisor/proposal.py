@@ -44,31 +44,30 @@ from ..model.transition import (
     transition_id,
 )
 from ..policy.load import policy_from_bytes
-from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import transitions
 from ..runs.jobs import Request
 from ..runs.transitions import awaiting_reason
-from .ports import Loop
-from .requests import answer
+from .effects import Answer, BeginTransition, Effect, Log, StopWorkers
+from .ports import Snapshot
 
 
-def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
-    """The ``policy`` action (see the module docstring)."""
+def request(snap: Snapshot, worker: Worker, req: Request) -> tuple[Effect, ...]:
+    """The ``policy`` action (see the module docstring): the transition recorded ``prepared`` and made the loop's
+    business, the request answered (in the mailbox at once), then -- awaiting a person -- every writer fenced."""
     if worker.role is not Role.COORDINATOR:
         raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator may change the execution policy")
-    old = loop.policy
+    old = snap.policy
     mode = policy_changes(old.doc)
     if mode == "never":
         raise AgentOpsError("RUN_POLICY_CHANGES_DISABLED", 'this run\'s policy says [run] policy_changes = "never"')
-    store = loop.state.store
-    pending = transitions.pending(store, loop.run_id)
+    pending = transitions.pending(snap.store, snap.run_id)
     if pending is not None:
         raise AgentOpsError(
             "RUN_POLICY_TRANSITION_PENDING",
             f"the policy transition {pending.transition_id} is {pending.stage}; propose again once it has ended",
         )
-    run = loop.state.run()
+    run = snap.run
     if run.integration is not None and run.integration.pending:
         raise AgentOpsError("RUN_POLICY_STALE", "the run is integrating; the policy cannot change now")
     doc = req.doc
@@ -84,15 +83,15 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
     new = validated(data, doc["configFile"])
     if new.config_hash == old.config_hash:
         raise AgentOpsError("RUN_POLICY_INVALID", "the proposal is the policy in force: nothing would change")
-    tasks = loop.state.tasks().values()
+    tasks = snap.tasks.values()
     used_runners = {c.runner for t in tasks if t.current for c in t.criteria if c.runner}
-    used_hosts = {w.host for w in loop.state.workers().values()} & set(old.doc["hosts"])  # not built-ins
+    used_hosts = {w.host for w in snap.workers.values()} & set(old.doc["hosts"])  # not built-ins
     weakened = weakenings(old.doc, new.doc, used_runners=used_runners, used_hosts=used_hosts)
     _refuse("RUN_POLICY_INVALID", "the proposal removes or weakens what must stay", weakened)
     _refuse(
         "RUN_POLICY_BUDGET_RAISED",
         f"a policy change cannot raise the run's budget; a person adds budget with 'git agentops-run resume "
-        f"{loop.run_id} --add-budget AMOUNT'",
+        f"{snap.run_id} --add-budget AMOUNT'",
         budget_raises(old.doc, new.doc),
     )
     decisions = person_decisions(old.doc, new.doc)
@@ -104,7 +103,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         )
     changes = capability_changes(old.doc, new.doc)
     # what the agent wrote is recorded cleaned (secret-shaped text redacted, control characters escaped)
-    patterns = loop.policy.deny_patterns
+    patterns = snap.policy.deny_patterns
     approvals = [{**a, "reason": clean_text(a["reason"], 4096, patterns, multiline=True)} for a in doc["approvals"]]
     refused = approval_problems(changes, approvals)
     if refused:
@@ -114,10 +113,10 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
             "; ".join(f"{p.path}: {p.message}" for p in refused),
             details={"problems": [{"code": p.code, "path": p.path, "message": p.message} for p in refused]},
         )
-    now = loop.ctx.clock.now()
+    now = snap.ctx.clock.now()
     transition = Transition(
         transition_id=transition_id(new.config_hash, approvals, old.config_hash, req.request_id),
-        run_id=loop.run_id,
+        run_id=snap.run_id,
         stage=Stage.PREPARED,
         old_hash=old.config_hash,
         new_hash=new.config_hash,
@@ -133,15 +132,11 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         else None,
         stages=(StageMark(Stage.PREPARED, now),),
     )
-    transitions.begin(store, transition, data)
-    loop.ctx.fault("policy:prepared")
-    loop.transition = transition.transition_id
-    loop.brief_policy()
     lines = describe_changes(transition.changes)
     tid = transition.transition_id
     if mode == "user":
         message = (
-            f"policy transition {tid} recorded; a person approves it with 'git agentops-run approve {loop.run_id} "
+            f"policy transition {tid} recorded; a person approves it with 'git agentops-run approve {snap.run_id} "
             f"{tid}' (or refuses it); every writer stops until then"
         )
         if decisions:
@@ -156,15 +151,16 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
             )
         return {"transitionId": tid, "stage": "prepared", "approval": mode, "changes": lines}
 
-    response = answer(loop, worker, req, "RUN_POLICY_PENDING", message, effect)
-    mailbox.write_response(Path(worker.worktree), response)  # before the requester is stopped with everyone else
-    loop.state.refresh()
-    if mode == "user":
-        loop.stop_all(WorkerStatus.FENCED, f"awaiting approval of {tid}")
-    loop.log(
-        f"{worker.worker_id} proposes {tid}: " + "; ".join(lines) if lines else f"{worker.worker_id} proposes {tid}"
+    fence = (StopWorkers(WorkerStatus.FENCED, f"awaiting approval of {tid}"),) if mode == "user" else ()
+    return (
+        BeginTransition(transition, data),
+        # in the mailbox before the requester is stopped with everyone else
+        Answer(worker, req, "RUN_POLICY_PENDING", message, effect, deliver=True),
+        *fence,
+        Log(
+            f"{worker.worker_id} proposes {tid}: " + "; ".join(lines) if lines else f"{worker.worker_id} proposes {tid}"
+        ),
     )
-    return response
 
 
 def _refuse(code: str, why: str, found: list[Weakening]) -> None:

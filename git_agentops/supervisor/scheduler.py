@@ -7,6 +7,9 @@ the dependencies' plan order), create the worktree on the result and run the pol
 conflict blocks the task and its dependents with ``RUN_DEPENDENCY_CONFLICT`` and the conflicted paths; the
 worktree is still created at the last clean merge so the conflict can be inspected. At most ``max_workers``
 children run at once.
+
+:func:`schedule` decides from a snapshot and returns what to do -- each task's intent recorded, then its
+provisioning job submitted (:mod:`.effects`) -- and the loop carries that out.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
 from ..runs.workspaces import Placement, ensure_setup, ensure_worktree, mirror_branch, placement
-from .ports import Loop
+from .effects import ChangeState, Effect, Submit
+from .ports import Snapshot
 
 
 def child_worker_id(task_id: str) -> str:
@@ -46,17 +50,19 @@ class Provision:
     deliveries: tuple[tuple[str, str], ...]  # (task id, delivered commit), in plan order
 
 
-def schedule(loop: Loop) -> None:
-    """Provision ready tasks, in plan order, while fewer than ``max_workers`` children are busy."""
-    run = loop.state.run()
+def schedule(snap: Snapshot) -> tuple[Effect, ...]:
+    """Provision ready tasks, in plan order, while fewer than ``max_workers`` children are busy: for each, its
+    intent recorded, then its provisioning job submitted."""
+    run = snap.run
     if run.root_task_id is None:
-        return
-    tasks = loop.state.tasks()
-    workers = loop.state.workers()
-    busy = sum(1 for w in workers.values() if w.role is Role.CHILD and (w.active or loop.busy(w.worker_id)))
+        return ()
+    tasks = snap.tasks
+    workers = snap.workers
+    busy = sum(1 for w in workers.values() if w.role is Role.CHILD and (w.active or w.worker_id in snap.busy))
+    effects: list[Effect] = []
     for task_id in run.plan_order:
-        if busy >= loop.policy.max_workers:
-            return
+        if busy >= snap.policy.max_workers:
+            break
         task = tasks.get(task_id)
         if task is None or task.status is not TaskStatus.PLANNED:
             continue
@@ -67,12 +73,12 @@ def schedule(loop: Loop) -> None:
             worker_id = f"{worker_id}-{len(workers)}"
         where = placement(
             Path(run.repository),
-            loop.policy.worktree_root,
-            loop.run_id,
+            snap.policy.worktree_root,
+            snap.run_id,
             worker_id,
-            runstate.branch_ref(loop.run_id, worker_id),
+            runstate.branch_ref(snap.run_id, worker_id),
         )
-        _record_intent(loop, task_id, worker_id, where)
+        effects.append(_intent(task_id, worker_id, where))
         order = {t: i for i, t in enumerate(run.plan_order)}
         job = Provision(
             worker_id=worker_id,
@@ -85,12 +91,12 @@ def schedule(loop: Loop) -> None:
                 for d in sorted(task.dependencies, key=lambda d: order.get(d, len(order)))
             ),
         )
-        loop.submit(worker_id, functools.partial(_provision_job, loop.ctx, job))
+        effects.append(Submit(worker_id, functools.partial(_provision_job, snap.ctx, job)))
         busy += 1
-        loop.state.refresh()
+    return tuple(effects)
 
 
-def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -> None:
+def _intent(task_id: str, worker_id: str, where: Placement) -> ChangeState:
     """The task running, and its worker assigned to the worktree path it will get, before anything exists."""
 
     def intent(change: Change, view: runstate.RunView) -> None:
@@ -116,8 +122,7 @@ def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -
             ),
         )
 
-    runstate.mutate(
-        loop.journal,
+    return ChangeState(
         intent,
         Event(
             "TASK_PROVISIONING", f"provisioning {task_id} for {worker_id}", {"taskId": task_id, "workerId": worker_id}

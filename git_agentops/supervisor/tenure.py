@@ -32,7 +32,6 @@ class Supervisor(Protocol):
 
     store: Store
     run_id: str
-    policy: Policy
     clock: Clock
     state: StateCache
     workers: Workers
@@ -41,6 +40,11 @@ class Supervisor(Protocol):
     lease_renewed: float
     lease_retry_at: float
     lease_lost: bool
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force."""
+        ...
 
     @property
     def journal(self) -> Journal:

@@ -60,12 +60,12 @@ from .proposal import validated
 # -- the transition --------------------------------------------------------------------------------------------------
 
 
-def discover(loop: Loop) -> None:
-    """At startup: the pending transition, if any, becomes the loop's first business."""
+def discover(loop: Loop) -> str | None:
+    """At startup: the pending transition, if any, which becomes the loop's first business."""
     found = transitions.pending(loop.state.store, loop.run_id)
-    loop.transition = found.transition_id if found is not None else None
     if found is not None:
         loop.log(f"resuming the policy transition {found.transition_id} at {found.stage}")
+    return found.transition_id if found is not None else None
 
 
 def drive(loop: Loop) -> bool:
@@ -82,8 +82,7 @@ def drive(loop: Loop) -> bool:
         _set_run(loop, RunStatus.BLOCKED, f"RUN_STATE_TAMPERED: {exc.message}"[:8000], disable=True)
         return True
     if transition.ended:  # a person refused it
-        loop.transition = None
-        loop.brief_policy()
+        loop.track_transition(None)
         return False
     try:
         if transition.stage is Stage.PREPARED:
@@ -95,8 +94,7 @@ def drive(loop: Loop) -> bool:
     except AgentOpsError as exc:
         stage = transitions.read(store, loop.run_id, transition.transition_id).stage
         if stage is Stage.REFUSED:  # a person refused it meanwhile: nothing was bound
-            loop.transition = None
-            loop.brief_policy()
+            loop.track_transition(None)
             return False
         if stage in (Stage.PREPARED, Stage.FENCED):
             _refuse(loop, transition, exc.code, exc.message)
@@ -131,8 +129,7 @@ def _roll_forward(loop: Loop, transition: Transition) -> bool:
         transitions.update(store, loop.run_id, tid, Stage.COMPLETE, clock.now(), "complete")
         fault("policy:complete")
         loop.log(f"policy transition {tid} complete: the run is bound to {transition.new_hash[:12]}")
-    loop.transition = None
-    loop.brief_policy()
+    loop.track_transition(None)
     return False
 
 
@@ -368,8 +365,7 @@ def _refuse(loop: Loop, transition: Transition, code: str, message: str) -> None
     )
     transitions.tell_refused(loop.journal, transition, code, shown)
     loop.state.refresh()
-    loop.transition = None
-    loop.brief_policy()
+    loop.track_transition(None)
     loop.log(f"policy transition {transition.transition_id} refused ({code}): {shown.splitlines()[0] if shown else ''}")
 
 

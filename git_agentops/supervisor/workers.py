@@ -67,6 +67,7 @@ from ..verify.failing import output_of
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement
+from .ports import Binding
 from .usage import account
 
 ALIVE = (WorkerStatus.STARTING, WorkerStatus.RUNNING)
@@ -82,7 +83,7 @@ class Workers:
         run_id: str,
         *,
         state: StateCache,
-        policy: Policy,
+        binding: Callable[[], Binding],
         environ: Mapping[str, str],
         clock: Clock,
         log: Callable[[str], None],
@@ -95,7 +96,7 @@ class Workers:
         self.store = store
         self.run_id = run_id
         self.state = state
-        self.policy = policy
+        self.binding = binding  # the loop's: the policy in force and the confinement of generations, one value
         self.environ = environ
         self.clock = clock
         self.log = log
@@ -104,8 +105,17 @@ class Workers:
         self.briefing = briefing
         self.jobs = jobs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}  # worker id -> the generation this supervisor started
-        self.confine = Confinement(store, policy, environ, run_dir, log)
         self.pending = pending  # the pending policy transition, if any: no generation starts meanwhile
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (the loop's binding)."""
+        return self.binding().policy
+
+    @property
+    def confine(self) -> Confinement:
+        """How the generations started now are confined (the loop's binding)."""
+        return self.binding().confine
 
     def set(
         self, worker_id: str, *, event: str, summary: str, data: Mapping[str, Any] | None = None, **changes: Any
