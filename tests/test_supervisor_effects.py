@@ -20,6 +20,7 @@ from git_agentops.gitstore.repo import Store
 from git_agentops.integrate import pipeline
 from git_agentops.integrate.record import advance
 from git_agentops.integrate.steps import Progress, Step, due, progress, roll_forward
+from git_agentops.model.delivery import CommitId, Delivery, Digest
 from git_agentops.model.integration import Integration, IntegrationStatus
 from git_agentops.model.run import Role, WorkerStatus, worker_contract
 from git_agentops.model.task import TaskStatus
@@ -261,7 +262,7 @@ def test_finalize_records_the_integration_requested_then_submits_it_after_the_tu
     execute(loop, effects)
     integration = loop.run().integration
     assert integration is not None and integration.status is IntegrationStatus.REQUESTED
-    assert integration.request is not None and integration.request["requestId"] == request.request_id
+    assert integration.request is not None and integration.request.request_id == request.request_id
     assert loop.worker("coordinator").status is WorkerStatus.HANDING_OFF and list(loop.jobs) == ["coordinator"]
 
 
@@ -272,7 +273,12 @@ def _deliver(loop: FakeLoop, task_id: str, commit: str) -> None:
     def delivered(change: Change, view: runstate.RunView) -> None:
         task = view.task(task_id)
         taskbook.put(
-            change, replace(task, status=TaskStatus.DELIVERED, extra={**task.extra, "delivery": {"commit": commit}})
+            change,
+            replace(
+                task,
+                status=TaskStatus.DELIVERED,
+                delivery=Delivery(CommitId(commit), Digest("0" * 64), scheduler.child_worker_id(task_id), 1),
+            ),
         )
 
     runstate.mutate(loop.journal, delivered, Event("TASK_DELIVERED", f"{task_id} delivered", {"taskId": task_id}))
