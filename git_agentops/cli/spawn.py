@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import AgentOpsError
+from ..model import events as kinds
 from .common import Context
 from .service import (
     RECORD,
@@ -175,7 +176,7 @@ def _served(events: Any, before: str | None, pids: set[int] | None) -> int | Non
         if entry.commit == before:
             break
         pid = entry.data.get("pid")
-        if entry.code == "RUN_SUPERVISOR_START" and isinstance(pid, int) and (pids is None or pid in pids):
+        if entry.code == kinds.RUN_SUPERVISOR_START and isinstance(pid, int) and (pids is None or pid in pids):
             return pid
     return None
 

@@ -34,6 +34,7 @@ from ..gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import RefUpdate, read_ref, update_refs
 from ..gitstore.repo import Store
+from ..model import events as kinds
 from ..model.task import Task
 from ..runs import state as runstate
 from ..schema import documents
@@ -94,7 +95,7 @@ def quarantine(store: Store, run_id: str, ref: str, foreign: str, restore: str |
         runstate.journal(store, run_id),
         lambda change, view: None,
         Event(
-            "RUN_REF_QUARANTINED",
+            kinds.RUN_REF_QUARANTINED,
             f"{ref} held {foreign[:12]}, which the supervisor did not write; kept as {kept}",
             {"ref": ref, "foreignCommit": foreign, "quarantinedAs": kept, "restored": restore, "why": why},
         ),

@@ -48,6 +48,7 @@ from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
+from ..model import events as kinds
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
@@ -318,7 +319,7 @@ def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, note: Mappi
         runstate.journal(store, ctx.run_id),
         freeze,
         Event(
-            "TASK_DELIVERED",
+            kinds.TASK_DELIVERED,
             f"{task_id} delivered by {worker_id} as {commit[:12]}{squashed}",
             {
                 "taskId": task_id,
@@ -398,7 +399,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
             runstate.journal(store, run_id),
             adopt,
             Event(
-                "TASK_DELIVERY_ADOPTED",
+                kinds.TASK_DELIVERY_ADOPTED,
                 f"{task.id} delivery adopted after a crash, verified again",
                 {"taskId": task.id, "commit": commit},
             ),

@@ -44,6 +44,7 @@ from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
+from ..model import events as kinds
 from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus
@@ -118,7 +119,7 @@ def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
             advance(
                 ctx,
                 store,
-                "INTEGRATION_PUBLISHED",
+                kinds.INTEGRATION_PUBLISHED,
                 "the target already holds the candidate",
                 status=IntegrationStatus.PUBLISHED,
             )
@@ -141,7 +142,7 @@ def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
         advance(
             ctx,
             store,
-            "INTEGRATION_RECEIPTED",
+            kinds.INTEGRATION_RECEIPTED,
             "receipt added",
             status=IntegrationStatus.RECEIPTED,
             receipt_digest=receipt_digest,
@@ -252,7 +253,7 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     advance(
         ctx,
         store,
-        "INTEGRATION_PUBLISHED",
+        kinds.INTEGRATION_PUBLISHED,
         f"{target} moved to {candidate[:12]}" + (f"; {len(checked_out)} checkout(s) updated" if checked_out else ""),
         status=IntegrationStatus.PUBLISHED,
         published_at=ctx.clock.now(),
@@ -288,7 +289,7 @@ def _publish_remote(ctx: JobContext, store: Store, remote: str, target: str, bas
     advance(
         ctx,
         store,
-        "INTEGRATION_PUBLISHED",
+        kinds.INTEGRATION_PUBLISHED,
         f"{remote}'s {target} moved to {candidate[:12]} (one atomic push with the receipt and the notes)",
         status=IntegrationStatus.PUBLISHED,
         published_at=ctx.clock.now(),
@@ -309,7 +310,7 @@ def _report_unreviewed(ctx: JobContext, store: Store, run: Run, base: str) -> No
             f"{run.target}'s history was rewritten since the run started ({run.base_commit[:12]} is gone); " + summary
         )
     ctx.log(summary)
-    advance(ctx, store, "RUN_TARGET_UNREVIEWED", summary, unreviewed=found, target_rewritten=rewritten or None)
+    advance(ctx, store, kinds.RUN_TARGET_UNREVIEWED, summary, unreviewed=found, target_rewritten=rewritten or None)
 
 
 def _prepare(
@@ -332,7 +333,7 @@ def _prepare(
     advance(
         ctx,
         store,
-        "INTEGRATION_PREPARED",
+        kinds.INTEGRATION_PREPARED,
         f"candidate {candidate[:12]} on {base[:12]}",
         status=IntegrationStatus.PREPARED,
         base=base,
@@ -474,7 +475,7 @@ def _complete(ctx: JobContext, store: Store) -> str:
         runstate.journal(store, ctx.run_id),
         finish,
         Event(
-            "RUN_COMPLETE",
+            kinds.RUN_COMPLETE,
             f"run complete: {run.target} at {candidate[:12]}",
             {"candidate": integration.candidate, "receiptDigest": integration.receipt_digest},
         ),

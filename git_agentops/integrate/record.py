@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
+from ..model import events as kinds
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Run
 from ..runs import state as runstate
@@ -20,7 +21,7 @@ from ..runs.jobs import JobContext, Refusal, Request
 ZERO_DIGEST: Final = "0" * 64
 
 
-def advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: Any) -> Run:
+def advance(ctx: JobContext, store: Store, code: kinds.EventCode, summary: str, **fields: Any) -> Run:
     """Write the next state of the integration record (one journal commit), then pass the fault point."""
 
     def update(change: Change, view: runstate.RunView) -> Run:
@@ -51,7 +52,12 @@ def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[st
     run = runstate.read(store, ctx.run_id).run()
     info = (run.integration.request if run.integration else None) or {}
     advance(
-        ctx, store, "INTEGRATION_FAILED", f"integration failed: {code}", status=IntegrationStatus.FAILED, failure=code
+        ctx,
+        store,
+        kinds.INTEGRATION_FAILED,
+        f"integration failed: {code}",
+        status=IntegrationStatus.FAILED,
+        failure=code,
     )
     request = Request(
         {

@@ -35,6 +35,7 @@ from ..gitstore.journal import Event
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import list_refs, read_ref, update_ref
 from ..gitstore.repo import Store
+from ..model import events as kinds
 from ..model.policy import Policy, duration_seconds
 from ..runs import state as runstate
 from ..runs.jobs import JobContext
@@ -80,7 +81,7 @@ def note(ctx: JobContext, store: Store, summary: str) -> None:
     """An event on the run's log, and the supervisor's log."""
     ctx.log(summary)
     runstate.mutate(
-        runstate.journal(store, ctx.run_id), lambda change, view: None, Event("INTEGRATION_REMOTE", summary, {})
+        runstate.journal(store, ctx.run_id), lambda change, view: None, Event(kinds.INTEGRATION_REMOTE, summary, {})
     )
 
 
@@ -185,5 +186,5 @@ def _not_followed(ctx: JobContext, store: Store, summary: str, data: dict[str, A
     runstate.mutate(
         runstate.journal(store, ctx.run_id),
         lambda change, view: None,
-        Event("RUN_TARGET_NOT_FOLLOWED", summary, data),
+        Event(kinds.RUN_TARGET_NOT_FOLLOWED, summary, data),
     )

@@ -24,6 +24,7 @@ from ..gitstore.private import write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..hosts.launch import check_available, host_spec
+from ..model import events as kinds
 from ..model.policy import Policy, duration_seconds
 from ..model.run import Role, Run, Worker
 from ..model.task import contract_hash
@@ -70,7 +71,9 @@ def bind_policy(store: Store, run_id: str, policy: Policy, trust: Verdict, clock
     journal.mutate(
         bind,
         Event(
-            "POLICY_BOUND", f"policy {policy.config_hash[:12]} bound to {run_id}", {"configHash": policy.config_hash}
+            kinds.POLICY_BOUND,
+            f"policy {policy.config_hash[:12]} bound to {run_id}",
+            {"configHash": policy.config_hash},
         ),
     )
 
@@ -173,7 +176,7 @@ def create_run(
     runstate.journal(store, run_id).mutate(
         create,
         Event(
-            "RUN_CREATED",
+            kinds.RUN_CREATED,
             f"run {run_id} created: {goal[:120]}",
             {"goal": goal, "target": target, "base": base, "host": host, "budgetSeconds": budget_seconds},
         ),

@@ -44,10 +44,11 @@ from ..gitstore.journal import Change, Event, Foreign, Journal, JournalTampered
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..gitstore.sync import quarantine_ref
+from ..model import events as kinds
 from ..model.run import RunStatus
 from . import state as runstate
 
-CODE = "RUN_STATE_TAMPERED"
+CODE = kinds.RUN_STATE_TAMPERED
 
 
 @dataclass(frozen=True, slots=True)

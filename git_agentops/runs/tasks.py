@@ -16,6 +16,7 @@ from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
+from ..model import events as kinds
 from ..model.task import Criterion, Task, revise
 
 PREFIX: Final = "tasks"
@@ -130,5 +131,5 @@ def revise_task(
             dependencies=dependencies,
         )
 
-    result = journal.mutate(fn, Event("TASK_REVISED", f"task {task_id} revised", {"taskId": task_id}))
+    result = journal.mutate(fn, Event(kinds.TASK_REVISED, f"task {task_id} revised", {"taskId": task_id}))
     return result.value

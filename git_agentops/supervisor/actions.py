@@ -30,6 +30,7 @@ from ..gitstore.journal import Change, Event
 from ..integrate.delivery import Handoff, check_handoff, deliver
 from ..integrate.pipeline import check_finalize, integrate
 from ..integrate.secrets import clean_text
+from ..model import events as kinds
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
 from ..model.task import Criterion, TaskStatus, check_runners, new_task
@@ -81,7 +82,7 @@ def plan(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         run = runstate.recompute_contract(change, view)
         return {"taskId": task.id, "contractHash": run.contract_hash}
 
-    return answer(loop, worker, request, "RUN_PLAN_CREATED", "root task created", effect)
+    return answer(loop, worker, request, kinds.RUN_PLAN_CREATED, "root task created", effect)
 
 
 def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
@@ -142,7 +143,7 @@ def plan_child(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         runstate.recompute_contract(change, view)
         return {"taskId": task.id}
 
-    return answer(loop, worker, request, "RUN_WORKER_PLANNED", "child task planned", effect)
+    return answer(loop, worker, request, kinds.RUN_WORKER_PLANNED, "child task planned", effect)
 
 
 def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
@@ -179,7 +180,7 @@ def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         loop,
         worker,
         request,
-        "RUN_AWAITING_INPUT",
+        kinds.RUN_AWAITING_INPUT,
         f"question {question_id} recorded; answer with 'git agentops-run answer {loop.run_id} {question_id} TEXT'",
         effect,
     )
@@ -207,7 +208,7 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
     loop.set_worker(
         worker.worker_id,
         status=WorkerStatus.HANDING_OFF,
-        event="WORKER_HANDING_OFF",
+        event=kinds.WORKER_HANDING_OFF,
         summary=f"{worker.worker_id} hands off {head[:12]}",
     )
     _accepted(
@@ -225,7 +226,7 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
         loop.set_worker(
             worker.worker_id,
             process=None,
-            event="WORKER_STOPPED_FOR_HANDOFF",
+            event=kinds.WORKER_STOPPED_FOR_HANDOFF,
             summary=f"{worker.worker_id} generation {worker.generation} {how} after its handoff",
             **accounted,
         )
@@ -268,7 +269,7 @@ def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
             loop.journal,
             lambda change, view: None,
             Event(
-                "WORKER_FOREIGN_MERGE",
+                kinds.WORKER_FOREIGN_MERGE,
                 f"{worker.worker_id} hands off {head[:12]}, which merges {', '.join(c[:12] for c in foreign[:5])}: "
                 "not the frozen delivery of a dependency",
                 {"workerId": worker.worker_id, "head": head, "commits": foreign[:20]},
@@ -299,7 +300,7 @@ def finalize(loop: Loop, worker: Worker, request: Request) -> None:
     def stopped(accounted: Mapping[str, Any], by_itself: bool) -> None:
         if accounted:
             how = "ended its turn" if by_itself else "stopped"
-            loop.set_worker(worker.worker_id, event="WORKER_STOPPED", summary=f"{how} for integration", **accounted)
+            loop.set_worker(worker.worker_id, event=kinds.WORKER_STOPPED, summary=f"{how} for integration", **accounted)
         loop.submit(worker.worker_id, lambda store: integrate(ctx, store))
 
     loop.end_turn(worker, stopped)
@@ -337,7 +338,9 @@ def begin_integration(
         woken = (*current.woken_for, woken_for) if woken_for else current.woken_for
         runstate.put_worker(change, replace(current, status=WorkerStatus.HANDING_OFF, woken_for=woken))
 
-    runstate.mutate(loop.journal, begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending["requestId"]}))
+    runstate.mutate(
+        loop.journal, begin, Event(kinds.INTEGRATION_REQUESTED, summary, {"requestId": pending["requestId"]})
+    )
 
 
 ACTIONS: Mapping[str, Action] = {

@@ -43,6 +43,7 @@ from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import integrate
+from ..model import events as kinds
 from ..model.lease import DEFAULT_TTL
 from ..model.lifecycle import wake_events
 from ..model.policy import Policy
@@ -147,7 +148,7 @@ class Supervisor:
     def log(self, message: str) -> None:
         self._log(message)
 
-    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+    def set_worker(self, worker_id: str, *, event: kinds.EventCode, summary: str, **changes: Any) -> Worker:
         return self.workers.set(worker_id, event=event, summary=summary, **changes)
 
     def kill(self, worker: Worker) -> dict[str, Any]:
@@ -227,7 +228,7 @@ class Supervisor:
         tenure.claim(self)  # a run served from several machines: before anything is written here
         run = self.state.run()
         if run.status is RunStatus.COMPLETE:
-            self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why="the run is complete")
+            self.workers.reconcile(event=kinds.WORKER_LEFTOVER_STOPPED, why="the run is complete")
             return run.status
         try:
             require_trusted(self.ctx.trust)
@@ -288,7 +289,7 @@ class Supervisor:
         runstate.mutate(
             self.journal,
             start,
-            Event("RUN_SUPERVISOR_START", f"supervisor {os.getpid()} started", {"pid": os.getpid()}),
+            Event(kinds.RUN_SUPERVISOR_START, f"supervisor {os.getpid()} started", {"pid": os.getpid()}),
         )
         self.state.refresh()
         self.workers.reconcile()
@@ -305,7 +306,7 @@ class Supervisor:
         lock meanwhile; None, doing nothing, while a supervisor holds it (it stops its own)."""
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
-                stopped = self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why=why)
+                stopped = self.workers.reconcile(event=kinds.WORKER_LEFTOVER_STOPPED, why=why)
                 remove_ended_slots(self.environ, self.store, self.run_id)  # a stopped run's clean checkouts go
                 return stopped
         except AgentOpsError as exc:
@@ -322,7 +323,7 @@ class Supervisor:
             run.coordinator_id,
             status=WorkerStatus.HANDING_OFF,
             process=None,
-            event="INTEGRATION_RESUMED",
+            event=kinds.INTEGRATION_RESUMED,
             summary=f"resuming the integration at step {run.integration.status}",
         )
         ctx = self.ctx
@@ -414,7 +415,7 @@ class Supervisor:
             runstate.mutate(
                 self.journal,
                 lambda change, view: runstate.put_run(change, close_intervals(view.run(), now)),
-                Event("RUN_SUPERVISOR_STOP", f"supervisor {os.getpid()} stopped", {"pid": os.getpid()}),
+                Event(kinds.RUN_SUPERVISOR_STOP, f"supervisor {os.getpid()} stopped", {"pid": os.getpid()}),
             )
         except AgentOpsError as exc:
             self.log(f"could not close the budget interval: {exc}")
@@ -432,7 +433,7 @@ class Supervisor:
         runstate.mutate(
             self.journal,
             change_status,
-            Event("RUN_STATUS", f"run {status}" + (f": {reason}" if reason else ""), {"status": str(status)}),
+            Event(kinds.RUN_STATUS, f"run {status}" + (f": {reason}" if reason else ""), {"status": str(status)}),
         )
         self.log(f"run {self.run_id}: {status}{': ' + reason if reason else ''}")
 

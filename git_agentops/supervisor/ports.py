@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
+from ..model.events import EventCode
 from ..model.policy import Policy
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..runs.jobs import JobContext, JobResult
@@ -34,7 +35,7 @@ class Loop(Protocol):
         """The run's state journal (for compare-and-swap mutations)."""
         ...
 
-    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+    def set_worker(self, worker_id: str, *, event: EventCode, summary: str, **changes: Any) -> Worker:
         """Update one worker record by CAS, recording ``event``."""
         ...
 

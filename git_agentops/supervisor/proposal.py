@@ -26,6 +26,7 @@ from ..errors import AgentOpsError
 from ..gitstore.journal import Change
 from ..gitstore.private import read_private
 from ..integrate.secrets import clean_text
+from ..model import events as kinds
 from ..model.judge import Weakening, budget_raises, person_decisions, weakenings
 from ..model.policy import Policy
 from ..model.run import Role, RunStatus, Worker, WorkerStatus
@@ -157,7 +158,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
             )
         return {"transitionId": tid, "stage": "prepared", "approval": mode, "changes": lines}
 
-    response = answer(loop, worker, req, "RUN_POLICY_PENDING", message, effect)
+    response = answer(loop, worker, req, kinds.RUN_POLICY_PENDING, message, effect)
     mailbox.write_response(Path(worker.worktree), response)  # before the requester is stopped with everyone else
     loop.state.refresh()
     if mode == "user":

@@ -46,6 +46,7 @@ from ..clock import iso8601
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..integrate.secrets import clean_text
+from ..model import events as kinds
 from ..model.run import RunStatus, Worker, worker_contract
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -271,7 +272,7 @@ def _commit_refusal(
     runstate.mutate(
         loop.journal,
         note or (lambda change, view: None),
-        Event("REQUEST_REFUSED", f"{data['workerId']}: {data['code']}{also}", dict(data)),
+        Event(kinds.REQUEST_REFUSED, f"{data['workerId']}: {data['code']}{also}", dict(data)),
     )
     first_line = str(data["message"]).split("\n", 1)[0]
     shown = clean_text(first_line, ID_LIMIT, loop.policy.deny_patterns)
@@ -359,7 +360,7 @@ def answer(
     loop: Loop,
     worker: Worker,
     request: Request,
-    code: str,
+    code: kinds.EventCode,
     message: str,
     effect: Callable[[Change, runstate.RunView], dict[str, Any] | None],
     data: dict[str, Any] | None = None,

@@ -20,6 +20,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..integrate.merge import merge_chain
+from ..model import events as kinds
 from ..model.run import Role, Worker, WorkerStatus
 from ..model.task import TaskStatus
 from ..runs import state as runstate
@@ -122,7 +123,9 @@ def _record_intent(loop: Loop, task_id: str, worker_id: str, where: Placement) -
         loop.journal,
         intent,
         Event(
-            "TASK_PROVISIONING", f"provisioning {task_id} for {worker_id}", {"taskId": task_id, "workerId": worker_id}
+            kinds.TASK_PROVISIONING,
+            f"provisioning {task_id} for {worker_id}",
+            {"taskId": task_id, "workerId": worker_id},
         ),
     )
 
@@ -177,7 +180,7 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
         runstate.journal(store, ctx.run_id),
         ready,
         Event(
-            "WORKER_PROVISIONED",
+            kinds.WORKER_PROVISIONED,
             f"{job.worker_id} provisioned at {head[:12]}",
             {
                 "workerId": job.worker_id,

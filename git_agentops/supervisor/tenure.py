@@ -18,6 +18,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Event, Journal
 from ..gitstore.repo import Store
+from ..model import events as kinds
 from ..model.policy import Policy
 from ..process.groups import process_identity, terminate_group
 from ..runs import lease as leases
@@ -58,14 +59,14 @@ LOST = frozenset({"RUN_LEASE_HELD", "RUN_LEASE_LOST"})
 def refuse(sup: Supervisor, error: AgentOpsError) -> AgentOpsError:
     """Not serving the run: first stop what a dead supervisor left running, record it, and say so in ``error``."""
     stopped: list[Stopped] = sup.workers.reconcile(
-        event="WORKER_LEFTOVER_STOPPED", why=f"the supervisor refused to serve the run ({error.code})"
+        event=kinds.WORKER_LEFTOVER_STOPPED, why=f"the supervisor refused to serve the run ({error.code})"
     )
     note = stopped_note(stopped)
     runstate.mutate(
         sup.journal,
         lambda change, view: None,
         Event(
-            "RUN_SUPERVISOR_REFUSED",
+            kinds.RUN_SUPERVISOR_REFUSED,
             f"supervisor {os.getpid()} refused to serve the run ({error.code}); {note}",
             {"code": error.code, "message": error.message[:2000], "stopped": [s.to_json() for s in stopped]},
         ),

@@ -38,6 +38,7 @@ from ..gitstore.private import read_private, write_private
 from ..gitstore.safegit import run_git
 from ..gitstore.worktree import head_of
 from ..integrate.secrets import clean_text
+from ..model import events as kinds
 from ..model.policy import POLICY_PATH
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..model.task import TaskStatus, task_contract_hash
@@ -241,7 +242,7 @@ def _synchronize(loop: Loop, transition: Transition, data: bytes) -> str:
         loop.journal,
         revise,
         Event(
-            "POLICY_TASKS_REVISED",
+            kinds.POLICY_TASKS_REVISED,
             f"{transition.transition_id}: the run is bound to {new_hash[:12]}; tasks not delivered need fresh proof",
             {"transitionId": transition.transition_id, "configHash": new_hash},
         ),
@@ -345,7 +346,7 @@ def _tell_writers(loop: Loop, transition: Transition) -> None:
     runstate.mutate(
         loop.journal,
         tell,
-        Event("POLICY_WRITERS_TOLD", f"{transition.transition_id}: writers restart", {"resume": sorted(resume)}),
+        Event(kinds.POLICY_WRITERS_TOLD, f"{transition.transition_id}: writers restart", {"resume": sorted(resume)}),
     )
     loop.state.refresh()
 

@@ -34,6 +34,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
 from ..hosts.launch import Launch, generation_output, generation_tail, host_spec, start
+from ..model import events as kinds
 from ..model.lifecycle import (
     INTERRUPTED,
     Wake,
@@ -109,7 +110,13 @@ class Workers:
         self.pending = pending  # the pending policy transition, if any: no generation starts meanwhile
 
     def set(
-        self, worker_id: str, *, event: str, summary: str, data: Mapping[str, Any] | None = None, **changes: Any
+        self,
+        worker_id: str,
+        *,
+        event: kinds.EventCode,
+        summary: str,
+        data: Mapping[str, Any] | None = None,
+        **changes: Any,
     ) -> Worker:
         """Update one worker record by CAS, recording ``event`` (with ``data`` besides the worker's id)."""
 
@@ -155,7 +162,7 @@ class Workers:
         kind = host_spec(self.policy, worker.host).kind
         return account(kind, worker, generation_output(self.log_file(worker), worker.generation), self.note)
 
-    def note(self, worker_id: str, code: str, summary: str) -> None:
+    def note(self, worker_id: str, code: kinds.EventCode, summary: str) -> None:
         """An event on the run's log that changes no state (a diagnostic)."""
         runstate.mutate(self.state.journal, lambda change, view: None, Event(code, summary, {"workerId": worker_id}))
 
@@ -172,13 +179,13 @@ class Workers:
                     worker.worker_id,
                     status=status,
                     process=None,
-                    event="WORKER_STOPPED",
+                    event=kinds.WORKER_STOPPED,
                     summary=f"{worker.worker_id} stopped: {reason}",
                     **accounted,
                 )
 
     def reconcile(
-        self, *, event: str = "WORKER_RECONCILED", why: str = "the previous supervisor died"
+        self, *, event: kinds.EventCode = kinds.WORKER_RECONCILED, why: str = "the previous supervisor died"
     ) -> list[Stopped]:
         """Stop whatever the generations of a dead supervisor left running; returns the groups that still ran.
 
@@ -258,7 +265,7 @@ class Workers:
             self.state.journal,
             next_generation,
             Event(
-                "WORKER_STARTING",
+                kinds.WORKER_STARTING,
                 f"{worker_id} starting a new generation{why}",
                 {"workerId": worker_id, "policyConfigHash": self.policy.config_hash},
             ),
@@ -292,7 +299,7 @@ class Workers:
             status=WorkerStatus.RUNNING,
             process=ProcessRef(identity.pid, identity.start_time),
             sandbox=worker.ran_at(sandbox.mode),  # the weakest level of any generation (model.sandbox)
-            event="WORKER_STARTED",
+            event=kinds.WORKER_STARTED,
             summary=f"{worker_id} generation {worker.generation} started (pid {identity.pid})",
         )
         self.log(f"{worker_id}: generation {worker.generation} started ({spec.kind}, pid {identity.pid})")
@@ -363,7 +370,7 @@ class Workers:
                 process=None,
                 session=None,
                 extra=extra,
-                event="HOST_RESUME_FAILED",
+                event=kinds.HOST_RESUME_FAILED,
                 summary=f"{worker.worker_id}: resuming session {worker.extra['resumed']} failed "
                 f"(status {exit_code}); starting a fresh session",
                 **{k: v for k, v in accounted.items() if k != "session"},
@@ -378,7 +385,7 @@ class Workers:
                     worker.worker_id,
                     status=WorkerStatus.IDLE,
                     process=None,
-                    event="WORKER_IDLE",
+                    event=kinds.WORKER_IDLE,
                     summary=f"{worker.worker_id} ended its turn; idle until an event needs it",
                     **accounted,
                 )
@@ -432,7 +439,7 @@ class Workers:
             worker_id,
             failures=failures,
             process=None,
-            event="WORKER_FAILED",
+            event=kinds.WORKER_FAILED,
             summary=f"{worker_id}: {code}",
             # what a reader needs to say why (the CLI reads the failing lines from the evidence on ``head``)
             data={"code": code, "generation": worker.generation, "head": head, "output": output},
@@ -485,12 +492,12 @@ class Workers:
         worker = self.state.workers().get(worker_id)
         accounted = self.kill(worker) if worker is not None else {}
         if accounted:
-            self.set(worker_id, event="WORKER_STOPPED", summary=f"{worker_id} stopped to be blocked", **accounted)
+            self.set(worker_id, event=kinds.WORKER_STOPPED, summary=f"{worker_id} stopped to be blocked", **accounted)
         runstate.mutate(
             self.state.journal,
             block,
             Event(
-                "WORKER_BLOCKED",
+                kinds.WORKER_BLOCKED,
                 f"{worker_id} blocked: {code}",
                 {"workerId": worker_id, "code": code, "reason": reason[:2000]},
             ),
