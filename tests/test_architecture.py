@@ -541,3 +541,60 @@ def test_vocabulary_figures_say_every_used_kind_is_registered() -> None:
     figures = vocabulary_figures()
     registered, used = figures.removeprefix("events_registered=").split("/")
     assert registered == used, figures
+
+
+def _exception_names(function: ast.AST) -> set[str]:
+    """Names that hold an exception in ``function``: bound by ``except ... as NAME``, or annotated ``...Error``."""
+    names = {n.name for n in ast.walk(function) if isinstance(n, ast.ExceptHandler) and n.name}
+    if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+        arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+        names |= {a.arg for a in arguments if a.annotation is not None and ast.unparse(a.annotation).endswith("Error")}
+    return names
+
+
+def test_no_branching_on_error_code_strings() -> None:
+    """Invariant: no caller compares an exception's ``.code`` (``exc.code == "LOCK_HELD"``, ``.code in (...)``,
+    ``match exc.code``) outside ``errors.py``: a code a caller branches on has its class (``errors.CodedError``),
+    caught by type. Codes of records (an event's, a failure's) are compared with their registered constants."""
+    offences = []
+    for path, tree in _trees():
+        if _rel(path) == "errors.py":
+            continue
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            exceptions = _exception_names(function)
+            for node in ast.walk(function):
+                operands = (
+                    [node.left, *node.comparators]
+                    if isinstance(node, ast.Compare)
+                    else [node.subject]
+                    if isinstance(node, ast.Match)
+                    else []
+                )
+                for operand in operands:
+                    if (
+                        isinstance(operand, ast.Attribute)
+                        and operand.attr == "code"
+                        and isinstance(operand.value, ast.Name)
+                        and operand.value.id in exceptions
+                    ):
+                        offences.append(f"{_rel(path)}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert sorted(set(offences)) == []
+
+
+def test_every_coded_error_class_is_caught_by_some_caller() -> None:
+    """Invariant: a code gets a class because a caller branches on it: each :class:`~git_agentops.errors.CodedError`
+    class is named in an ``except`` clause or an ``isinstance`` somewhere in the package."""
+    from git_agentops.errors import BY_CODE
+
+    caught: set[str] = set()
+    for _, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                caught |= {_dotted(n).rsplit(".", 1)[-1] for n in ast.walk(node.type)}
+            if isinstance(node, ast.Call) and _dotted(node.func) == "isinstance" and len(node.args) == 2:
+                caught |= {_dotted(n).rsplit(".", 1)[-1] for n in ast.walk(node.args[1])}
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):  # LOST = (LeaseHeld, LeaseLost)
+                caught |= {_dotted(n) for n in node.value.elts if _dotted(n) in {c.__name__ for c in BY_CODE.values()}}
+    assert sorted(c.__name__ for c in BY_CODE.values() if c.__name__ not in caught) == []

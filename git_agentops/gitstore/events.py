@@ -27,7 +27,7 @@ from typing import Any, Final
 import pygit2
 
 from ..canonical import canonical_json
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, StateTampered
 from ..model import events as kinds
 from ..schema import documents
 from .keys import Keyring, keyring
@@ -95,7 +95,7 @@ class Entry:
     """True for a commit the toolkit did not write (its ``Agentops-Mac`` is missing or does not check)."""
 
 
-class JournalTampered(AgentOpsError):
+class JournalTampered(StateTampered):
     """A journal's tip is a commit the toolkit did not write: ``RUN_STATE_TAMPERED``, naming the ref and commit."""
 
     def __init__(self, ref: str, commit: str, message: str | None = None) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, RequestTimeout
 from ..gitstore.private import resolve_contained
 from ..protocol import mailbox
 from .recipe import (
@@ -94,10 +94,8 @@ def mailbox_raw(worktree: Path, *, timeout: float = RAW_REQUEST_TIMEOUT) -> RawF
         digest = mailbox.send_raw(worktree, data)
         try:
             return mailbox.wait_response(worktree, digest, timeout=timeout)
-        except AgentOpsError as exc:
-            if exc.code == "REQUEST_TIMEOUT":
-                return None
-            raise
+        except RequestTimeout:
+            return None
 
     return send
 

@@ -36,7 +36,7 @@ from typing import Any, Final
 import pygit2
 
 from ..canonical import digest, sha256_hex
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, NoteExists, PushRefused, RemoteUnreachable
 from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
@@ -91,9 +91,7 @@ def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
     """
     try:
         return _integrate(ctx, store)
-    except AgentOpsError as exc:
-        if exc.code not in ("SYNC_REMOTE_UNREACHABLE", "SYNC_PUSH_REFUSED"):
-            raise
+    except (RemoteUnreachable, PushRefused) as exc:
         ctx.log(f"waiting: {exc.message}")
         return Wait(exc.code, f"{exc.message}; 'git agentops-run resume {ctx.run_id}' tries again (nothing was lost)")
 
@@ -398,9 +396,8 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
     )
     try:
         notes.add(candidate, data, message=f"Receipt of run {run.run_id}")
-    except AgentOpsError as exc:
-        if exc.code != "NOTE_EXISTS":
-            raise
+    except NoteExists:
+        pass
     return sha256_hex(data)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, TypeVar
 
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, RemoteMoved, RemoteUnreachable
 from ..gitstore import sync
 from ..gitstore.checkout import dirty_checkouts, follow_checkouts
 from ..gitstore.journal import Event
@@ -60,9 +60,7 @@ def patiently(ctx: JobContext, store: Store, what: str, attempt: Callable[[], T]
     while True:
         try:
             return attempt()
-        except AgentOpsError as exc:
-            if exc.code != "SYNC_REMOTE_UNREACHABLE":
-                raise
+        except RemoteUnreachable as exc:
             tries += 1
             left = deadline - time.monotonic()
             if left <= 0:
@@ -115,9 +113,7 @@ def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, 
                 sends.append(sync.Send(name, mine, theirs.get(name)))
         try:
             patiently(ctx, store, f"pushing {target} to {remote}", partial(sync.push_atomic, store, remote, sends))
-        except AgentOpsError as exc:
-            if exc.code != "SYNC_REMOTE_MOVED":
-                raise
+        except RemoteMoved:
             now = remote_tip(ctx, store, remote, target)
             if now == candidate:  # ours already, from a push that crashed before it was recorded
                 follow(ctx, store, remote, target, base, candidate)

@@ -62,7 +62,7 @@ from typing import Any, Final
 from ..canonical import canonical_bytes, digest
 from ..envs.project import LOCKFILES, python_packages
 from ..envs.tools import setup_venvs, shared_dir
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, CheckoutChanged
 from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
 from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
@@ -120,7 +120,7 @@ def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task 
     try:
         return _prove_in(ctx, store, checkout, slot=slot, commit=commit, task=task)
     except AgentOpsError as error:
-        if error.code == "VERIFY_CHECKOUT_CHANGED" and "written" in error.details:
+        if isinstance(error, CheckoutChanged) and "written" in error.details:
             checkout.wipe()  # its own repository was written: the next proof starts from nothing
         raise
 

@@ -37,7 +37,7 @@ from typing import Any, Final
 import pygit2
 
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, LockHeld, RunNotActive, StateTampered, raised_as
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
@@ -214,12 +214,8 @@ class Supervisor:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
                 write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
                 return self._serve_locked()
-        except AgentOpsError as exc:
-            if exc.code == "LOCK_HELD":
-                raise AgentOpsError(
-                    "RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}"
-                ) from exc
-            raise
+        except LockHeld as exc:
+            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}") from exc
         finally:
             self.executor.shutdown(wait=True, cancel_futures=False)
             sweep_slots(self.environ, self.store)  # this run's clean checkouts if it ended, and dead runs' leftovers
@@ -246,9 +242,7 @@ class Supervisor:
         self._startup()
         try:
             return self._loop()
-        except AgentOpsError as exc:
-            if exc.code != "RUN_STATE_TAMPERED":
-                raise
+        except StateTampered as exc:
             return self._tampered(exc)
         except KeyboardInterrupt:
             self.log("interrupted: stopping workers; 'git agentops-run supervise' continues the run")
@@ -309,10 +303,8 @@ class Supervisor:
                 stopped = self.workers.reconcile(event=kinds.WORKER_LEFTOVER_STOPPED, why=why)
                 remove_ended_slots(self.environ, self.store, self.run_id)  # a stopped run's clean checkouts go
                 return stopped
-        except AgentOpsError as exc:
-            if exc.code == "LOCK_HELD":
-                return None
-            raise
+        except LockHeld:
+            return None
 
     def _resume_integration(self) -> bool:
         """After a supervisor restart: roll an interrupted integration forward. True if one was pending."""
@@ -397,9 +389,10 @@ class Supervisor:
         else:
             try:
                 self.workers.start(coordinator.worker_id, wake=events)
+            except RunNotActive:
+                pass
             except AgentOpsError as exc:
-                if exc.code != "RUN_NOT_ACTIVE":
-                    self.workers.block(coordinator.worker_id, exc.code, exc.message)
+                self.workers.block(coordinator.worker_id, exc.code, exc.message)
         self.state.refresh()
 
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
@@ -450,7 +443,7 @@ class Supervisor:
                 detail = "".join(traceback.format_exception(error))[-4000:]
                 code = error.code if isinstance(error, AgentOpsError) else "RUN_REQUEST_FAILED"
                 self.log(f"{worker_id}: job failed: {error}")
-                self.workers.fail(worker_id, code, f"{error}\n{detail}", {"job": type(error).__name__})
+                self.workers.fail(worker_id, code, f"{error}\n{detail}", {"job": raised_as(error)})
             else:
                 self._act(worker_id, future.result())
             self.state.refresh()
@@ -490,9 +483,7 @@ class Supervisor:
             try:
                 self.state.refresh()  # contains it: the last authentic state, the run blocked
                 return self._loop()  # sees the run blocked: waits for the jobs and stops every worker
-            except AgentOpsError as again:
-                if again.code != "RUN_STATE_TAMPERED":
-                    raise
+            except StateTampered as again:
                 exc = again
         from ..process.groups import terminate_group
 

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from ..canonical import digest
 from ..clock import iso8601
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, DocTooLarge
 from ..gitstore.journal import Change, Event
 from ..integrate.secrets import clean_text
 from ..model import events as kinds
@@ -112,7 +112,7 @@ def _respond(
     try:
         doc = dict(documents.load(claimed.data, schema="request", what="request", max_bytes=mailbox.MAX_REQUEST_BYTES))
     except AgentOpsError as exc:
-        code = "RUN_REQUEST_TOO_LARGE" if exc.code == "DOC_TOO_LARGE" else "RUN_REQUEST_INVALID"
+        code = "RUN_REQUEST_TOO_LARGE" if isinstance(exc, DocTooLarge) else "RUN_REQUEST_INVALID"
         peeked = _peek_id(claimed.data, loop.policy.deny_patterns)
         return refuse(loop, worker, peeked, claimed.digest, AgentOpsError(code, exc.message))
     if valid_request_id(doc["requestId"], loop.policy.deny_patterns) is None:

@@ -15,7 +15,7 @@ import os
 from typing import Protocol
 
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, LeaseHeld, LeaseLost
 from ..gitstore.journal import Event, Journal
 from ..gitstore.repo import Store
 from ..model import events as kinds
@@ -53,7 +53,7 @@ class Supervisor(Protocol):
         ...
 
 
-LOST = frozenset({"RUN_LEASE_HELD", "RUN_LEASE_LOST"})
+LOST = (LeaseHeld, LeaseLost)
 
 
 def refuse(sup: Supervisor, error: AgentOpsError) -> AgentOpsError:
@@ -93,10 +93,8 @@ def claim(sup: Supervisor) -> None:
             clock=sup.clock,
             log=sup.log,
         )
-    except AgentOpsError as exc:
-        if exc.code in LOST:
-            raise lost(sup, exc) from None
-        raise
+    except LOST as exc:
+        raise lost(sup, exc) from None
     sup.state.refresh()
     sup.lease_renewed = sup.clock.now()
 
@@ -113,9 +111,9 @@ def renew(sup: Supervisor, now: float) -> None:
         return
     try:
         claim(sup)
+    except LOST:  # claim has stopped this machine's agents already
+        raise
     except AgentOpsError as exc:
-        if exc.code in LOST:  # claim has stopped this machine's agents already
-            raise
         if now - sup.lease_renewed < sup.lease_ttl:
             sup.lease_retry_at = now + min(5.0, sup.lease_ttl / 6)
             sup.log(f"could not renew the lease ({exc.code}); trying again: {exc.message[:300]}")

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, SandboxUnavailable, SetupFailed, SetupRecoveryRequired, StateTampered
 from ..gitstore.checkout import dirty_paths
 from ..gitstore.journal import Change, Event
 from ..gitstore.private import read_private, write_private
@@ -70,9 +70,7 @@ def drive(loop: Loop) -> bool:
     store = loop.state.store
     try:
         transition = transitions.read(store, loop.run_id, loop.transition)
-    except AgentOpsError as exc:
-        if exc.code != "RUN_STATE_TAMPERED":
-            raise
+    except StateTampered as exc:
         _set_run(loop, RunStatus.BLOCKED, f"RUN_STATE_TAMPERED: {exc.message}"[:8000], disable=True)
         return True
     if transition.ended:  # a person refused it
@@ -264,9 +262,7 @@ def _synchronize(loop: Loop, transition: Transition, data: bytes) -> str:
                 last_user_resume=loop.state.run().last_user_resume,
                 log=loop.ctx.log,
             )
-        except AgentOpsError as exc:
-            if exc.code not in ("RUN_SETUP_FAILED", "RUN_SETUP_RECOVERY_REQUIRED", "RUN_SANDBOX_UNAVAILABLE"):
-                raise
+        except (SetupFailed, SetupRecoveryRequired, SandboxUnavailable) as exc:
             loop.block(worker.worker_id, exc.code, f"setup under the new policy failed: {exc.message}")
     return contract
 

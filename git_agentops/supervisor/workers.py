@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, RunNotActive, TransitionPending
 from ..gitstore.checkout import head as checkout_head
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
@@ -320,9 +320,9 @@ class Workers:
                     continue
                 try:
                     self.start(worker.worker_id)
+                except (RunNotActive, TransitionPending):
+                    return
                 except AgentOpsError as exc:
-                    if exc.code in ("RUN_NOT_ACTIVE", "RUN_POLICY_TRANSITION_PENDING"):
-                        return
                     self.block(worker.worker_id, exc.code, exc.message)
                 self.state.refresh()
 
