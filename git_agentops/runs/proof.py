@@ -68,6 +68,7 @@ from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
 from ..model.run import RunStatus
+from ..model.sandbox import Level
 from ..model.task import Task
 from ..sandbox.checkout import Wall, scratch_for, wall
 from ..sandbox.plan import choose_mode
@@ -231,7 +232,7 @@ _SAID: set[tuple[str, str]] = set()
 def _say_level(ctx: JobContext, confined: Wall) -> None:
     """Log, once per run and process, a level below ``namespace`` and what it leaves open."""
     said = (str(ctx.run_dir), confined.level)
-    if confined.level == "namespace" or said in _SAID:
+    if confined.level == Level.NAMESPACE or said in _SAID:
         return
     _SAID.add(said)
     why = f": {confined.sandbox.reason}" if confined.sandbox.reason else ""

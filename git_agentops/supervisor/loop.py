@@ -57,6 +57,7 @@ from ..model.run import (
     is_restart_storm,
     open_interval,
 )
+from ..model.transition import policy_changes
 from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -171,7 +172,7 @@ class Supervisor:
         self.workers.block(worker_id, code, reason)
 
     def brief_policy(self) -> None:
-        changes = str(self.policy.doc["run"].get("policy_changes", "user"))
+        changes = str(policy_changes(self.policy.doc))
         self.briefing.policy = {"changes": changes, "transitions": transitions.brief(self.store, self.run_id)}
 
     def rebind(self, policy: Policy, policy_file: bytes | None) -> None:

@@ -32,6 +32,7 @@ from ..model.policy import Policy
 from ..model.run import Role, RunStatus, Worker, WorkerStatus
 from ..model.transition import (
     MAX_PROPOSAL_BYTES,
+    ChangeMode,
     Stage,
     Transition,
     approval_problems,
@@ -56,7 +57,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator may change the execution policy")
     old = loop.policy
     mode = policy_changes(old.doc)
-    if mode == "never":
+    if mode is ChangeMode.NEVER:
         raise AgentOpsError("RUN_POLICY_CHANGES_DISABLED", 'this run\'s policy says [run] policy_changes = "never"')
     store = loop.state.store
     pending = transitions.pending(store, loop.run_id)
@@ -93,7 +94,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         budget_raises(old.doc, new.doc),
     )
     decisions = person_decisions(old.doc, new.doc)
-    if mode == "coordinator":
+    if mode is ChangeMode.COORDINATOR:
         _refuse(
             "RUN_POLICY_PERSON_REQUIRED",
             'only a person may approve this, and [run] policy_changes = "coordinator" has no person approve',
@@ -131,7 +132,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         },
         requested_at=now,
         approved_by={"by": "coordinator", "name": f"{worker.worker_id} generation {worker.generation}", "at": now}
-        if mode == "coordinator"
+        if mode is ChangeMode.COORDINATOR
         else None,
         stages=({"stage": "prepared", "at": now},),
     )
@@ -141,7 +142,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
     loop.brief_policy()
     lines = describe_changes(transition.changes)
     tid = transition.transition_id
-    if mode == "user":
+    if mode is ChangeMode.USER:
         message = (
             f"policy transition {tid} recorded; a person approves it with 'git agentops-run approve {loop.run_id} "
             f"{tid}' (or refuses it); every writer stops until then"
@@ -152,7 +153,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         message = f"policy transition {tid} recorded with your approvals; the writers stop while it is applied"
 
     def effect(change: Change, view: runstate.RunView) -> dict[str, Any]:
-        if mode == "user":
+        if mode is ChangeMode.USER:
             runstate.put_run(
                 change, replace(view.run(), status=RunStatus.AWAITING_INPUT, status_reason=awaiting_reason(tid))
             )
@@ -161,7 +162,7 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
     response = answer(loop, worker, req, kinds.RUN_POLICY_PENDING, message, effect)
     mailbox.write_response(Path(worker.worktree), response)  # before the requester is stopped with everyone else
     loop.state.refresh()
-    if mode == "user":
+    if mode is ChangeMode.USER:
         loop.stop_all(WorkerStatus.FENCED, f"awaiting approval of {tid}")
     loop.log(
         f"{worker.worker_id} proposes {tid}: " + "; ".join(lines) if lines else f"{worker.worker_id} proposes {tid}"
