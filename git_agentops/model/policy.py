@@ -7,6 +7,7 @@ hash alike; any change to what would run changes the hash and therefore needs fr
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,14 @@ from typing import Any, Final
 from ..canonical import canonical_json, digest
 from . import hosts
 from .globs import literal, normalise
+
+
+class Finalize(enum.StrEnum):
+    """``[run] finalize``: who integrates once every child is delivered -- the coordinator, woken, or the loop."""
+
+    COORDINATOR = "coordinator"
+    AUTO = "auto"
+
 
 DEFAULT_TARGET: Final = "main"
 DEFAULT_BUDGET: Final = "90m"
@@ -135,7 +144,7 @@ def effective(doc: Mapping[str, Any]) -> dict[str, Any]:
     run.setdefault("max_workers", 3)
     run.setdefault("worktree_root", DEFAULT_WORKTREE_ROOT)
     run.setdefault("default_host", "scripted")
-    run.setdefault("finalize", "coordinator")
+    run.setdefault("finalize", Finalize.COORDINATOR)
     verify = doc.get("verify", {})
     verify_argvs = [c["argv"] for c in (*verify.get("commands", []), *verify.get("runners", []))]
     hosts = {name: _host_defaults(host, verify_argvs) for name, host in doc.get("hosts", {}).items()}

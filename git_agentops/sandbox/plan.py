@@ -199,7 +199,7 @@ def choose_mode(mode: str, required: bool, level: str = Level.NAMESPACE) -> tupl
     """(``namespace``, ``landlock`` or ``none``; which walls are missing and why). ``RUN_SANDBOX_UNAVAILABLE`` when
     the policy asks for more than this machine gives: Landlock when ``required``, namespaces unless ``level =
     "landlock"``."""
-    if mode == Level.NONE:
+    if mode == Mode.NONE:  # [sandbox] mode: the launcher's modes
         if required:
             raise AgentOpsError(
                 "RUN_SANDBOX_UNAVAILABLE", 'the policy says [sandbox] required = true but also mode = "none"'

@@ -46,7 +46,7 @@ from ..integrate.pipeline import integrate
 from ..model import events as kinds
 from ..model.lease import DEFAULT_TTL
 from ..model.lifecycle import wake_events
-from ..model.policy import Policy
+from ..model.policy import Finalize, Policy
 from ..model.run import (
     Run,
     RunStatus,
@@ -385,7 +385,7 @@ class Supervisor:
         events = wake_events(run, coordinator, self.state.tasks(), self.state.answers())
         if not events:
             return
-        if self.policy.doc["run"]["finalize"] == "auto" and [e.kind for e in events] == ["delivered"]:
+        if self.policy.doc["run"]["finalize"] == Finalize.AUTO and [e.kind for e in events] == ["delivered"]:
             auto_finalize(self, coordinator, events[0].key)
         else:
             try:
