@@ -16,10 +16,10 @@ import pygit2
 import pytest
 from hypothesis import settings
 
+from git_agentops import eventkinds as event_kinds
 from git_agentops.clock import FixedClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.repo import Store, open_store
-from git_agentops.model import events as event_kinds
 
 # Property tests are reproducible by default: the "ci" profile derandomises Hypothesis (a fixed seed per test, no
 # example database), so a run that passed passes again. HYPOTHESIS_PROFILE=explore searches with fresh randomness
@@ -86,7 +86,7 @@ _GIT_ENV_TO_DROP = (
 
 @pytest.fixture(autouse=True)
 def event_data_checked(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every event the toolkit writes in this process must fit its registered kind (``model.events``); a test
+    """Every event the toolkit writes in this process must fit its registered kind (``git_agentops.eventkinds``); a test
     marked ``event_data_free`` writes a registered kind with made-up data to test the journal itself."""
     event_kinds.check_data(request.node.get_closest_marker("event_data_free") is None)
     yield

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from git_agentops import eventkinds as event_kinds
 from git_agentops.errors import CODES
-from git_agentops.model import events as event_kinds
 
 PACKAGE = Path(__file__).resolve().parents[1] / "git_agentops"
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -170,7 +170,7 @@ def test_model_does_no_io() -> None:
 
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(("__init__", "errors", "clock", "resources", "files"), 0),  # foundations
+    **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files"), 0),  # foundations
     "canonical": 1,  # canonical JSON, digests, seals
     **dict.fromkeys(("schema", "process"), 2),  # strict JSON documents; running and stopping processes
     **dict.fromkeys(("gitstore", "model"), 3),  # the store, values and rules
@@ -359,7 +359,7 @@ def test_module_level_regexes_are_anchored_by_the_call() -> None:
 
 # -- registered vocabularies (issue 26 item 5) -------------------------------------------------------------------------
 
-EVENTS_MODULE = "git_agentops.model.events"
+EVENTS_MODULE = "git_agentops.eventkinds"
 EVENT_TABLES = {"POLICY_STAGE"}
 """The registry's tables of kinds (``kinds.POLICY_STAGE[stage]``): a code looked up in one is one of its values."""
 
@@ -379,7 +379,7 @@ class _Kinds:
         self.modules = {_module_name(path): tree for path, tree in _trees()}
 
     def _imports(self, module: str) -> dict[str, str]:
-        """Local name -> the dotted name it was imported as (``kinds`` -> ``git_agentops.model.events``)."""
+        """Local name -> the dotted name it was imported as (``kinds`` -> ``git_agentops.eventkinds``)."""
         found: dict[str, str] = {}
         package = module.split(".") if module in self.modules and self._is_package(module) else module.split(".")[:-1]
         for node in ast.walk(self.modules[module]):
@@ -402,7 +402,7 @@ class _Kinds:
         return None
 
     def _dotted_kind(self, dotted: str) -> set[str] | None:
-        """``git_agentops.model.events.X`` -> {X}; a module constant elsewhere -> what it is bound to."""
+        """``git_agentops.eventkinds.X`` -> {X}; a module constant elsewhere -> what it is bound to."""
         module, _, name = dotted.rpartition(".")
         if module == EVENTS_MODULE:
             return {name}
@@ -518,12 +518,12 @@ def test_every_registered_event_kind_is_used() -> None:
 
 
 def test_event_codes_are_made_only_by_the_registry() -> None:
-    """Invariant: ``EventCode(...)`` is called only in ``model/events.py``, so a value typed ``EventCode`` is a
+    """Invariant: ``EventCode(...)`` is called only in ``eventkinds.py``, so a value typed ``EventCode`` is a
     registry constant: what makes a parameter typed ``EventCode`` as good as a literal kind."""
     offences = [
         f"{_rel(path)}:{node.lineno}"
         for path, tree in _trees()
-        if _rel(path) != "model/events.py"
+        if _rel(path) != "eventkinds.py"
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "EventCode"
     ]

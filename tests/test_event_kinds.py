@@ -1,4 +1,4 @@
-"""The registry of journal event kinds (``git_agentops.model.events``) and how ``Event`` holds call sites to it."""
+"""The registry of journal event kinds (``git_agentops.eventkinds``) and how ``Event`` holds call sites to it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from git_agentops import eventkinds as kinds
 from git_agentops.cli import docgen
 from git_agentops.gitstore.events import QUARANTINED, Event
-from git_agentops.model import events as kinds
 from git_agentops.model.transition import Stage
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -3,7 +3,7 @@
 ``git agentops-run --help`` is turned by git into ``git help agentops-run``, which opens a man page; so every
 command ships ``man/man1/git-agentops-<name>.1``, rendered from the same argparse parser that ``-h`` prints.
 The README's error-code table is rendered from :data:`git_agentops.errors.CODES`, its event-kind table from
-:data:`git_agentops.model.events.EVENTS`.
+:data:`git_agentops.eventkinds.EVENTS`.
 
     python -m git_agentops.cli.docgen           # rewrite man/, completions/ and the README tables
     python -m git_agentops.cli.docgen --check   # exit 1 if either is out of date (a test runs this)
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import CODES
-from ..model.events import EVENTS
+from ..eventkinds import EVENTS
 from .completion import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]

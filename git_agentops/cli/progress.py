@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from ..model import events as kinds
+from .. import eventkinds as kinds
 
 if TYPE_CHECKING:
     from ..gitstore.events import Entry

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError, LockHeld, ServiceFailed, SupervisorActive
-from ..model import events as kinds
 from .common import Context
 from .service import (
     RECORD,

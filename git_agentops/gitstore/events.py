@@ -26,9 +26,9 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_json
 from ..errors import AgentOpsError, StateTampered
-from ..model import events as kinds
 from ..schema import documents
 from .keys import Keyring, keyring
 from .repo import Store
@@ -54,7 +54,7 @@ _KEYRINGS: dict[str, Keyring] = {}  # private dir as the store names it -> its (
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """What a mutation did: a registered code (:mod:`git_agentops.model.events`), a one-line summary, and JSON data.
+    """What a mutation did: a registered code (:mod:`git_agentops.eventkinds`), a one-line summary, and JSON data.
 
     ``ValueError`` for a code nobody registered, at construction: an unregistered kind never reaches a journal.
     """
@@ -71,7 +71,7 @@ class Event:
 
         :func:`parse_event` reads the trailer back; :func:`seal` adds the Mac line. The summary is
         whitespace-collapsed and cut to 200 characters; ``ValueError`` unless ``code`` is UPPER_SNAKE_CASE, or --
-        when the data check is on (:func:`~git_agentops.model.events.check_data`) -- unless ``data`` fits its kind.
+        when the data check is on (:func:`~git_agentops.eventkinds.check_data`) -- unless ``data`` fits its kind.
         """
         if not _CODE_RE.fullmatch(self.code):
             raise ValueError(f"event code {self.code!r} must be UPPER_SNAKE_CASE")

@@ -28,8 +28,8 @@ from typing import Generic, TypeVar
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
-from ..model import events as kinds
 from .events import (
     EVENT_TRAILER,
     QUARANTINED,

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes, digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Event
@@ -34,7 +35,6 @@ from ..gitstore.notes import DELIVERIES_REF, RECEIPTS_REF, Notes
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import RefUpdate, read_ref, update_refs
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.task import Task
 from ..runs import state as runstate
 from ..schema import documents

@@ -37,6 +37,7 @@ from typing import Any
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes, digest
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -48,7 +49,6 @@ from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
-from ..model import events as kinds
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox

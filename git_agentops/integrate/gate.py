@@ -15,13 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..hooks.hostconfig import hook_entry
 from ..hosts.launch import HostSpec
-from ..model import events as kinds
 from ..model.integration import IntegrationStatus
 from ..model.run import Run
 from ..model.task import Task

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import digest, sha256_hex
 from ..errors import AgentOpsError, NoteExists, PushRefused, RemoteUnreachable
 from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
@@ -44,7 +45,6 @@ from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
-from ..model import events as kinds
 from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Run
 from ..runs import state as runstate

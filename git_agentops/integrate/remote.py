@@ -28,6 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, TypeVar
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError, RemoteMoved, RemoteUnreachable
 from ..gitstore import sync
 from ..gitstore.checkout import dirty_checkouts, follow_checkouts
@@ -35,7 +36,6 @@ from ..gitstore.journal import Event
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import list_refs, read_ref, update_ref
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.policy import Policy, duration_seconds
 from ..runs import state as runstate
 from ..runs.jobs import JobContext

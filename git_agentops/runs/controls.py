@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, used_seconds
 from ..model.task import TaskStatus
 from ..model.transition import Stage, Transition

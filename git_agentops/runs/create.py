@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import __version__
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -24,7 +25,6 @@ from ..gitstore.private import write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..hosts.launch import check_available, host_spec
-from ..model import events as kinds
 from ..model.policy import Policy, duration_seconds
 from ..model.run import Role, Run, Worker
 from ..model.task import contract_hash

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore import sync
@@ -38,7 +39,6 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.private import read_private, write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.lease import Lease, claimed
 from ..model.run import RunStatus, WorkerStatus
 from . import state as runstate

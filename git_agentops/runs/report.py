@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..canonical import digest
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Entry, Journal
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.integration import Integration
 from ..model.report import EventFact, EvidenceFact, Generation, Handoff, ReceiptFact, Report, ReviewFact
 from ..model.run import Role, Run, Worker, used_seconds

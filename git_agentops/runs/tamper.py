@@ -39,12 +39,12 @@ from typing import Any
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..gitstore.events import QUARANTINED, find_foreign
 from ..gitstore.journal import Change, Event, Foreign, Journal, JournalTampered
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..gitstore.sync import quarantine_ref
-from ..model import events as kinds
 from ..model.run import RunStatus
 from . import state as runstate
 

@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Final
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.task import Criterion, Task, revise
 
 PREFIX: Final = "tasks"

@@ -22,12 +22,12 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.policy import Policy
 from ..model.run import RunStatus, WorkerStatus
 from ..model.transition import TRANSITION_PREFIX, Stage, Transition

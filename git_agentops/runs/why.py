@@ -20,11 +20,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.events import Entry
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.run import Failure, Role, Worker
 from ..model.task import Task, TaskStatus
 from ..verify.evidence import EvidenceStore

@@ -24,13 +24,13 @@ from typing import Any
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..integrate.delivery import Handoff, check_handoff, deliver
 from ..integrate.pipeline import check_finalize, integrate
 from ..integrate.secrets import clean_text
-from ..model import events as kinds
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
 from ..model.task import Criterion, TaskStatus, check_runners, new_task

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError, LockHeld, RunNotActive, StateTampered, raised_as
 from ..gitstore.journal import Change, Event, Journal
@@ -43,7 +44,6 @@ from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import integrate
-from ..model import events as kinds
 from ..model.lease import DEFAULT_TTL
 from ..model.lifecycle import wake_events
 from ..model.policy import Finalize, Policy

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..eventkinds import EventCode
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
-from ..model.events import EventCode
 from ..model.policy import Policy
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..runs.jobs import JobContext, JobResult

@@ -21,12 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..canonical import sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change
 from ..gitstore.private import read_private
 from ..integrate.secrets import clean_text
-from ..model import events as kinds
 from ..model.judge import Weakening, budget_raises, person_decisions, weakenings
 from ..model.policy import Policy
 from ..model.run import Role, RunStatus, Worker, WorkerStatus

@@ -41,12 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..canonical import digest
 from ..clock import iso8601
 from ..errors import AgentOpsError, DocTooLarge
 from ..gitstore.journal import Change, Event
 from ..integrate.secrets import clean_text
-from ..model import events as kinds
 from ..model.run import RunStatus, Worker, worker_contract
 from ..protocol import mailbox
 from ..runs import state as runstate

@@ -15,12 +15,12 @@ import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..integrate.merge import merge_chain
-from ..model import events as kinds
 from ..model.run import Role, Worker, WorkerStatus
 from ..model.task import TaskStatus
 from ..runs import state as runstate

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError, LeaseHeld, LeaseLost
 from ..gitstore.journal import Event, Journal
 from ..gitstore.repo import Store
-from ..model import events as kinds
 from ..model.policy import Policy
 from ..process.groups import process_identity, terminate_group
 from ..runs import lease as leases

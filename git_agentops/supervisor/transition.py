@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError, SandboxUnavailable, SetupFailed, SetupRecoveryRequired, StateTampered
 from ..gitstore.checkout import dirty_paths
 from ..gitstore.journal import Change, Event
@@ -38,7 +39,6 @@ from ..gitstore.private import read_private, write_private
 from ..gitstore.safegit import run_git
 from ..gitstore.worktree import head_of
 from ..integrate.secrets import clean_text
-from ..model import events as kinds
 from ..model.policy import POLICY_PATH
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..model.task import TaskStatus, task_contract_hash

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..hosts.output import parse
-from ..model import events as kinds
 from ..model.hosts import kind_of
 from ..model.run import Worker
 from ..model.usage import Usage, session_spent, with_usage

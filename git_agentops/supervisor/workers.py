@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError, RunNotActive, TransitionPending
 from ..gitstore.checkout import head as checkout_head
@@ -34,7 +35,6 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..gitstore.worktree import admin_dir
 from ..hosts.launch import Launch, generation_output, generation_tail, host_spec, start
-from ..model import events as kinds
 from ..model.lifecycle import (
     INTERRUPTED,
     Wake,

@@ -6,7 +6,11 @@ that fetches the run. So its vocabulary is registered here once, like the error 
 each kind with a one-line meaning and a declared field map (required and optional keys, their JSON types). README's
 event table is generated from :data:`EVENTS` and a test checks they agree.
 
-Call sites name a kind by its constant (``events.RUN_COMPLETE``), typed :data:`EventCode`: mypy then refuses a
+It is a foundation, next to :mod:`git_agentops.errors` and not in ``model/``: ``Event`` lives in ``gitstore/``, which
+ranks with ``model/`` and imports no package of its rank, and it must refuse an unregistered kind itself. Like
+``errors``, it holds values only (no I/O).
+
+Call sites name a kind by its constant (``kinds.RUN_COMPLETE``), typed :data:`EventCode`: mypy then refuses a
 bare string where a kind is expected, and a code computed from a variable can only be one of these constants (or
 come out of a table of them, such as :data:`POLICY_STAGE`). ``Event`` refuses an unregistered code at construction,
 and -- when :func:`check_data` is on (the test suite turns it on) -- data that does not fit its kind: a renamed,
@@ -374,7 +378,7 @@ def kind(code: str) -> EventKind:
     """The registered kind ``code`` names; ``ValueError`` for a code nobody registered."""
     found = _REGISTRY.get(code)
     if found is None and code not in _SCRATCH:
-        raise ValueError(f"event code {code!r} is not a registered event kind (git_agentops.model.events)")
+        raise ValueError(f"event code {code!r} is not a registered event kind (git_agentops.eventkinds)")
     return found or EventKind(EventCode(code), "scratch", {})
 
 
