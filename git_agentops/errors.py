@@ -5,6 +5,11 @@ Subclasses live next to the code that raises them (``RefConflict`` in ``gitstore
 ``gitstore.private``...) but they all register their codes here, so the CLI boundary, the README table and the
 tests read one list. A code names a *kind* of refusal; the message says what happened and what to do.
 
+A code some caller branches on has a class of its own (:class:`CodedError`: ``LockHeld``, ``StateTampered``...),
+caught by type rather than by comparing ``exc.code`` with a string. ``AgentOpsError("LOCK_HELD", ...)`` makes a
+``LockHeld``, the way ``OSError(errno.ENOENT, ...)`` makes a ``FileNotFoundError``: every place that raises the code
+-- or rebuilds the error from a code it was handed -- raises the class, and none can be missed.
+
 Exit statuses (DESIGN §8): 0 ok; 1 a negative but valid answer; 2 usage error; 3 a refused operation;
 4 internal error; 130 interrupted.
 """
@@ -14,7 +19,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs hooks ~9 ms on every commit
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, Final
+    from typing import Any, Final, Self
 
 EXIT_OK: Final = 0
 EXIT_NEGATIVE: Final = 1
@@ -336,11 +341,21 @@ CODES: Final[Mapping[str, CodeInfo]] = {
 
 
 class AgentOpsError(Exception):
-    """A refusal with a stable code. ``details`` is JSON-able context for ``--json`` output."""
+    """A refusal with a stable code. ``details`` is JSON-able context for ``--json`` output.
+
+    Made with a code that has a :class:`CodedError` class, it is an instance of that class (see the module).
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        made = BY_CODE.get(args[0], cls) if cls is AgentOpsError and args and isinstance(args[0], str) else cls
+        return super().__new__(made, *args, **kwargs)  # type: ignore[return-value]  # a subclass of cls: Self holds
 
     def __init__(self, code: str, message: str, *, details: Mapping[str, Any] | None = None) -> None:
         if code not in CODES:
             raise ValueError(f"unregistered error code {code!r}; add it to git_agentops.errors.CODES")
+        fixed = BY_CODE.get(code)
+        if fixed is not None and not isinstance(self, fixed):
+            raise TypeError(f"{code} is raised as {fixed.__name__} (or a subclass), not {type(self).__name__}")
         super().__init__(message)
         self.code = code
         self.message = message
@@ -358,6 +373,121 @@ class AgentOpsError(Exception):
 
     def __str__(self) -> str:
         return f"error[{self.code}]: {self.message}"
+
+
+BY_CODE: dict[str, type[CodedError]] = {}
+"""Each branched-on code's class (filled by :meth:`CodedError.__init_subclass__`)."""
+
+
+class CodedError(AgentOpsError):
+    """An :class:`AgentOpsError` whose class fixes its code: ``class LockHeld(CodedError, code="LOCK_HELD")``.
+
+    Raised as ``LockHeld(message, details=...)``, or made by ``AgentOpsError("LOCK_HELD", message)``; either way its
+    code, message, ``error[CODE]: ...`` line and exit status are the ones ``AgentOpsError`` would have had.
+    """
+
+    CODE: str = ""
+
+    def __init_subclass__(cls, code: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not code:
+            return  # a subclass of a coded class (JournalTampered of StateTampered): the same code
+        if code not in CODES or code in BY_CODE:
+            raise ValueError(f"{cls.__name__}: code {code!r} is unregistered or has a class already")
+        cls.CODE = code
+        BY_CODE[code] = cls
+
+    def __init__(self, *args: str, details: Mapping[str, Any] | None = None) -> None:
+        if len(args) not in (1, 2) or (len(args) == 2 and args[0] != self.CODE):
+            raise TypeError(f"{type(self).__name__}(message) or AgentOpsError({self.CODE!r}, message)")
+        super().__init__(self.CODE, args[-1], details=details)
+
+
+# The codes callers branch on, one class each (caught by type: ``except LockHeld``).
+class Usage(CodedError, code="USAGE"):
+    """Bad arguments (a caller turns it into the refusal of the step that was given them)."""
+
+
+class RepoBare(CodedError, code="REPO_BARE"):
+    """The repository has no working tree (a server's): plumbing reads it as it is."""
+
+
+class NoteExists(CodedError, code="NOTE_EXISTS"):
+    """The object has a note on that ref already (a receipt added by a crashed attempt)."""
+
+
+class DocTooLarge(CodedError, code="DOC_TOO_LARGE"):
+    """A document over its size limit (a request is refused as too large rather than invalid)."""
+
+
+class LockHeld(CodedError, code="LOCK_HELD"):
+    """A non-blocking file lock another process holds (a supervisor serving the run, a busy slot)."""
+
+
+class CheckoutChanged(CodedError, code="VERIFY_CHECKOUT_CHANGED"):
+    """The verification checkout did not hold exactly the commit (it is wiped when its repository was written)."""
+
+
+class RunNotActive(CodedError, code="RUN_NOT_ACTIVE"):
+    """The run's status does not allow the step (a worker is not started, not blocked, for it)."""
+
+
+class SupervisorActive(CodedError, code="RUN_SUPERVISOR_ACTIVE"):
+    """Another supervisor serves the run already."""
+
+
+class ServiceFailed(CodedError, code="RUN_SERVICE_FAILED"):
+    """The service manager did not start the supervisor (what the supervisor did instead may say more)."""
+
+
+class SetupFailed(CodedError, code="RUN_SETUP_FAILED"):
+    """A worktree setup step failed: its worker is blocked, the run goes on."""
+
+
+class SetupRecoveryRequired(CodedError, code="RUN_SETUP_RECOVERY_REQUIRED"):
+    """An interrupted setup is not replayed before a person resumes the run: its worker is blocked."""
+
+
+class SandboxUnavailable(CodedError, code="RUN_SANDBOX_UNAVAILABLE"):
+    """The sandbox the policy requires cannot be had: the worker is blocked."""
+
+
+class StateTampered(CodedError, code="RUN_STATE_TAMPERED"):
+    """A run's journal holds a commit the toolkit did not write: the run is blocked, not served."""
+
+
+class TransitionPending(CodedError, code="RUN_POLICY_TRANSITION_PENDING"):
+    """A policy transition is under way: no generation starts meanwhile."""
+
+
+class LeaseHeld(CodedError, code="RUN_LEASE_HELD"):
+    """Another machine's supervisor holds the run's lease."""
+
+
+class LeaseLost(CodedError, code="RUN_LEASE_LOST"):
+    """Another machine took the run over: this one stops its agents."""
+
+
+class RemoteUnreachable(CodedError, code="SYNC_REMOTE_UNREACHABLE"):
+    """The remote cannot be reached: tried again with patience, then the run waits."""
+
+
+class RemoteMoved(CodedError, code="SYNC_REMOTE_MOVED"):
+    """The remote moved under an atomic push: fetch and try again."""
+
+
+class PushRefused(CodedError, code="SYNC_PUSH_REFUSED"):
+    """The server refused the push: the run waits with everything kept."""
+
+
+class RequestTimeout(CodedError, code="REQUEST_TIMEOUT"):
+    """No response arrived before the timeout."""
+
+
+def raised_as(error: BaseException) -> str:
+    """The name of the class ``error`` was raised as before the coded classes existed: a coded class made by
+    ``AgentOpsError(code, ...)`` says ``AgentOpsError``. A failure's fingerprint digests it, and stays the same."""
+    return next(c.__name__ for c in type(error).__mro__ if c is not CodedError and c not in BY_CODE.values())
 
 
 def exit_status_for(code: str) -> int:

@@ -16,6 +16,7 @@ import pygit2
 import pytest
 from hypothesis import settings
 
+from git_agentops import eventkinds as event_kinds
 from git_agentops.clock import FixedClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.repo import Store, open_store
@@ -28,6 +29,12 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRATCH_EVENTS = frozenset(
+    {"ART", "BUMP", "E", "EDIT", "NOTE", "NOTED", "ONE", "OTHER", "PLANNED", "RAW", "SEED", "STEP", "TAMPER", "TWO"}
+    | {"TASK_PLANNED", "WIPE", "WORKER_ADDED"}
+)
+"""Made-up event kinds the tests of the journal machinery write: registered for this process only."""
+event_kinds.allow_scratch(SCRATCH_EVENTS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,6 +82,15 @@ _GIT_ENV_TO_DROP = (
     "AGENTOPS_REVIEW_INPUT",
     "AGENTOPS_REVIEW_REPORT",
 )
+
+
+@pytest.fixture(autouse=True)
+def event_data_checked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every event the toolkit writes in this process must fit its registered kind (``git_agentops.eventkinds``); a test
+    marked ``event_data_free`` writes a registered kind with made-up data to test the journal itself."""
+    event_kinds.check_data(request.node.get_closest_marker("event_data_free") is None)
+    yield
+    event_kinds.check_data(False)
 
 
 @pytest.fixture(autouse=True)

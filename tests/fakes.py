@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from git_agentops import eventkinds as kinds
 from git_agentops.clock import Clock
 from git_agentops.gitstore.journal import Change, Event, Journal
 from git_agentops.gitstore.repo import Store
@@ -180,7 +181,7 @@ class FakeLoop:
             run = view.run()
             runstate.put_run(change, replace(run, status=status, status_reason=reason, disable_restart=disable))
 
-        runstate.mutate(self.journal, change_status, Event("RUN_STATUS", f"run {status}", {"status": str(status)}))
+        runstate.mutate(self.journal, change_status, Event(kinds.RUN_STATUS, f"run {status}", {"status": str(status)}))
 
     def brief_policy(self) -> None:
         self.briefed += 1
@@ -243,7 +244,14 @@ def new_run(repo: Path, store: Store, clock: Clock, *, policy: Policy | None = N
         runstate.put_run(change, run)
         runstate.put_worker(change, replace(worker, status=WorkerStatus.RUNNING, generation=1))
 
-    runstate.journal(store, RUN).mutate(create, Event("RUN_CREATED", "run created", {"goal": run.goal}))
+    runstate.journal(store, RUN).mutate(
+        create,
+        Event(
+            kinds.RUN_CREATED,
+            "run created",
+            {"goal": run.goal, "target": run.target, "base": base, "host": "scripted", "budgetSeconds": 3600},
+        ),
+    )
     return FakeLoop(store, RUN, policy, clock=clock, host=FakeHost())
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from git_agentops import eventkinds as event_kinds
 from git_agentops.errors import CODES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "git_agentops"
@@ -169,7 +170,7 @@ def test_model_does_no_io() -> None:
 
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(("__init__", "errors", "clock", "resources", "files"), 0),  # foundations
+    **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files"), 0),  # foundations
     "canonical": 1,  # canonical JSON, digests, seals
     **dict.fromkeys(("schema", "process"), 2),  # strict JSON documents; running and stopping processes
     **dict.fromkeys(("gitstore", "model"), 3),  # the store, values and rules
@@ -393,3 +394,246 @@ def test_tasks_and_workers_are_read_through_their_fields_not_an_extra_dict() -> 
             if (_rel(path), receiver) not in EXTRA_OF_OTHER_RECORDS:
                 offences.append(f"{_rel(path)}:{node.lineno} reads {receiver}.extra")
     assert offences == []
+
+
+# -- registered vocabularies (issue 26 item 5) -------------------------------------------------------------------------
+
+EVENTS_MODULE = "git_agentops.eventkinds"
+EVENT_TABLES = {"POLICY_STAGE"}
+"""The registry's tables of kinds (``kinds.POLICY_STAGE[stage]``): a code looked up in one is one of its values."""
+
+
+class _Kinds:
+    """Resolves an ``Event(...)``'s code argument, statically, to the kind names it can be.
+
+    A code is a literal, a registry constant (``kinds.X``, or ``X`` imported from the registry), a module constant
+    or local variable bound to one of those, either branch of a conditional, a lookup in one of the registry's
+    :data:`EVENT_TABLES`, or a parameter annotated ``EventCode`` -- whose callers mypy holds to registry constants
+    (and :func:`test_event_codes_are_made_only_by_the_registry` keeps anyone else from making one).
+    """
+
+    TYPED = "<a parameter typed EventCode>"
+
+    def __init__(self) -> None:
+        self.modules = {_module_name(path): tree for path, tree in _trees()}
+
+    def _imports(self, module: str) -> dict[str, str]:
+        """Local name -> the dotted name it was imported as (``kinds`` -> ``git_agentops.eventkinds``)."""
+        found: dict[str, str] = {}
+        package = module.split(".") if module in self.modules and self._is_package(module) else module.split(".")[:-1]
+        for node in ast.walk(self.modules[module]):
+            if isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                source = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                for alias in node.names:
+                    found[alias.asname or alias.name] = f"{source}.{alias.name}"
+        return found
+
+    def _is_package(self, module: str) -> bool:
+        return (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists()
+
+    def _module_value(self, module: str, name: str) -> ast.expr | None:
+        for node in self.modules[module].body if module in self.modules else []:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                return node.value
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+                return node.value
+        return None
+
+    def _dotted_kind(self, dotted: str) -> set[str] | None:
+        """``git_agentops.eventkinds.X`` -> {X}; a module constant elsewhere -> what it is bound to."""
+        module, _, name = dotted.rpartition(".")
+        if module == EVENTS_MODULE:
+            return {name}
+        value = self._module_value(module, name)
+        return None if value is None else self.resolve(value, module, None)
+
+    def resolve(self, node: ast.expr, module: str, function: ast.FunctionDef | None) -> set[str] | None:
+        """The kind names ``node`` can be (:data:`TYPED` for a parameter typed ``EventCode``); None: unresolvable."""
+        imports = self._imports(module)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.IfExp):
+            body, orelse = self.resolve(node.body, module, function), self.resolve(node.orelse, module, function)
+            return None if body is None or orelse is None else body | orelse
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imports:
+            return self._dotted_kind(f"{imports[node.value.id]}.{node.attr}")
+        if isinstance(node, ast.Subscript):
+            table = _dotted(node.value).rsplit(".", 1)
+            if len(table) == 2 and imports.get(table[0]) == EVENTS_MODULE and table[1] in EVENT_TABLES:
+                return {str(code) for code in getattr(event_kinds, table[1]).values()}
+            return None
+        if not isinstance(node, ast.Name):
+            return None
+        if function is not None:
+            arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+            for argument in arguments:
+                if argument.arg == node.id:
+                    typed = argument.annotation is not None and ast.unparse(argument.annotation).endswith("EventCode")
+                    return {self.TYPED} if typed else None
+            bound = [
+                n.value
+                for n in ast.walk(function)
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+            ]
+            if bound:
+                found = [self.resolve(value, module, function) for value in bound]
+                return None if any(f is None for f in found) else set().union(*(f for f in found if f))
+        if node.id in imports:
+            return self._dotted_kind(imports[node.id])
+        value = self._module_value(module, node.id)
+        return None if value is None else self.resolve(value, module, None)
+
+    def event_calls(self) -> Iterator[tuple[str, int, set[str] | None]]:
+        """Each ``Event(...)`` construction in the package: module, line, the kinds its code can be."""
+        for module, tree in self.modules.items():
+            if module == EVENTS_MODULE:
+                continue
+            functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call) or _dotted(node.func).rsplit(".", 1)[-1] != "Event":
+                    continue
+                if _dotted(node.func) == "threading.Event":
+                    continue
+                code = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "code"), None)
+                if code is None:
+                    yield module, node.lineno, None
+                    continue
+                around = [f for f in functions if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)]
+                innermost = max(around, key=lambda f: f.lineno) if around else None
+                function = innermost if isinstance(innermost, ast.FunctionDef) else None
+                yield module, node.lineno, self.resolve(code, module, function)
+
+    def referenced(self) -> set[str]:
+        """Every registry constant the package names outside the registry (``kinds.X``, ``from ... import X``),
+        with the values of the tables it looks kinds up in."""
+        names: set[str] = set()
+        for module in self.modules:
+            if module == EVENTS_MODULE:
+                continue
+            imports = self._imports(module)
+            for node in ast.walk(self.modules[module]):
+                dotted = None
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imports:
+                    dotted = f"{imports[node.value.id]}.{node.attr}"
+                elif isinstance(node, ast.Name) and node.id in imports:
+                    dotted = imports[node.id]
+                if dotted is None or dotted.rpartition(".")[0] != EVENTS_MODULE:
+                    continue
+                name = dotted.rpartition(".")[2]
+                if name in EVENT_TABLES:
+                    names |= {str(code) for code in getattr(event_kinds, name).values()}
+                elif re.fullmatch(r"[A-Z][A-Z0-9_]+", name) and name not in {"EVENTS"}:
+                    names.add(name)
+        return names
+
+
+def _event_kinds_used() -> tuple[set[str], list[str]]:
+    """The kind names the package's events can carry, and the constructions whose code resolves to nothing known."""
+    resolver = _Kinds()
+    used = resolver.referenced()
+    unresolved = []
+    for module, line, kinds in resolver.event_calls():
+        if kinds is None:
+            unresolved.append(f"{module}:{line}")
+        else:
+            used |= kinds - {_Kinds.TYPED}
+    return used, unresolved
+
+
+def test_every_event_names_a_registered_kind() -> None:
+    """Invariant: every ``Event(...)`` in the package carries a registered kind: its code resolves statically to
+    registry constants (or literals), or comes through a parameter typed ``EventCode``; nothing else."""
+    used, unresolved = _event_kinds_used()
+    assert unresolved == []
+    assert sorted(used - set(event_kinds.EVENTS)) == []
+    assert len(used) > 40
+
+
+def test_every_registered_event_kind_is_used() -> None:
+    """Invariant: the registry (and so README's table) lists no kind the code never writes."""
+    used, _ = _event_kinds_used()
+    assert sorted(set(event_kinds.EVENTS) - used) == []
+
+
+def test_event_codes_are_made_only_by_the_registry() -> None:
+    """Invariant: ``EventCode(...)`` is called only in ``eventkinds.py``, so a value typed ``EventCode`` is a
+    registry constant: what makes a parameter typed ``EventCode`` as good as a literal kind."""
+    offences = [
+        f"{_rel(path)}:{node.lineno}"
+        for path, tree in _trees()
+        if _rel(path) != "eventkinds.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "EventCode"
+    ]
+    assert offences == []
+
+
+def vocabulary_figures() -> str:
+    """``events_registered=<used kinds that are registered>/<kinds used>``, for the issue's one-line figure."""
+    used, unresolved = _event_kinds_used()
+    registered = len(used & set(event_kinds.EVENTS))
+    return f"events_registered={registered}/{len(used) + len(unresolved)}"
+
+
+def test_vocabulary_figures_say_every_used_kind_is_registered() -> None:
+    figures = vocabulary_figures()
+    registered, used = figures.removeprefix("events_registered=").split("/")
+    assert registered == used, figures
+
+
+def _exception_names(function: ast.AST) -> set[str]:
+    """Names that hold an exception in ``function``: bound by ``except ... as NAME``, or annotated ``...Error``."""
+    names = {n.name for n in ast.walk(function) if isinstance(n, ast.ExceptHandler) and n.name}
+    if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+        arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+        names |= {a.arg for a in arguments if a.annotation is not None and ast.unparse(a.annotation).endswith("Error")}
+    return names
+
+
+def test_no_branching_on_error_code_strings() -> None:
+    """Invariant: no caller compares an exception's ``.code`` (``exc.code == "LOCK_HELD"``, ``.code in (...)``,
+    ``match exc.code``) outside ``errors.py``: a code a caller branches on has its class (``errors.CodedError``),
+    caught by type. Codes of records (an event's, a failure's) are compared with their registered constants."""
+    offences = []
+    for path, tree in _trees():
+        if _rel(path) == "errors.py":
+            continue
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            exceptions = _exception_names(function)
+            for node in ast.walk(function):
+                operands = (
+                    [node.left, *node.comparators]
+                    if isinstance(node, ast.Compare)
+                    else [node.subject]
+                    if isinstance(node, ast.Match)
+                    else []
+                )
+                for operand in operands:
+                    if (
+                        isinstance(operand, ast.Attribute)
+                        and operand.attr == "code"
+                        and isinstance(operand.value, ast.Name)
+                        and operand.value.id in exceptions
+                    ):
+                        offences.append(f"{_rel(path)}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert sorted(set(offences)) == []
+
+
+def test_every_coded_error_class_is_caught_by_some_caller() -> None:
+    """Invariant: a code gets a class because a caller branches on it: each :class:`~git_agentops.errors.CodedError`
+    class is named in an ``except`` clause or an ``isinstance`` somewhere in the package."""
+    from git_agentops.errors import BY_CODE
+
+    caught: set[str] = set()
+    for _, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                caught |= {_dotted(n).rsplit(".", 1)[-1] for n in ast.walk(node.type)}
+            if isinstance(node, ast.Call) and _dotted(node.func) == "isinstance" and len(node.args) == 2:
+                caught |= {_dotted(n).rsplit(".", 1)[-1] for n in ast.walk(node.args[1])}
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):  # LOST = (LeaseHeld, LeaseLost)
+                caught |= {_dotted(n) for n in node.value.elts if _dotted(n) in {c.__name__ for c in BY_CODE.values()}}
+    assert sorted(c.__name__ for c in BY_CODE.values() if c.__name__ not in caught) == []

@@ -34,6 +34,7 @@ def _put(path: str, data: bytes):  # type: ignore[no-untyped-def]
     return fn
 
 
+@pytest.mark.event_data_free
 def test_first_mutation_creates_the_ref_and_event_is_the_commit_message(store: Store, repo_path: Path) -> None:
     journal = Journal(store, REF)
     assert not journal.exists()

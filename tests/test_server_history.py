@@ -235,6 +235,7 @@ def _forge_with_plumbing(repo: Path, ref: str, path: str, content: str) -> str:
     return forged
 
 
+@pytest.mark.event_data_free
 def test_a_forged_remote_state_is_quarantined_and_gone_past_by_a_fast_forward(tmp_path: Path) -> None:
     """In process: a fetch never adopts a remote journal tip this repository cannot authenticate -- whether the
     forged commit sits on the local tip or on an older one -- and :func:`tamper.supersede` goes on past it with a

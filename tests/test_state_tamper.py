@@ -31,6 +31,7 @@ from .conftest import git
 from .helpers import HANDOFF, child, commit_step, simple_child, write_step
 from .runkit import UNCONFINED, cli, events, project, recipe, start, stop, supervisor_log, supervisor_running
 
+pytestmark = pytest.mark.event_data_free  # _seed writes RUN_CREATED and POLICY_BOUND with made-up data
 RUN = "r1"
 STATE = runstate.state_ref(RUN)
 POLICY = runstate.policy_ref(RUN)

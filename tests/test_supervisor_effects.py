@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from git_agentops import eventkinds as kinds
 from git_agentops.canonical import digest
 from git_agentops.clock import FixedClock
 from git_agentops.errors import AgentOpsError
@@ -281,7 +282,21 @@ def _deliver(loop: FakeLoop, task_id: str, commit: str) -> None:
             ),
         )
 
-    runstate.mutate(loop.journal, delivered, Event("TASK_DELIVERED", f"{task_id} delivered", {"taskId": task_id}))
+    runstate.mutate(
+        loop.journal,
+        delivered,
+        Event(
+            kinds.TASK_DELIVERED,
+            f"{task_id} delivered",
+            {
+                "taskId": task_id,
+                "workerId": scheduler.child_worker_id(task_id),
+                "generation": 1,
+                "commit": commit,
+                "deliveryDigest": "0" * 64,
+            },
+        ),
+    )
 
 
 def _submitted(effects: tuple[Any, ...]) -> list[str]:
@@ -348,6 +363,7 @@ def test_resuming_an_integration_is_finding_the_first_step_due(loop: FakeLoop) -
     assert after_adopt is not None and after_adopt.name == "publish"  # a gated candidate is published, not rebuilt
 
 
+@pytest.mark.event_data_free  # seeds the integration record at a step, not as the step writes it
 def test_the_adopt_step_records_a_target_the_crash_left_moved_as_published(loop: FakeLoop) -> None:
     repo = Path(loop.run().repository)
     base = git(repo, "rev-parse", "main")
@@ -372,6 +388,7 @@ def test_the_adopt_step_records_a_target_the_crash_left_moved_as_published(loop:
     assert nxt is not None and nxt.name == "receipt"
 
 
+@pytest.mark.event_data_free  # seeds the integration record at a step, not as the step writes it
 def test_the_publish_step_leaves_the_record_when_the_target_moved_and_the_build_step_follows(loop: FakeLoop) -> None:
     repo = Path(loop.run().repository)
     base = git(repo, "rev-parse", "main")
@@ -396,6 +413,7 @@ def test_the_publish_step_leaves_the_record_when_the_target_moved_and_the_build_
     assert nxt is not None and nxt.name == "build"
 
 
+@pytest.mark.event_data_free  # seeds the integration record at a step, not as the step writes it
 def test_the_roll_forward_loop_rereads_the_record_before_each_step(loop: FakeLoop) -> None:
     ran: list[str] = []
 

@@ -198,7 +198,7 @@ def _hooks(start: Path, path: str | None) -> Check:
     """Installed, missing and foreign hooks where git looks for them (``core.hooksPath`` included)."""
     from ..errors import AgentOpsError
     from ..hooks import HOOK_NAMES
-    from ..hooks.install import SERVER_HOOKS, inspect, locate
+    from ..hooks.install import SERVER_HOOKS, HookState, inspect, locate
 
     git = shutil.which("git", path=path)
     if git is None:
@@ -210,11 +210,11 @@ def _hooks(start: Path, path: str | None) -> Check:
     names = SERVER_HOOKS if target.bare else HOOK_NAMES
     found = inspect(target.directory, names)
     states = {h.name: h.state for h in found}
-    installed = [h.name for h in found if h.state == "installed"]
+    installed = [h.name for h in found if h.state == HookState.INSTALLED]
     parts = [f"{len(installed)}/{len(names)} installed in {target.describe()}"]
     groups = {
-        "foreign": [h.name for h in found if h.state == "foreign" and not h.behind],
-        "missing": [h.name for h in found if h.state == "missing"],
+        "foreign": [h.name for h in found if h.state == HookState.FOREIGN and not h.behind],
+        "missing": [h.name for h in found if h.state == HookState.MISSING],
         "chained (their .legacy runs first)": [h.name for h in found if h.chained],
         "behind another tool's hook (ours runs as its .legacy)": [h.name for h in found if h.behind],
         "outdated (reinstall)": [h.name for h in found if h.outdated],
@@ -228,7 +228,7 @@ def _hooks(start: Path, path: str | None) -> Check:
         "behind": [h.name for h in found if h.behind],
         "outdated": [h.name for h in found if h.outdated],
     }
-    working = all(h.state == "installed" or h.behind for h in found)
+    working = all(h.state == HookState.INSTALLED or h.behind for h in found)
     if working and not any(h.outdated for h in found):
         return Check("hooks", "ok", "; ".join(parts), value)
     remedy = "git agentops-init --server" if target.bare else "git agentops-init --hooks"

@@ -1,10 +1,11 @@
-"""Generate the documentation that must match the code: man pages, shell completions, README's error-code table.
+"""Generate the documentation that must match the code: man pages, shell completions, README's code tables.
 
 ``git agentops-run --help`` is turned by git into ``git help agentops-run``, which opens a man page; so every
 command ships ``man/man1/git-agentops-<name>.1``, rendered from the same argparse parser that ``-h`` prints.
-The README's error-code table is rendered from :data:`git_agentops.errors.CODES`.
+The README's error-code table is rendered from :data:`git_agentops.errors.CODES`, its event-kind table from
+:data:`git_agentops.eventkinds.EVENTS`.
 
-    python -m git_agentops.cli.docgen           # rewrite man/, completions/ and the README table
+    python -m git_agentops.cli.docgen           # rewrite man/, completions/ and the README tables
     python -m git_agentops.cli.docgen --check   # exit 1 if either is out of date (a test runs this)
 """
 
@@ -20,10 +21,12 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import CODES
+from ..eventkinds import EVENTS
 from .completion import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- error-codes:begin -->", "<!-- error-codes:end -->"
+EVENTS_BEGIN, EVENTS_END = "<!-- event-kinds:begin -->", "<!-- event-kinds:end -->"
 
 
 def _roff_escape(text: str) -> str:
@@ -63,11 +66,24 @@ def code_table() -> str:
     return "\n".join(rows)
 
 
+def event_table() -> str:
+    """README's table of event kinds: code, meaning, data keys (``?``: may be absent) with their JSON types."""
+    rows = ["| event | meaning | data |", "|---|---|---|"]
+    for code, kind in EVENTS.items():
+        data = ", ".join(
+            f"`{key}`{'' if field.required else '?'}: {' or '.join(field.types)}" for key, field in kind.fields.items()
+        )
+        rows.append(f"| `{code}` | {kind.meaning} | {data or '--'} |")
+    return "\n".join(rows)
+
+
 def _expected_readme(text: str) -> str:
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise SystemExit(f"README.md lacks the {BEGIN} ... {END} markers")
-    return pattern.sub(lambda _: f"{BEGIN}\n{code_table()}\n{END}", text)
+    for begin, end, table in ((BEGIN, END, code_table()), (EVENTS_BEGIN, EVENTS_END, event_table())):
+        found = re.search(re.escape(begin) + ".*?" + re.escape(end), text, re.DOTALL)
+        if found is None:
+            raise SystemExit(f"README.md lacks the {begin} ... {end} markers")
+        text = f"{text[: found.start()]}{begin}\n{table}\n{end}{text[found.end() :]}"
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

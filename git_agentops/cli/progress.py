@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from .. import eventkinds as kinds
+
 if TYPE_CHECKING:
     from ..gitstore.events import Entry
     from ..gitstore.journal import Journal
@@ -28,21 +30,21 @@ POLL: Final = 0.25
 SCAN_LIMIT: Final = 5000
 SHOWN: Final = frozenset(
     {
-        "RUN_PLAN_CREATED",
-        "RUN_WORKER_PLANNED",
-        "TASK_REVISED",
-        "WORKER_STARTED",
-        "WORKER_HANDING_OFF",
-        "WORKER_FAILED",
-        "REQUEST_REFUSED",
-        "TASK_DELIVERED",
-        "WORKER_BLOCKED",
-        "INTEGRATION_REQUESTED",
-        "INTEGRATION_FAILED",
-        "INTEGRATION_VERIFIED",
-        "INTEGRATION_PUBLISHED",
-        "RUN_STATUS",
-        "RUN_COMPLETE",
+        kinds.RUN_PLAN_CREATED,
+        kinds.RUN_WORKER_PLANNED,
+        kinds.TASK_REVISED,
+        kinds.WORKER_STARTED,
+        kinds.WORKER_HANDING_OFF,
+        kinds.WORKER_FAILED,
+        kinds.REQUEST_REFUSED,
+        kinds.TASK_DELIVERED,
+        kinds.WORKER_BLOCKED,
+        kinds.INTEGRATION_REQUESTED,
+        kinds.INTEGRATION_FAILED,
+        kinds.INTEGRATION_VERIFIED,
+        kinds.INTEGRATION_PUBLISHED,
+        kinds.RUN_STATUS,
+        kinds.RUN_COMPLETE,
     }
 )
 """The events a person is told about; the rest (state bookkeeping, heartbeats of a kind) stay in ``run log``."""
@@ -114,7 +116,8 @@ class Follower:
         if entry.foreign or entry.code not in SHOWN:
             return []
         cause = event_cause(self.store, self.journal, entry)
-        if entry.code == "REQUEST_REFUSED" and not cause:  # a handoff refused after it was taken: WORKER_FAILED says it
+        # a handoff refused after it was taken: WORKER_FAILED says it
+        if entry.code == kinds.REQUEST_REFUSED and not cause:
             return []
         view = RunView(self.journal.read_at(entry.commit))
         stamp = time.strftime("%H:%M:%S", time.localtime(entry.time))
@@ -140,20 +143,20 @@ class Follower:
     def _headline(self, entry: Entry, view: RunView) -> list[str]:
         data, code = entry.data, entry.code
         who = self._who(view, data.get("workerId"))
-        if code in ("RUN_PLAN_CREATED", "RUN_WORKER_PLANNED", "TASK_REVISED"):
+        if code in (kinds.RUN_PLAN_CREATED, kinds.RUN_WORKER_PLANNED, kinds.TASK_REVISED):
             return self._planned(view)
-        if code == "WORKER_STARTED":
+        if code == kinds.WORKER_STARTED:
             worker = view.worker(str(data["workerId"]))
             return [f"{who}: generation {worker.generation} started ({worker.worker_id})"]
-        if code == "WORKER_HANDING_OFF":
+        if code == kinds.WORKER_HANDING_OFF:
             return [f"{who}: {entry.summary.rpartition(' hands off ')[2] or 'its work'} handed off; verifying it"]
-        if code == "WORKER_FAILED":
+        if code == kinds.WORKER_FAILED:
             return [f"{who}: generation {data.get('generation', '?')} failed: {data.get('code', entry.summary)}"]
-        if code == "REQUEST_REFUSED":
+        if code == kinds.REQUEST_REFUSED:
             return [f"{who}: request refused: {data.get('code')}"]
-        if code == "TASK_DELIVERED":
+        if code == kinds.TASK_DELIVERED:
             return [f"{who}: delivered as {str(data.get('commit', ''))[:12]} (generation {data.get('generation')})"]
-        if code == "WORKER_BLOCKED":
+        if code == kinds.WORKER_BLOCKED:
             return [f"{who}: blocked: {data.get('code', '')}"]
         return [entry.summary]
 

@@ -56,14 +56,12 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from ..errors import AgentOpsError
+    from ..errors import AgentOpsError, RepoBare
     from ..receipts import check as receipt_check
 
     try:
         where = ctx.worktree() if args.command else ctx.cwd
-    except AgentOpsError as exc:  # a bare repository -- the server a team pushes to: git plumbing reads it as it is
-        if exc.code != "REPO_BARE":
-            raise
+    except RepoBare:  # a bare repository -- the server a team pushes to: git plumbing reads it as it is
         where = ctx.cwd
     if args.command == "show":
         doc = receipt_check.show(where, args.rev, environ=ctx.env, clock=ctx.clock)

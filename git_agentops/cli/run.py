@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentOpsError
+from ..model.run import RunStatus
 from .common import Context, Parser, build, run, seconds, subcommands
 from .runinfo import list_runs, log, show_status
 
@@ -216,7 +217,7 @@ def _ended(ctx: Context, run_id: str, status: str) -> int:
     """The result of a foreground run: ``RUN: STATUS`` (the ``--json`` document as before) and, for a blocked run,
     why -- the task blocked first and its last failure (:mod:`git_agentops.runs.why`)."""
     lines = [f"{run_id}: {status}"]
-    if status == "blocked" and not ctx.json:
+    if status == RunStatus.BLOCKED and not ctx.json:
         from ..runs import state as runstate
         from ..runs.why import cause_lines, causes
         from .watchview import clean
@@ -249,7 +250,7 @@ def _stop_agents(ctx: Context, run_id: str, why: str, *, wait: float = 15.0) -> 
 
 
 def _exit_for(status: str) -> int:
-    return 0 if status == "complete" else 1
+    return 0 if status == RunStatus.COMPLETE else 1
 
 
 def _start(args: argparse.Namespace, ctx: Context) -> int:
@@ -383,7 +384,7 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    ok = summary["status"] == "complete" and summary["receipt"]["ok"]
+    ok = summary["status"] == RunStatus.COMPLETE and summary["receipt"]["ok"]
     lines = [f"run {summary['runId']}: {summary['status']} in {summary['seconds']}s"]
     for task in summary["tasks"]:
         lines.append(

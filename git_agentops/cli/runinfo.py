@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import AgentOpsError
+from ..model.task import TaskStatus
 from .common import Context
 
 
@@ -132,7 +133,7 @@ def _blocked_note(task: dict[str, Any], doc: dict[str, Any]) -> str:
     waits = [
         titles.get(d, d)
         for d in task["dependencies"]
-        if any(t["taskId"] == d and t["status"] == "blocked" for t in doc["tasks"])
+        if any(t["taskId"] == d and t["status"] == TaskStatus.BLOCKED for t in doc["tasks"])
     ]
     return f"blocked: waits on {', '.join(repr(w) for w in waits) or 'a blocked dependency'}"
 

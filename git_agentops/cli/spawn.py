@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import AgentOpsError
+from .. import eventkinds as kinds
+from ..errors import AgentOpsError, LockHeld, ServiceFailed, SupervisorActive
 from .common import Context
 from .service import (
     RECORD,
@@ -103,9 +104,7 @@ def supervise_in_background(ctx: Context, run_id: str, doc: dict[str, Any], line
         spawned = spawn_supervisor(ctx, run_id)
         doc.update(spawned.to_json())
         lines.append(f"supervising in the background ({spawned.describe()})")
-    except AgentOpsError as exc:
-        if exc.code != "RUN_SUPERVISOR_ACTIVE":
-            raise
+    except SupervisorActive:
         lines.append("its supervisor is already running")
 
 
@@ -126,10 +125,8 @@ def spawn_supervisor(ctx: Context, run_id: str) -> Spawned:
     try:
         with file_lock(directory, "supervisor.lock", blocking=False):
             pass
-    except AgentOpsError as exc:
-        if exc.code == "LOCK_HELD":
-            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}") from exc
-        raise
+    except LockHeld as exc:
+        raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}") from exc
     events = journal(store, run_id)
     before = next((entry.commit for entry in events.log(limit=1)), None)
     log = directory / "supervisor.out"
@@ -141,11 +138,9 @@ def spawn_supervisor(ctx: Context, run_id: str) -> Spawned:
         if choice.manager is Manager.SYSTEMD:
             try:
                 handle = start_systemd(spec, directory, ctx.env)
-            except AgentOpsError as exc:
+            except ServiceFailed as exc:
                 # a start job fails when the supervisor ended before the manager saw its exec (a loaded machine):
                 # what it did -- served and ended, or refused -- says more than the job
-                if exc.code != "RUN_SERVICE_FAILED":
-                    raise
                 served = _served(events, before, None)
                 if served is not None:
                     return Spawned(served, Manager.SYSTEMD)
@@ -175,7 +170,7 @@ def _served(events: Any, before: str | None, pids: set[int] | None) -> int | Non
         if entry.commit == before:
             break
         pid = entry.data.get("pid")
-        if entry.code == "RUN_SUPERVISOR_START" and isinstance(pid, int) and (pids is None or pid in pids):
+        if entry.code == kinds.RUN_SUPERVISOR_START and isinstance(pid, int) and (pids is None or pid in pids):
             return pid
     return None
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ..canonical import JsonObject
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, Usage
 from .common import Context, Parser, build, run
 
 if TYPE_CHECKING:
@@ -286,7 +286,7 @@ def _make_environments(policy: Policy, worktree: Path, ctx: Context) -> Made:
         try:
             doc, line = make_env(args, worktree, env, ctx.clock, progress)
         except AgentOpsError as exc:
-            code = "ENV_SETUP_FAILED" if exc.code == "USAGE" else exc.code
+            code = "ENV_SETUP_FAILED" if isinstance(exc, Usage) else exc.code
             raise AgentOpsError(
                 code,
                 f"verification needs the environment the policy's setup step {index} makes ({state.why}), and "

@@ -34,6 +34,7 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from ..errors import AgentOpsError
+from ..model.run import RunStatus
 from .common import Context, Parser, seconds
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def configure(parser: Parser) -> None:
 
 def exit_for(status: str) -> int:
     """0 for a complete run, 1 for any other ending (as ``run start`` and ``run supervise``)."""
-    return 0 if status == "complete" else 1
+    return 0 if status == RunStatus.COMPLETE else 1
 
 
 class Source:

@@ -26,8 +26,9 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_json
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, StateTampered
 from ..schema import documents
 from .keys import Keyring, keyring
 from .repo import Store
@@ -35,7 +36,7 @@ from .repo import Store
 EVENT_TRAILER: Final = "Agentops-Event: "
 MAC_TRAILER: Final = "Agentops-Mac: "
 MAC_PURPOSE: Final = "journal"
-QUARANTINED: Final = "RUN_STATE_QUARANTINED"
+QUARANTINED: Final = kinds.RUN_STATE_QUARANTINED
 """The one event whose commit has two parents: the journal's own tip first, and second a foreign commit a remote
 holds on the same ref, kept as evidence so that pushing the journal there is a fast-forward
 (:meth:`~git_agentops.gitstore.journal.Journal.supersede`). The first-parent chain -- the state and the log --
@@ -53,20 +54,28 @@ _KEYRINGS: dict[str, Keyring] = {}  # private dir as the store names it -> its (
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """What a mutation did: a stable code, a one-line summary, and JSON data."""
+    """What a mutation did: a registered code (:mod:`git_agentops.eventkinds`), a one-line summary, and JSON data.
 
-    code: str
+    ``ValueError`` for a code nobody registered, at construction: an unregistered kind never reaches a journal.
+    """
+
+    code: kinds.EventCode
     summary: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        kinds.kind(self.code)
 
     def message(self, time: float) -> str:
         """The commit message of this event at ``time``: ``<code>: <summary>``, a blank line, the event trailer.
 
         :func:`parse_event` reads the trailer back; :func:`seal` adds the Mac line. The summary is
-        whitespace-collapsed and cut to 200 characters; ``ValueError`` unless ``code`` is UPPER_SNAKE_CASE.
+        whitespace-collapsed and cut to 200 characters; ``ValueError`` unless ``code`` is UPPER_SNAKE_CASE, or --
+        when the data check is on (:func:`~git_agentops.eventkinds.check_data`) -- unless ``data`` fits its kind.
         """
         if not _CODE_RE.fullmatch(self.code):
             raise ValueError(f"event code {self.code!r} must be UPPER_SNAKE_CASE")
+        kinds.check(self.code, self.data)
         summary = " ".join(self.summary.split())[:200] or self.code
         body = canonical_json({"code": self.code, "summary": summary, "data": dict(self.data), "time": time})
         return f"{self.code}: {summary}\n\n{EVENT_TRAILER}{body}\n"
@@ -86,7 +95,7 @@ class Entry:
     """True for a commit the toolkit did not write (its ``Agentops-Mac`` is missing or does not check)."""
 
 
-class JournalTampered(AgentOpsError):
+class JournalTampered(StateTampered):
     """A journal's tip is a commit the toolkit did not write: ``RUN_STATE_TAMPERED``, naming the ref and commit."""
 
     def __init__(self, ref: str, commit: str, message: str | None = None) -> None:

@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from .events import (
     EVENT_TRAILER,
@@ -162,7 +163,7 @@ class Journal:
             if not change.changed and change.event is None:
                 return value, None
             tree = change.write_tree() if change.changed else (tip.tree_id if tip else change.write_tree())
-            return value, str(self._append(tree, tip, change.event or Event("STATE_CHANGED", "state changed")))
+            return value, str(self._append(tree, tip, change.event or Event(kinds.STATE_CHANGED, "state changed")))
 
         value, commit = run_with_retry(
             attempt, policy=self.retry, code="JOURNAL_CONTENDED", what=f"mutating {self.ref}", stats=stats

@@ -46,7 +46,7 @@ from typing import Final
 
 import pygit2
 
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, RemoteMoved
 from ..process.command import run_command
 from .events import is_authentic
 from .keys import has_key
@@ -484,8 +484,8 @@ def push(
         try:
             for ref in push_atomic(store, remote, sends, timeout=timeout):
                 outcome[ref] = "pushed"
-        except AgentOpsError as exc:
-            if exc.code == "SYNC_REMOTE_MOVED" and attempt < attempts:
+        except RemoteMoved:
+            if attempt < attempts:
                 continue
             raise
         return Outcome(outcome, conflicts, attempt, quarantined, kept)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from ..errors import AgentOpsError
 from ..resources import data_dir
@@ -42,7 +42,22 @@ LEGACY: Final = ".legacy"
 SHIM_MODE: Final = 0o755
 _HEAD = 4096  # the marker sits on line 2
 
-Kind = Literal["missing", "ours", "foreign"]
+
+class Kind(enum.StrEnum):
+    """What is at a hook path: nothing, our shim, or somebody else's hook."""
+
+    MISSING = "missing"
+    OURS = "ours"
+    FOREIGN = "foreign"
+
+
+class HookState(enum.StrEnum):
+    """A hook as doctor reports it (``--json`` writes these strings)."""
+
+    INSTALLED = "installed"
+    FOREIGN = "foreign"
+    MISSING = "missing"
+    CONFLICT = "conflict"
 
 
 def hook_module() -> Path:
@@ -152,7 +167,7 @@ def classify(path: Path) -> Kind:
     try:
         info = path.lstat()
     except FileNotFoundError:
-        return "missing"
+        return Kind.MISSING
     except OSError as exc:
         raise AgentOpsError("HOOKS_CONFLICT", f"{path} cannot be examined: {exc}") from exc
     if stat.S_ISLNK(info.st_mode):
@@ -166,11 +181,11 @@ def classify(path: Path) -> Kind:
             raise AgentOpsError(
                 "HOOKS_CONFLICT", f"{path} is a symlink to a git-agentops shim ({path.resolve()}); remove the link"
             )
-        return "foreign"
+        return Kind.FOREIGN
     if not stat.S_ISREG(info.st_mode):
         what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise AgentOpsError("HOOKS_CONFLICT", f"{path} is {what}: move it away, then install again")
-    return "ours" if _has_marker(path) else "foreign"
+    return Kind.OURS if _has_marker(path) else Kind.FOREIGN
 
 
 class Action(enum.StrEnum):
@@ -246,17 +261,17 @@ def plan_install(directory: Path, names: Sequence[str], *, python: str, module: 
         shim = render_shim(name, python=python, module=module)
         kind = classify(path)
         legacy = classify(path.with_name(name + LEGACY))
-        stale = legacy == "ours"  # a copy of our shim as <hook>.legacy with no foreign hook in front: drop it
-        runs = legacy == "foreign" and os.access(path.with_name(name + LEGACY), os.X_OK)
-        if kind == "missing":
+        stale = legacy is Kind.OURS  # a copy of our shim as <hook>.legacy with no foreign hook in front: drop it
+        runs = legacy is Kind.FOREIGN and os.access(path.with_name(name + LEGACY), os.X_OK)
+        if kind is Kind.MISSING:
             steps.append(Step(name, Action.WRITE, path, shim, legacy_runs=runs, drop_legacy=stale))
-        elif kind == "ours":
+        elif kind is Kind.OURS:
             same = path.read_bytes() == shim and stat.S_IMODE(path.stat().st_mode) == SHIM_MODE
             action = Action.UNCHANGED if same and not stale else Action.UPDATE
             steps.append(Step(name, action, path, shim, legacy_runs=runs, drop_legacy=stale))
-        elif legacy == "ours":
+        elif legacy is Kind.OURS:
             steps.append(Step(name, Action.BEHIND, path))
-        elif legacy == "foreign":
+        elif legacy is Kind.FOREIGN:
             raise AgentOpsError(
                 "HOOKS_CONFLICT",
                 f"{path} is another tool's hook and {path.name}{LEGACY} exists too: nothing can be chained; "
@@ -275,15 +290,15 @@ def plan_uninstall(directory: Path, names: Sequence[str]) -> list[Step]:
         path = directory / name
         kind = classify(path)
         legacy = classify(path.with_name(name + LEGACY))
-        if kind == "ours":
-            if legacy == "foreign":
+        if kind is Kind.OURS:
+            if legacy is Kind.FOREIGN:
                 steps.append(Step(name, Action.RESTORE, path))
             else:
-                steps.append(Step(name, Action.REMOVE, path, drop_legacy=legacy == "ours"))
-        elif legacy == "ours":
+                steps.append(Step(name, Action.REMOVE, path, drop_legacy=legacy is Kind.OURS))
+        elif legacy is Kind.OURS:
             steps.append(Step(name, Action.UNCHAIN, path))
         else:
-            steps.append(Step(name, Action.FOREIGN if kind == "foreign" else Action.ABSENT, path))
+            steps.append(Step(name, Action.FOREIGN if kind is Kind.FOREIGN else Action.ABSENT, path))
     return steps
 
 
@@ -344,7 +359,7 @@ class HookStatus:
     """One hook as doctor sees it."""
 
     name: str
-    state: Literal["installed", "foreign", "missing", "conflict"]
+    state: HookState
     chained: bool = False  # installed, and a foreign <hook>.legacy runs first
     behind: bool = False  # foreign, and it runs our shim as its <hook>.legacy
     outdated: bool = False  # installed, but not what 'git agentops-init --hooks' would write now
@@ -377,12 +392,14 @@ def inspect(directory: Path, names: Sequence[str]) -> list[HookStatus]:
             kind = classify(path)
             legacy = classify(path.with_name(name + LEGACY))
         except AgentOpsError as exc:
-            out.append(HookStatus(name, "conflict", problem=exc.message))
+            out.append(HookStatus(name, HookState.CONFLICT, problem=exc.message))
             continue
-        if kind == "ours":
-            out.append(HookStatus(name, "installed", chained=legacy == "foreign", outdated=not _current(path, name)))
-        elif kind == "foreign":
-            out.append(HookStatus(name, "foreign", behind=legacy == "ours"))
+        if kind is Kind.OURS:
+            out.append(
+                HookStatus(name, HookState.INSTALLED, chained=legacy is Kind.FOREIGN, outdated=not _current(path, name))
+            )
+        elif kind is Kind.FOREIGN:
+            out.append(HookStatus(name, HookState.FOREIGN, behind=legacy is Kind.OURS))
         else:
-            out.append(HookStatus(name, "missing"))
+            out.append(HookStatus(name, HookState.MISSING))
     return out

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, RequestTimeout
 from ..gitstore.private import resolve_contained
+from ..model.task import TaskStatus
 from ..protocol import mailbox
 from .recipe import (
     Commit,
@@ -94,10 +95,8 @@ def mailbox_raw(worktree: Path, *, timeout: float = RAW_REQUEST_TIMEOUT) -> RawF
         digest = mailbox.send_raw(worktree, data)
         try:
             return mailbox.wait_response(worktree, digest, timeout=timeout)
-        except AgentOpsError as exc:
-            if exc.code == "REQUEST_TIMEOUT":
-                return None
-            raise
+        except RequestTimeout:
+            return None
 
     return send
 
@@ -277,12 +276,12 @@ class _Agent:
         children = [t for t in instructions["tasks"] if t["id"] != instructions["rootTaskId"]]
         if instructions.get("wake"):
             self.log(f"woken: {instructions['wake']}")
-        blocked = [t for t in children if t["status"] == "blocked"]
+        blocked = [t for t in children if t["status"] == TaskStatus.BLOCKED]
         if blocked and all(t["status"] in ("blocked", "delivered") for t in children):
             for task in blocked:
                 self.log(f"task {task['title']!r} ({task['id']}) is blocked: {task['blockedReason']}")
             return 2
-        if children and all(t["status"] == "delivered" for t in children) and self.recipe.coordinator.finalize:
+        if children and all(t["status"] == TaskStatus.DELIVERED for t in children) and self.recipe.coordinator.finalize:
             return 0 if self.call("finalize", {})["ok"] else 1
         self.log("ending my turn; the supervisor wakes me when something needs me")
         return 0
@@ -364,12 +363,12 @@ class _Agent:
                 self.log("the run is complete")
                 return 0
             children = [t for t in instructions["tasks"] if t["id"] != instructions["rootTaskId"]]
-            blocked = [t for t in children if t["status"] == "blocked"]
+            blocked = [t for t in children if t["status"] == TaskStatus.BLOCKED]
             if blocked and all(t["status"] in ("blocked", "delivered") for t in children):  # nothing else can move
                 for task in blocked:
                     self.log(f"task {task['title']!r} ({task['id']}) is blocked: {task['blockedReason']}")
                 return 2
-            delivered = {t["title"] for t in children if t["status"] == "delivered"}
+            delivered = {t["title"] for t in children if t["status"] == TaskStatus.DELIVERED}
             if len(delivered) == len(children) and expected <= delivered:
                 break
             status = ", ".join(f"{t['title']}: {t['status']}" for t in children)

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.journal import Event
@@ -95,7 +96,7 @@ def quarantine(store: Store, run_id: str, ref: str, foreign: str, restore: str |
         runstate.journal(store, run_id),
         lambda change, view: None,
         Event(
-            "RUN_REF_QUARANTINED",
+            kinds.RUN_REF_QUARANTINED,
             f"{ref} held {foreign[:12]}, which the supervisor did not write; kept as {kept}",
             {"ref": ref, "foreignCommit": foreign, "quarantinedAs": kept, "restored": restore, "why": why},
         ),

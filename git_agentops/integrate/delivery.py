@@ -37,6 +37,7 @@ from typing import Any
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes, digest
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -324,7 +325,7 @@ def _mark_delivered(
         runstate.journal(store, ctx.run_id),
         freeze,
         Event(
-            "TASK_DELIVERED",
+            kinds.TASK_DELIVERED,
             f"{task_id} delivered by {worker_id} as {commit[:12]}{squashed}",
             {
                 "taskId": task_id,
@@ -394,7 +395,7 @@ def adopt_orphans(store: Store, run_id: str, clock: Clock, *, reverify: Reverify
             runstate.journal(store, run_id),
             adopt,
             Event(
-                "TASK_DELIVERY_ADOPTED",
+                kinds.TASK_DELIVERY_ADOPTED,
                 f"{task.id} delivery adopted after a crash, verified again",
                 {"taskId": task.id, "commit": commit},
             ),

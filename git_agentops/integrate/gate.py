@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
@@ -65,7 +66,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
     advance(
         ctx,
         store,
-        "INTEGRATION_VERIFIED",
+        kinds.INTEGRATION_VERIFIED,
         f"candidate {candidate[:12]} verified",
         status=IntegrationStatus.VERIFIED,
         verification=verification,
@@ -79,7 +80,7 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
     advance(
         ctx,
         store,
-        "INTEGRATION_REVIEWED",
+        kinds.INTEGRATION_REVIEWED,
         f"candidate {candidate[:12]} reviewed",
         status=IntegrationStatus.REVIEWED,
         reviews=reviews,
@@ -170,7 +171,7 @@ def _review(
                 change.put_artifact(canonical_bytes(result.report) + b"\n")
 
     runstate.journal(store, ctx.run_id).mutate(
-        keep, Event("REVIEWS_RECORDED", f"{len(results)} review(s)", {"reviews": [r.to_json() for r in reviews]})
+        keep, Event(kinds.REVIEWS_RECORDED, f"{len(results)} review(s)", {"reviews": [r.to_json() for r in reviews]})
     )
     return None, reviews
 
@@ -190,5 +191,5 @@ def _account(store: Store, run_id: str, results: Sequence[Review]) -> None:
     runstate.mutate(
         runstate.journal(store, run_id),
         add,
-        Event("REVIEW_USAGE", f"{len(spent)} review attempt(s) used {tokens} tokens", {"tokens": tokens}),
+        Event(kinds.REVIEW_USAGE, f"{len(spent)} review attempt(s) used {tokens} tokens", {"tokens": tokens}),
     )

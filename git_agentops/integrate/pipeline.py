@@ -37,8 +37,9 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import JsonObject, sha256_hex
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, NoteExists, PushRefused, RemoteUnreachable
 from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
@@ -93,9 +94,7 @@ def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
     """
     try:
         return _integrate(ctx, store)
-    except AgentOpsError as exc:
-        if exc.code not in ("SYNC_REMOTE_UNREACHABLE", "SYNC_PUSH_REFUSED"):
-            raise
+    except (RemoteUnreachable, PushRefused) as exc:
         ctx.log(f"waiting: {exc.message}")
         return Wait(exc.code, f"{exc.message}; 'git agentops-run resume {ctx.run_id}' tries again (nothing was lost)")
 
@@ -128,7 +127,7 @@ def _adopt(ctx: JobContext, store: Store, now: Progress) -> None:
     advance(
         ctx,
         store,
-        "INTEGRATION_PUBLISHED",
+        kinds.INTEGRATION_PUBLISHED,
         "the target already holds the candidate",
         status=IntegrationStatus.PUBLISHED,
     )
@@ -156,7 +155,7 @@ def _receipt(ctx: JobContext, store: Store, now: Progress) -> None:
     advance(
         ctx,
         store,
-        "INTEGRATION_RECEIPTED",
+        kinds.INTEGRATION_RECEIPTED,
         "receipt added",
         status=IntegrationStatus.RECEIPTED,
         receipt_digest=receipt_digest,
@@ -306,7 +305,7 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     advance(
         ctx,
         store,
-        "INTEGRATION_PUBLISHED",
+        kinds.INTEGRATION_PUBLISHED,
         f"{target} moved to {candidate[:12]}" + (f"; {len(checked_out)} checkout(s) updated" if checked_out else ""),
         status=IntegrationStatus.PUBLISHED,
         published_at=ctx.clock.now(),
@@ -342,7 +341,7 @@ def _publish_remote(ctx: JobContext, store: Store, remote: str, target: str, bas
     advance(
         ctx,
         store,
-        "INTEGRATION_PUBLISHED",
+        kinds.INTEGRATION_PUBLISHED,
         f"{remote}'s {target} moved to {candidate[:12]} (one atomic push with the receipt and the notes)",
         status=IntegrationStatus.PUBLISHED,
         published_at=ctx.clock.now(),
@@ -363,7 +362,7 @@ def _report_unreviewed(ctx: JobContext, store: Store, run: Run, base: str) -> No
             f"{run.target}'s history was rewritten since the run started ({run.base_commit[:12]} is gone); " + summary
         )
     ctx.log(summary)
-    advance(ctx, store, "RUN_TARGET_UNREVIEWED", summary, unreviewed=found, target_rewritten=rewritten or None)
+    advance(ctx, store, kinds.RUN_TARGET_UNREVIEWED, summary, unreviewed=found, target_rewritten=rewritten or None)
 
 
 def _prepare(
@@ -386,7 +385,7 @@ def _prepare(
     advance(
         ctx,
         store,
-        "INTEGRATION_PREPARED",
+        kinds.INTEGRATION_PREPARED,
         f"candidate {candidate[:12]} on {base[:12]}",
         status=IntegrationStatus.PREPARED,
         base=base,
@@ -451,9 +450,8 @@ def _add_receipt(ctx: JobContext, store: Store) -> str:
     )
     try:
         notes.add(candidate, data, message=f"Receipt of run {run.run_id}")
-    except AgentOpsError as exc:
-        if exc.code != "NOTE_EXISTS":
-            raise
+    except NoteExists:
+        pass
     return sha256_hex(data)
 
 
@@ -529,7 +527,7 @@ def _complete(ctx: JobContext, store: Store) -> str:
         runstate.journal(store, ctx.run_id),
         finish,
         Event(
-            "RUN_COMPLETE",
+            kinds.RUN_COMPLETE,
             f"run complete: {run.target} at {candidate[:12]}",
             {"candidate": integration.candidate, "receiptDigest": integration.receipt_digest},
         ),

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.delivery import UNRECORDED_DIGEST, UNRECORDED_FINALIZE, PendingFinalize
@@ -22,7 +23,7 @@ from ..runs.jobs import JobContext, Refusal, Request
 ZERO_DIGEST: Final = UNRECORDED_DIGEST
 
 
-def advance(ctx: JobContext, store: Store, code: str, summary: str, **fields: Any) -> Run:
+def advance(ctx: JobContext, store: Store, code: kinds.EventCode, summary: str, **fields: Any) -> Run:
     """Write the next state of the integration record (one journal commit), then pass the fault point."""
 
     def update(change: Change, view: runstate.RunView) -> Run:
@@ -44,7 +45,12 @@ def fail(ctx: JobContext, store: Store, code: str, message: str, detail: Mapping
     run = runstate.read(store, ctx.run_id).run()
     pending = answered(run.integration)
     advance(
-        ctx, store, "INTEGRATION_FAILED", f"integration failed: {code}", status=IntegrationStatus.FAILED, failure=code
+        ctx,
+        store,
+        kinds.INTEGRATION_FAILED,
+        f"integration failed: {code}",
+        status=IntegrationStatus.FAILED,
+        failure=code,
     )
     request = Request(
         {

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Final, TypeVar
 
-from ..errors import AgentOpsError
+from .. import eventkinds as kinds
+from ..errors import AgentOpsError, RemoteMoved, RemoteUnreachable
 from ..gitstore import sync
 from ..gitstore.checkout import dirty_checkouts, follow_checkouts
 from ..gitstore.journal import Event
@@ -59,9 +60,7 @@ def patiently(ctx: JobContext, store: Store, what: str, attempt: Callable[[], T]
     while True:
         try:
             return attempt()
-        except AgentOpsError as exc:
-            if exc.code != "SYNC_REMOTE_UNREACHABLE":
-                raise
+        except RemoteUnreachable as exc:
             tries += 1
             left = deadline - time.monotonic()
             if left <= 0:
@@ -80,7 +79,7 @@ def note(ctx: JobContext, store: Store, summary: str) -> None:
     """An event on the run's log, and the supervisor's log."""
     ctx.log(summary)
     runstate.mutate(
-        runstate.journal(store, ctx.run_id), lambda change, view: None, Event("INTEGRATION_REMOTE", summary, {})
+        runstate.journal(store, ctx.run_id), lambda change, view: None, Event(kinds.INTEGRATION_REMOTE, summary, {})
     )
 
 
@@ -114,9 +113,7 @@ def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, 
                 sends.append(sync.Send(name, mine, theirs.get(name)))
         try:
             patiently(ctx, store, f"pushing {target} to {remote}", partial(sync.push_atomic, store, remote, sends))
-        except AgentOpsError as exc:
-            if exc.code != "SYNC_REMOTE_MOVED":
-                raise
+        except RemoteMoved:
             now = remote_tip(ctx, store, remote, target)
             if now == candidate:  # ours already, from a push that crashed before it was recorded
                 follow(ctx, store, remote, target, base, candidate)
@@ -185,5 +182,5 @@ def _not_followed(ctx: JobContext, store: Store, summary: str, data: Mapping[str
     runstate.mutate(
         runstate.journal(store, ctx.run_id),
         lambda change, view: None,
-        Event("RUN_TARGET_NOT_FOLLOWED", summary, data),
+        Event(kinds.RUN_TARGET_NOT_FOLLOWED, summary, data),
     )

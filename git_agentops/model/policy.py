@@ -7,6 +7,7 @@ hash alike; any change to what would run changes the hash and therefore needs fr
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,14 @@ from ..canonical import JsonObject, JsonValue, canonical_json, digest
 from . import hosts
 from .globs import literal, normalise
 from .policydoc import CommandDoc, PolicyDoc, StepDoc
+
+
+class Finalize(enum.StrEnum):
+    """``[run] finalize``: who integrates once every child is delivered -- the coordinator, woken, or the loop."""
+
+    COORDINATOR = "coordinator"
+    AUTO = "auto"
+
 
 DEFAULT_TARGET: Final = "main"
 DEFAULT_BUDGET: Final = "90m"
@@ -138,7 +147,7 @@ def effective(doc: Mapping[str, Any]) -> PolicyDoc:
     run.setdefault("max_workers", 3)
     run.setdefault("worktree_root", DEFAULT_WORKTREE_ROOT)
     run.setdefault("default_host", "scripted")
-    run.setdefault("finalize", "coordinator")
+    run.setdefault("finalize", Finalize.COORDINATOR)
     verify = doc.get("verify", {})
     verify_argvs = [c["argv"] for c in (*verify.get("commands", []), *verify.get("runners", []))]
     hosts = {name: _host_defaults(host, verify_argvs) for name, host in doc.get("hosts", {}).items()}

@@ -30,7 +30,7 @@ from ..canonical import digest
 from .fieldmap import Field, FieldMap, field_map
 from .integration import Integration
 from .sandbox import weakest
-from .task import Task, task_contract_hash
+from .task import Task, TaskStatus, task_contract_hash
 from .usage import Accounted, ReviewerUsage, Reviews, Usage, total_usage
 
 STORM_STARTS: Final = 3
@@ -431,7 +431,9 @@ def no_progress(failures: Sequence[Failure]) -> bool:
 def ready(tasks: Mapping[str, Any], task_id: str) -> bool:
     """A planned task is ready when every dependency is delivered."""
     task = tasks[task_id]
-    return task.status == "planned" and all(tasks[d].status == "delivered" for d in task.dependencies if d in tasks)
+    return task.status == TaskStatus.PLANNED and all(
+        tasks[d].status == TaskStatus.DELIVERED for d in task.dependencies if d in tasks
+    )
 
 
 def dependents(tasks: Mapping[str, Any], task_id: str) -> list[str]:

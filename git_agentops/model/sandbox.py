@@ -8,10 +8,20 @@ work. An unknown level (a newer toolkit's, a forged one) counts as weaker than e
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from typing import Final
 
-LEVELS: Final = ("namespace", "landlock", "none")
+
+class Level(enum.StrEnum):
+    """A sandbox level (what each means: :mod:`git_agentops.sandbox.plan`); records and receipts hold its string."""
+
+    NAMESPACE = "namespace"
+    LANDLOCK = "landlock"
+    NONE = "none"
+
+
+LEVELS: Final = tuple(Level)
 """The sandbox levels, strongest first (:mod:`git_agentops.sandbox.plan` chooses one; ``receipt verify
 --require-sandbox`` compares by this order)."""
 

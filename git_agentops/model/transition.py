@@ -27,8 +27,18 @@ from .jsonform import JsonRecord, json_value, on_disk, record_of, records_of
 from .policydoc import PolicyDoc
 
 TRANSITION_PREFIX: Final = "policy-"
-POLICY_CHANGES: Final = ("user", "coordinator", "never")
-DEFAULT_POLICY_CHANGES: Final = "user"
+
+
+class ChangeMode(enum.StrEnum):
+    """Who approves a policy transition (``[run] policy_changes``): a person, the coordinator, or nobody."""
+
+    USER = "user"
+    COORDINATOR = "coordinator"
+    NEVER = "never"
+
+
+POLICY_CHANGES: Final = tuple(ChangeMode)
+DEFAULT_POLICY_CHANGES: Final = ChangeMode.USER
 """Who approves a transition when ``[run] policy_changes`` is absent: a person. Trust was given by a person for an
 exact policy hash, and a changed capability is code that will run on their machine; a coordinator's approval is an
 agent vouching for itself, so it stands only where the policy says so."""
@@ -50,9 +60,10 @@ ORDER: Final = (Stage.PREPARED, Stage.FENCED, Stage.BOUND, Stage.SYNCHRONIZED, S
 ENDED: Final = frozenset({Stage.COMPLETE, Stage.REFUSED})
 
 
-def policy_changes(doc: PolicyDoc) -> str:
-    """``[run] policy_changes`` of an effective policy (absent: :data:`DEFAULT_POLICY_CHANGES`, no hash change)."""
-    return str(doc["run"].get("policy_changes", DEFAULT_POLICY_CHANGES))
+def policy_changes(doc: PolicyDoc) -> ChangeMode:
+    """``[run] policy_changes`` of an effective policy (absent: :data:`DEFAULT_POLICY_CHANGES`, no hash change); the
+    schema allows only the :class:`ChangeMode` values."""
+    return ChangeMode(str(doc["run"].get("policy_changes", DEFAULT_POLICY_CHANGES)))
 
 
 def transition_id(

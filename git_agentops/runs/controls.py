@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
@@ -40,7 +41,9 @@ from . import tasks as taskbook
 from .why import causes
 
 
-def _control(store: Store, run_id: str, code: str, summary: str, fn: Callable[[Change, runstate.RunView], Run]) -> Run:
+def _control(
+    store: Store, run_id: str, code: kinds.EventCode, summary: str, fn: Callable[[Change, runstate.RunView], Run]
+) -> Run:
     journal = runstate.journal(store, run_id)
     if not journal.exists():
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r}")
@@ -48,7 +51,7 @@ def _control(store: Store, run_id: str, code: str, summary: str, fn: Callable[[C
     # that met one is refused once, so that accepting the restored state is a decision made knowing it
     contained = tamper.contain(store, run_id)
     restored = all(c.restored for c in contained)
-    if contained and (code == "RUN_RESUMED" or not restored):
+    if contained and (code == kinds.RUN_RESUMED or not restored):
         raise AgentOpsError(
             "RUN_STATE_TAMPERED",
             " ".join(c.describe() + "." for c in contained)
@@ -67,7 +70,7 @@ def pause(store: Store, run_id: str) -> Run:
         runstate.put_run(change, run)
         return run
 
-    return _control(store, run_id, "RUN_PAUSED", "paused by the user", fn)
+    return _control(store, run_id, kinds.RUN_PAUSED, "paused by the user", fn)
 
 
 def stop(store: Store, run_id: str) -> Run:
@@ -79,7 +82,7 @@ def stop(store: Store, run_id: str) -> Run:
         runstate.put_run(change, run)
         return run
 
-    return _control(store, run_id, "RUN_STOPPED", "stopped by the user", fn)
+    return _control(store, run_id, kinds.RUN_STOPPED, "stopped by the user", fn)
 
 
 def resume(
@@ -118,7 +121,7 @@ def resume(
                 )
         return run
 
-    return _control(store, run_id, "RUN_RESUMED", "resumed by the user", fn)
+    return _control(store, run_id, kinds.RUN_RESUMED, "resumed by the user", fn)
 
 
 def answer(store: Store, run_id: str, question_id: str, text: str, clock: Clock) -> Run:
@@ -141,7 +144,7 @@ def answer(store: Store, run_id: str, question_id: str, text: str, clock: Clock)
             runstate.put_run(change, run)
         return run
 
-    return _control(store, run_id, "RUN_ANSWERED", f"question {question_id} answered", fn)
+    return _control(store, run_id, kinds.RUN_ANSWERED, f"question {question_id} answered", fn)
 
 
 def approve(store: Store, run_id: str, given: str, approver: str, clock: Clock) -> tuple[Transition, Run]:
@@ -171,7 +174,7 @@ def approve(store: Store, run_id: str, given: str, approver: str, clock: Clock) 
             runstate.put_run(change, run)
         return run
 
-    return transition, _control(store, run_id, "RUN_POLICY_APPROVED", f"{transition_id} approved by {approver}", fn)
+    return transition, _control(store, run_id, kinds.RUN_POLICY_APPROVED, f"{transition_id} approved by {approver}", fn)
 
 
 def refuse(store: Store, run_id: str, given: str, approver: str, reason: str, clock: Clock) -> Transition:

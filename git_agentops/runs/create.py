@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import __version__
+from .. import eventkinds as kinds
 from ..canonical import canonical_bytes
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -69,7 +70,9 @@ def bind_policy(store: Store, run_id: str, policy: Policy, trust: Verdict, clock
     journal.mutate(
         bind,
         Event(
-            "POLICY_BOUND", f"policy {policy.config_hash[:12]} bound to {run_id}", {"configHash": policy.config_hash}
+            kinds.POLICY_BOUND,
+            f"policy {policy.config_hash[:12]} bound to {run_id}",
+            {"configHash": policy.config_hash},
         ),
     )
 
@@ -172,7 +175,7 @@ def create_run(
     runstate.journal(store, run_id).mutate(
         create,
         Event(
-            "RUN_CREATED",
+            kinds.RUN_CREATED,
             f"run {run_id} created: {goal[:120]}",
             {"goal": goal, "target": target, "base": base, "host": host, "budgetSeconds": budget_seconds},
         ),

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
+from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore import sync
@@ -116,7 +117,7 @@ def claim(
         runstate.journal(store, run_id),
         take,
         Event(
-            "RUN_LEASE_RENEWED" if renewing else "RUN_LEASE_CLAIMED",
+            kinds.RUN_LEASE_RENEWED if renewing else kinds.RUN_LEASE_CLAIMED,
             f"lease {'renewed' if renewing else 'claimed'} by {machine} (pid {pid})",
             {"holder": machine, "pid": pid},
         ),
@@ -173,7 +174,7 @@ def release(store: Store, run_id: str, *, machine: str, remote: str, clock: Cloc
             runstate.put_lease(change, replace(current, expires_at=now, renewed_at=now))
 
     runstate.mutate(
-        runstate.journal(store, run_id), end, Event("RUN_LEASE_RELEASED", f"lease released by {machine}", {})
+        runstate.journal(store, run_id), end, Event(kinds.RUN_LEASE_RELEASED, f"lease released by {machine}", {})
     )
     _push(store, run_id, remote)
 
@@ -236,7 +237,7 @@ def relocate(store: Store, run_id: str, *, root: Path, clock: Clock, environ: Ma
     runstate.mutate(
         runstate.journal(store, run_id),
         move,
-        Event("RUN_RELOCATED", f"{run_id} moved to {root}", {"repository": str(root)}),
+        Event(kinds.RUN_RELOCATED, f"{run_id} moved to {root}", {"repository": str(root)}),
     )
     exclude = store.common_dir / "info" / "exclude"
     add_excludes(exclude, missing_excludes(exclude))

@@ -63,12 +63,13 @@ from typing import Any, Final
 from ..canonical import canonical_bytes, digest
 from ..envs.project import LOCKFILES, python_packages
 from ..envs.tools import setup_venvs, shared_dir
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, CheckoutChanged
 from ..gitstore.clean import CleanCheckout, collapse, discoverable_above, is_discovered, remove_tree
 from ..gitstore.private import file_lock, read_private, write_private
 from ..gitstore.repo import Store
 from ..model.policy import CommandSpec
 from ..model.run import RunStatus
+from ..model.sandbox import Level
 from ..model.task import Task
 from ..sandbox.checkout import Wall, scratch_for, wall
 from ..sandbox.plan import choose_mode
@@ -121,7 +122,7 @@ def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task 
     try:
         return _prove_in(ctx, store, checkout, slot=slot, commit=commit, task=task)
     except AgentOpsError as error:
-        if error.code == "VERIFY_CHECKOUT_CHANGED" and "written" in error.details:
+        if isinstance(error, CheckoutChanged) and "written" in error.details:
             checkout.wipe()  # its own repository was written: the next proof starts from nothing
         raise
 
@@ -262,7 +263,7 @@ _SAID: set[tuple[str, str]] = set()
 def _say_level(ctx: JobContext, confined: Wall) -> None:
     """Log, once per run and process, a level below ``namespace`` and what it leaves open."""
     said = (str(ctx.run_dir), confined.level)
-    if confined.level == "namespace" or said in _SAID:
+    if confined.level == Level.NAMESPACE or said in _SAID:
         return
     _SAID.add(said)
     why = f": {confined.sandbox.reason}" if confined.sandbox.reason else ""

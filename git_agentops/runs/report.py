@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..canonical import digest
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -43,17 +44,17 @@ from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
 from . import state as runstate
 from . import transitions
 
-ENDINGS: Final = {
-    "WORKER_FAILED": "failed",
-    "WORKER_IDLE": "idle",
-    "WORKER_BLOCKED": "blocked",
+ENDINGS: Final[Mapping[str, str]] = {
+    kinds.WORKER_FAILED: "failed",
+    kinds.WORKER_IDLE: "idle",
+    kinds.WORKER_BLOCKED: "blocked",
 }
-SOFT_ENDINGS: Final = {
-    "WORKER_STOPPED": "stopped",
-    "WORKER_STOPPED_FOR_HANDOFF": "handing-off",
-    "WORKER_RECONCILED": "interrupted",
-    "WORKER_LEFTOVER_STOPPED": "interrupted",
-    "HOST_RESUME_FAILED": "stopped",
+SOFT_ENDINGS: Final[Mapping[str, str]] = {
+    kinds.WORKER_STOPPED: "stopped",
+    kinds.WORKER_STOPPED_FOR_HANDOFF: "handing-off",
+    kinds.WORKER_RECONCILED: "interrupted",
+    kinds.WORKER_LEFTOVER_STOPPED: "interrupted",
+    kinds.HOST_RESUME_FAILED: "stopped",
 }
 """Events that end a generation only when nothing more telling (delivered, failed...) ends it."""
 RUN_EVENT_PREFIXES: Final = ("RUN_", "INTEGRATION_", "REVIEWS_")
@@ -134,14 +135,14 @@ def _timeline(
             run_events.append(fact)
         if entry.foreign:  # never acted on: a claim, not a fact about a generation
             continue
-        if entry.code == "RUN_COMPLETE":
+        if entry.code == kinds.RUN_COMPLETE:
             for item in current.values():
                 if item.start.role == Role.COORDINATOR and item.soft:
                     item.outcome, item.ended_at = "finalized", entry.time
         worker_id = entry.data.get("workerId")
         if not isinstance(worker_id, str):
             continue
-        if entry.code == "WORKER_STARTING":
+        if entry.code == kinds.WORKER_STARTING:
             counted[worker_id] = counted.get(worker_id, 0) + 1
             current[worker_id] = _Open(_started(journal, entry, workers.get(worker_id), counted[worker_id]))
             opened.append(current[worker_id])
@@ -171,27 +172,27 @@ def _started(journal: Journal, entry: Entry, final: Worker | None, count: int) -
 def _apply(store: Store, item: _Open, entry: Entry) -> None:
     """What one event says about the generation it belongs to."""
     code, data = entry.code, entry.data
-    if code == "WORKER_HANDING_OFF":
+    if code == kinds.WORKER_HANDING_OFF:
         short = entry.summary.rpartition(" ")[2]
         commit = _commit(store, short) if SHORT_ID.fullmatch(short) else None
         if commit is not None:
             item.handoffs.append(Handoff(commit, entry.time))
-    elif code == "REQUEST_REFUSED" and data.get("generation") == item.start.number:
+    elif code == kinds.REQUEST_REFUSED and data.get("generation") == item.start.number:
         item.refusals.append({"code": data.get("code"), "message": data.get("message"), "at": entry.time})
         item.answered(entry.time)
-    elif code == "TASK_DELIVERED" and data.get("generation") == item.start.number:
+    elif code == kinds.TASK_DELIVERED and data.get("generation") == item.start.number:
         item.outcome, item.ended_at, item.delivered = "delivered", entry.time, data.get("commit")
         item.answered(entry.time)
     elif code in ENDINGS and item.outcome != "delivered":
         item.outcome, item.ended_at = ENDINGS[code], entry.time
         named = data.get("code") or entry.summary.rpartition(": ")[2]
-        if code != "WORKER_IDLE" and (code == "WORKER_BLOCKED" or not item.code):
+        if code != kinds.WORKER_IDLE and (code == kinds.WORKER_BLOCKED or not item.code):
             item.code = str(named) if named else None
             if data.get("reason"):
                 item.message = str(data["reason"])
     elif code in SOFT_ENDINGS and item.soft:
         item.outcome, item.ended_at = SOFT_ENDINGS[code], entry.time
-    elif code == "WORKER_STARTED" and item.soft:
+    elif code == kinds.WORKER_STARTED and item.soft:
         item.outcome = "running"
 
 
@@ -306,7 +307,7 @@ def _reviews(journal: Journal, integration: Integration | None, entries: Sequenc
     """The integration's reviews, each with the report kept in the state at ``REVIEWS_RECORDED``."""
     if integration is None or not integration.reviews:
         return []
-    recorded = [e for e in entries if e.code == "REVIEWS_RECORDED" and not e.foreign]
+    recorded = [e for e in entries if e.code == kinds.REVIEWS_RECORDED and not e.foreign]
     reports = list(_added_reports(journal, recorded[-1].commit, recorded[-1].parent)) if recorded else []
     facts = []
     for review in integration.reviews:

@@ -39,6 +39,7 @@ from typing import Any
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..gitstore.events import QUARANTINED, find_foreign
 from ..gitstore.journal import Change, Event, Foreign, Journal, JournalTampered
 from ..gitstore.refs import read_ref
@@ -47,7 +48,7 @@ from ..gitstore.sync import quarantine_ref
 from ..model.run import RunStatus
 from . import state as runstate
 
-CODE = "RUN_STATE_TAMPERED"
+CODE = kinds.RUN_STATE_TAMPERED
 
 
 @dataclass(frozen=True, slots=True)

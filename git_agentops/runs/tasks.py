@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Final
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
 from ..gitstore.refs import list_refs
@@ -130,5 +131,5 @@ def revise_task(
             dependencies=dependencies,
         )
 
-    result = journal.mutate(fn, Event("TASK_REVISED", f"task {task_id} revised", {"taskId": task_id}))
+    result = journal.mutate(fn, Event(kinds.TASK_REVISED, f"task {task_id} revised", {"taskId": task_id}))
     return result.value

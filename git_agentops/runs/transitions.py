@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import JsonObject, canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal, JournalTampered, Snapshot
@@ -122,7 +123,7 @@ def begin(store: Store, transition: Transition, data: bytes) -> Transition:
         return transition
 
     event = Event(
-        "POLICY_PREPARED",
+        kinds.POLICY_PREPARED,
         f"policy transition {transition.transition_id}: {transition.old_hash[:12]} -> {transition.new_hash[:12]}",
         {"transitionId": transition.transition_id, "from": transition.old_hash, "to": transition.new_hash},
     )
@@ -163,7 +164,7 @@ def update(
         change.put_json(RECORD, new.to_json(), schema="transition")
         return new
 
-    code = f"POLICY_{str(stage).upper()}" if stage is not None else "POLICY_UPDATED"
+    code = kinds.POLICY_STAGE[stage]
     event = Event(code, f"{transition_id}: {summary}", {"transitionId": transition_id})
     try:
         return _journal(store, run_id, transition_id).mutate(mark, event).value
@@ -276,7 +277,7 @@ def bind(store: Store, transition: Transition, policy: Policy, data: bytes, at: 
         return True
 
     event = Event(
-        "POLICY_REBOUND",
+        kinds.POLICY_REBOUND,
         f"policy {transition.new_hash[:12]} bound by {transition.transition_id}",
         {"transitionId": transition.transition_id, "configHash": transition.new_hash},
     )
@@ -323,7 +324,7 @@ def tell_refused(journal: Journal, transition: Transition, code: str, message: s
     runstate.mutate(
         journal,
         tell,
-        Event("POLICY_TRANSITION_REFUSED", f"{transition.transition_id} refused ({code})", {"code": code}),
+        Event(kinds.POLICY_TRANSITION_REFUSED, f"{transition.transition_id} refused ({code})", {"code": code}),
     )
 
 

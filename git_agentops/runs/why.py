@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.events import Entry
 from ..gitstore.journal import Journal
@@ -246,17 +247,17 @@ def event_cause(store: Store, journal: Journal, entry: Entry) -> list[str]:
     worker_id = data.get("workerId")
     if entry.foreign or not isinstance(worker_id, str):
         return []
-    if entry.code == "WORKER_FAILED":
+    if entry.code == kinds.WORKER_FAILED:
         worker = _worker_at(journal, entry.commit, worker_id)
         failures = worker.failures if worker is not None else ()
         failure = next((f for f in reversed(failures) if f.generation == data.get("generation")), None)
         return failure_lines(last_failure(store, failure), heading=False) if failure is not None else []
-    if entry.code == "REQUEST_REFUSED":
+    if entry.code == kinds.REQUEST_REFUSED:
         worker = _worker_at(journal, entry.commit, worker_id)
         if worker is not None and str(worker.status) == "handing-off":
             return []
         return [f"  {line}" for line in message_lines(str(data.get("message") or ""), 3)]
-    if entry.code == "WORKER_BLOCKED":
+    if entry.code == kinds.WORKER_BLOCKED:
         return [f"  {line}" for line in message_lines(str(data.get("reason") or ""), 1)]
     return []
 

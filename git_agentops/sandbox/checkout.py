@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Final
 
 from ..clock import Clock
+from ..model.sandbox import Level
 from ..process.command import CommandResult, run_command
 from .launcher import EXIT_CANNOT_RUN, EXIT_NOT_FOUND
 from .plan import Sandbox, _hidden, _keep, _private
@@ -135,7 +136,7 @@ class Wall:
     def granting(self, paths: Sequence[Path]) -> Wall:
         """This wall with ``paths`` writable too -- the base pip is building, which it may fill and nothing else
         of the shared environments. Without a wall (``none``) there is nothing to widen."""
-        if not paths or self.sandbox.mode == "none":
+        if not paths or self.sandbox.mode == Level.NONE:
             return self
         rules = (*self.sandbox.rules, *(Rule(str(p), WRITE) for p in paths))
         namespace = self.sandbox.namespace
@@ -231,9 +232,9 @@ def wall(
     write (a setup step: npm's cache in the shared environments); ``guard``: what it may only read that no wall
     covers at level ``none`` (a setup step: the shared environments, but ``writable``), checked by stat after."""
     scratch.prepare()
-    if mode == "none":
+    if mode == Level.NONE:
         guarded = (checkout / ".git", *guard)
-        sandbox = Sandbox("none", reason, (), scratch.tmp, grace=GRACE)
+        sandbox = Sandbox(Level.NONE, reason, (), scratch.tmp, grace=GRACE)
         return Wall(sandbox, scratch, guarded=guarded, unguarded=tuple(writable))
     places = Places(checkout, scratch.root, common_dir, scratch.tmp, *_private(common_dir, environ, signing_key))
     own = [checkout, scratch.tmp, scratch.cache, *writable]
@@ -241,7 +242,7 @@ def wall(
     rules = agent_rules(places, own=own, writable=granted, deny_read=[expand(p, environ) for p in deny_read])
     readonly = [checkout / ".git"]
     namespace, gaps = None, tuple[str, ...]()
-    if mode == "namespace":
+    if mode == Level.NAMESPACE:
         home = Path(environ.get("HOME") or os.path.expanduser("~"))
         keep = _keep(places, home, [*granted, *writable], environ)
         namespace = Namespace(

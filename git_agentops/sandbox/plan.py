@@ -35,7 +35,7 @@ from ..errors import AgentOpsError
 from ..gitstore.quarantine import agent_environment as quarantine_environment
 from ..gitstore.quarantine import prepare as prepare_quarantine
 from ..model.hosts import kind_of
-from ..model.sandbox import LEVELS
+from ..model.sandbox import LEVELS, Level
 from .home import prepare_home
 from .rules import Places, agent_rules, expand
 from .spec import LAUNCHER, Mode, Namespace, Rule, SandboxSpec, launcher_command, write_spec
@@ -123,7 +123,7 @@ class Sandbox:
     def spec(self, argv: Sequence[str], cwd: Path) -> SandboxSpec:
         """The launcher's spec of running ``argv`` in ``cwd`` under this sandbox; a file ``argv`` names by its
         absolute path (the host's program, a script the policy names) stays visible in the agent's namespace."""
-        mode = Mode.NONE if self.mode == "none" else Mode.LANDLOCK
+        mode = Mode.NONE if self.mode == Level.NONE else Mode.LANDLOCK
         namespace = self.namespace
         if namespace is not None:
             named = tuple(a for a in argv if a.startswith("/") and "\0" not in a and os.path.isfile(a))
@@ -142,7 +142,7 @@ class Sandbox:
         if self.objects is not None:
             env.update(quarantine_environment(self.objects[0].parent, self.objects[1].parent))
         env.update(self.config_env)
-        if self.mode == "none":
+        if self.mode == Level.NONE:
             return env
         for name in DROPPED_ENV:
             env.pop(name, None)
@@ -195,31 +195,31 @@ def home_environment(home: Path) -> dict[str, str]:
     }
 
 
-def choose_mode(mode: str, required: bool, level: str = "namespace") -> tuple[str, str | None]:
+def choose_mode(mode: str, required: bool, level: str = Level.NAMESPACE) -> tuple[str, str | None]:
     """(``namespace``, ``landlock`` or ``none``; which walls are missing and why). ``RUN_SANDBOX_UNAVAILABLE`` when
     the policy asks for more than this machine gives: Landlock when ``required``, namespaces unless ``level =
     "landlock"``."""
-    if mode == "none":
+    if mode == Mode.NONE:  # [sandbox] mode: the launcher's modes
         if required:
             raise AgentOpsError(
                 "RUN_SANDBOX_UNAVAILABLE", 'the policy says [sandbox] required = true but also mode = "none"'
             )
-        return "none", 'the policy says [sandbox] mode = "none"'
+        return Level.NONE, 'the policy says [sandbox] mode = "none"'
     abi = kernel_abi()
     if abi < 1:
         why = "this kernel has no Landlock (needs Linux 5.13+ with landlock in the LSM list)"
         if required:
             raise AgentOpsError("RUN_SANDBOX_UNAVAILABLE", f"the policy requires the sandbox, but {why}")
-        return "none", why
+        return Level.NONE, why
     problem = namespace_problem()
     if problem is None:
-        return "namespace", None
+        return Level.NAMESPACE, None
     why = (
         f"agents cannot get their own namespaces on this machine ({problem}): the person's unix sockets "
         "(tmux, ssh-agent, D-Bus...), /tmp and /dev/shm are within their reach"
     )
-    if level == "landlock":
-        return "landlock", why
+    if level == Level.LANDLOCK:
+        return Level.LANDLOCK, why
     raise AgentOpsError(
         "RUN_SANDBOX_UNAVAILABLE",
         f"{why}; allow user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, "
@@ -399,12 +399,12 @@ def _sandbox(
 ) -> Sandbox:
     places.tmpdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     config_env = tuple(kind_of(kind).config_env(str(home)).items())
-    if mode == "none":  # no wall: the agent may write refs too, which must never name an object only it holds
+    if mode == Level.NONE:  # no wall: the agent may write refs too, which must never name an object only it holds
         if config_env:  # a host reading its settings from a directory of its own gets one: never the person's
             prepare_home(
                 home, kind=kind, home_files=home_files, environ=environ, worktree=places.worktree, hook_command=hook
             )
-        return Sandbox("none", reason, (), places.tmpdir, config_env=config_env)
+        return Sandbox(Level.NONE, reason, (), places.tmpdir, config_env=config_env)
     prepare_home(home, kind=kind, home_files=home_files, environ=environ, worktree=places.worktree, hook_command=hook)
     if recipe is not None:
         places = replace(places, readable_files=(recipe,))
@@ -418,7 +418,7 @@ def _sandbox(
         extra.append(path)
     rules = agent_rules(places, own=(*own, home), writable=extra, deny_read=[expand(p, environ) for p in deny_read])
     namespace = None
-    if mode == "namespace":
+    if mode == Level.NAMESPACE:
         namespace = Namespace(
             hide=_hidden(environ),
             keep=(*_keep(places, home, extra, agent_env), *person.values(), *_named_paths(environ)),

@@ -130,6 +130,8 @@ def _equal(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, str) and isinstance(b, str):  # a StrEnum member is the string JSON writes (as jsonschema has it)
+        return a == b
     return type(a) is type(b) and a == b
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..canonical import digest
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
@@ -101,7 +102,7 @@ def plan(snap: Snapshot, worker: Worker, request: Request) -> Effects:
         run = runstate.recompute_contract(change, view)
         return {"taskId": task.id, "contractHash": run.contract_hash}
 
-    return (Answer(worker, request, "RUN_PLAN_CREATED", "root task created", effect),)
+    return (Answer(worker, request, kinds.RUN_PLAN_CREATED, "root task created", effect),)
 
 
 def plan_child(snap: Snapshot, worker: Worker, request: Request) -> Effects:
@@ -164,7 +165,7 @@ def plan_child(snap: Snapshot, worker: Worker, request: Request) -> Effects:
         runstate.recompute_contract(change, view)
         return {"taskId": task.id}
 
-    return (Answer(worker, request, "RUN_WORKER_PLANNED", "child task planned", effect),)
+    return (Answer(worker, request, kinds.RUN_WORKER_PLANNED, "child task planned", effect),)
 
 
 def question(snap: Snapshot, worker: Worker, request: Request) -> Effects:
@@ -201,7 +202,7 @@ def question(snap: Snapshot, worker: Worker, request: Request) -> Effects:
         Answer(
             worker,
             request,
-            "RUN_AWAITING_INPUT",
+            kinds.RUN_AWAITING_INPUT,
             f"question {question_id} recorded; answer with 'git agentops-run answer {snap.run_id} {question_id} TEXT'",
             effect,
             deliver=True,  # before the asker is stopped with everyone else
@@ -232,7 +233,7 @@ def handoff(snap: Snapshot, worker: Worker, request: Request) -> Effects:
             set_worker(
                 worker.worker_id,
                 process=None,
-                event="WORKER_STOPPED_FOR_HANDOFF",
+                event=kinds.WORKER_STOPPED_FOR_HANDOFF,
                 summary=f"{worker.worker_id} generation {worker.generation} {how} after its handoff",
                 **accounted,
             ),
@@ -244,7 +245,7 @@ def handoff(snap: Snapshot, worker: Worker, request: Request) -> Effects:
         set_worker(
             worker.worker_id,
             status=WorkerStatus.HANDING_OFF,
-            event="WORKER_HANDING_OFF",
+            event=kinds.WORKER_HANDING_OFF,
             summary=f"{worker.worker_id} hands off {head[:12]}",
         ),
         _accepted(
@@ -295,7 +296,7 @@ def foreign_merges(store: Store, tasks: Mapping[str, Task], worker: Worker, head
         ChangeState(
             lambda change, view: None,
             Event(
-                "WORKER_FOREIGN_MERGE",
+                kinds.WORKER_FOREIGN_MERGE,
                 f"{worker.worker_id} hands off {head[:12]}, which merges {', '.join(c[:12] for c in foreign[:5])}: "
                 "not the frozen delivery of a dependency",
                 {"workerId": worker.worker_id, "head": head, "commits": foreign[:20]},
@@ -313,7 +314,7 @@ def finalize(snap: Snapshot, worker: Worker, request: Request) -> Effects:
     def stopped(accounted: Mapping[str, Any], by_itself: bool) -> Effects:
         how = "ended its turn" if by_itself else "stopped"
         account = (
-            (set_worker(worker.worker_id, event="WORKER_STOPPED", summary=f"{how} for integration", **accounted),)
+            (set_worker(worker.worker_id, event=kinds.WORKER_STOPPED, summary=f"{how} for integration", **accounted),)
             if accounted
             else ()
         )
@@ -363,7 +364,7 @@ def begin_integration(
         woken = (*current.woken_for, woken_for) if woken_for else current.woken_for
         runstate.put_worker(change, replace(current, status=WorkerStatus.HANDING_OFF, woken_for=woken))
 
-    return ChangeState(begin, Event("INTEGRATION_REQUESTED", summary, {"requestId": pending.request_id}))
+    return ChangeState(begin, Event(kinds.INTEGRATION_REQUESTED, summary, {"requestId": pending.request_id}))
 
 
 def acting(handler: Handler) -> Action:

@@ -24,6 +24,7 @@ from ..hosts.launch import HostSpec
 from ..model.hosts import kind_of
 from ..model.policy import Policy
 from ..model.run import Worker
+from ..model.sandbox import Level
 from ..sandbox.plan import Sandbox, choose_mode, for_worker
 from ..verify.credentials import HeldSecrets
 
@@ -48,7 +49,7 @@ class Confinement:
         ``RUN_SANDBOX_UNAVAILABLE`` when the policy asks for more than this machine gives."""
         if self._mode is None:
             self._mode = choose_mode(self.policy.sandbox_mode, self.policy.sandbox_required, self.policy.sandbox_level)
-            if self._mode[0] == "none":
+            if self._mode[0] == Level.NONE:
                 self.log(f"warning: agents run without the sandbox: {self._mode[1]}")
             elif self._mode[1]:
                 self.log(f"warning: agents run at sandbox level {self._mode[0]}: {self._mode[1]}")

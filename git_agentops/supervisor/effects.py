@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import AgentOpsError
+from ..eventkinds import EventCode
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import Worker, WorkerStatus
@@ -58,7 +59,7 @@ class Answer:
 
     worker: Worker
     request: Request
-    code: str
+    code: EventCode
     message: str
     fn: Callable[[Change, runstate.RunView], dict[str, Any] | None]
     deliver: bool = False
@@ -69,12 +70,12 @@ class SetWorker:
     """One worker record updated by CAS with ``changes``, recording ``event``."""
 
     worker_id: str
-    event: str
+    event: EventCode
     summary: str
     changes: Mapping[str, Any]
 
 
-def set_worker(worker_id: str, *, event: str, summary: str, **changes: Any) -> SetWorker:
+def set_worker(worker_id: str, *, event: EventCode, summary: str, **changes: Any) -> SetWorker:
     """A :class:`SetWorker` (its changes frozen)."""
     return SetWorker(worker_id, event, summary, MappingProxyType(dict(changes)))
 

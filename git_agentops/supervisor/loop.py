@@ -40,8 +40,9 @@ from typing import Any, Final
 
 import pygit2
 
+from .. import eventkinds as kinds
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, LockHeld, RunNotActive, StateTampered, raised_as
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
@@ -49,7 +50,7 @@ from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import integrate
 from ..model.lease import DEFAULT_TTL
 from ..model.lifecycle import wake_events
-from ..model.policy import Policy
+from ..model.policy import Finalize, Policy
 from ..model.run import (
     Run,
     RunStatus,
@@ -60,6 +61,7 @@ from ..model.run import (
     is_restart_storm,
     open_interval,
 )
+from ..model.transition import policy_changes
 from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -173,7 +175,7 @@ class Supervisor:
     def log(self, message: str) -> None:
         self._log(message)
 
-    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+    def set_worker(self, worker_id: str, *, event: kinds.EventCode, summary: str, **changes: Any) -> Worker:
         return self.workers.set(worker_id, event=event, summary=summary, **changes)
 
     def kill(self, worker: Worker) -> dict[str, Any]:
@@ -196,7 +198,7 @@ class Supervisor:
         self.workers.block(worker_id, code, reason)
 
     def brief_policy(self) -> None:
-        changes = str(self.policy.doc["run"].get("policy_changes", "user"))
+        changes = str(policy_changes(self.policy.doc))
         self.briefing.policy = {"changes": changes, "transitions": transitions.brief(self.store, self.run_id)}
 
     def track_transition(self, transition_id: str | None) -> None:
@@ -241,12 +243,8 @@ class Supervisor:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
                 write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
                 return self._serve_locked()
-        except AgentOpsError as exc:
-            if exc.code == "LOCK_HELD":
-                raise AgentOpsError(
-                    "RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}"
-                ) from exc
-            raise
+        except LockHeld as exc:
+            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}") from exc
         finally:
             self.executor.shutdown(wait=True, cancel_futures=False)
             sweep_slots(self.environ, self.store)  # this run's clean checkouts if it ended, and dead runs' leftovers
@@ -255,7 +253,7 @@ class Supervisor:
         tenure.claim(self)  # a run served from several machines: before anything is written here
         run = self.state.run()
         if run.status is RunStatus.COMPLETE:
-            self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why="the run is complete")
+            self.workers.reconcile(event=kinds.WORKER_LEFTOVER_STOPPED, why="the run is complete")
             return run.status
         try:
             require_trusted(self.ctx.trust)
@@ -273,9 +271,7 @@ class Supervisor:
         self._startup()
         try:
             return self._loop()
-        except AgentOpsError as exc:
-            if exc.code != "RUN_STATE_TAMPERED":
-                raise
+        except StateTampered as exc:
             return self._tampered(exc)
         except KeyboardInterrupt:
             self.log("interrupted: stopping workers; 'git agentops-run supervise' continues the run")
@@ -316,7 +312,7 @@ class Supervisor:
         runstate.mutate(
             self.journal,
             start,
-            Event("RUN_SUPERVISOR_START", f"supervisor {os.getpid()} started", {"pid": os.getpid()}),
+            Event(kinds.RUN_SUPERVISOR_START, f"supervisor {os.getpid()} started", {"pid": os.getpid()}),
         )
         self.state.refresh()
         self.workers.reconcile()
@@ -333,13 +329,11 @@ class Supervisor:
         lock meanwhile; None, doing nothing, while a supervisor holds it (it stops its own)."""
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
-                stopped = self.workers.reconcile(event="WORKER_LEFTOVER_STOPPED", why=why)
+                stopped = self.workers.reconcile(event=kinds.WORKER_LEFTOVER_STOPPED, why=why)
                 remove_ended_slots(self.environ, self.store, self.run_id)  # a stopped run's clean checkouts go
                 return stopped
-        except AgentOpsError as exc:
-            if exc.code == "LOCK_HELD":
-                return None
-            raise
+        except LockHeld:
+            return None
 
     def _resume_integration(self) -> bool:
         """After a supervisor restart: roll an interrupted integration forward. True if one was pending."""
@@ -350,7 +344,7 @@ class Supervisor:
             run.coordinator_id,
             status=WorkerStatus.HANDING_OFF,
             process=None,
-            event="INTEGRATION_RESUMED",
+            event=kinds.INTEGRATION_RESUMED,
             summary=f"resuming the integration at step {run.integration.status}",
         )
         ctx = self.ctx
@@ -422,14 +416,15 @@ class Supervisor:
         events = wake_events(run, coordinator, self.state.tasks(), self.state.answers())
         if not events:
             return
-        if self.policy.doc["run"]["finalize"] == "auto" and [e.kind for e in events] == ["delivered"]:
+        if self.policy.doc["run"]["finalize"] == Finalize.AUTO and [e.kind for e in events] == ["delivered"]:
             execute(self, auto_finalize(self.snapshot(), coordinator, events[0].key))
         else:
             try:
                 self.workers.start(coordinator.worker_id, wake=events)
+            except RunNotActive:
+                pass
             except AgentOpsError as exc:
-                if exc.code != "RUN_NOT_ACTIVE":
-                    self.workers.block(coordinator.worker_id, exc.code, exc.message)
+                self.workers.block(coordinator.worker_id, exc.code, exc.message)
         self.state.refresh()
 
     # -- budget and heartbeat ----------------------------------------------------------------------------------------
@@ -445,7 +440,7 @@ class Supervisor:
             runstate.mutate(
                 self.journal,
                 lambda change, view: runstate.put_run(change, close_intervals(view.run(), now)),
-                Event("RUN_SUPERVISOR_STOP", f"supervisor {os.getpid()} stopped", {"pid": os.getpid()}),
+                Event(kinds.RUN_SUPERVISOR_STOP, f"supervisor {os.getpid()} stopped", {"pid": os.getpid()}),
             )
         except AgentOpsError as exc:
             self.log(f"could not close the budget interval: {exc}")
@@ -463,7 +458,7 @@ class Supervisor:
         runstate.mutate(
             self.journal,
             change_status,
-            Event("RUN_STATUS", f"run {status}" + (f": {reason}" if reason else ""), {"status": str(status)}),
+            Event(kinds.RUN_STATUS, f"run {status}" + (f": {reason}" if reason else ""), {"status": str(status)}),
         )
         self.log(f"run {self.run_id}: {status}{': ' + reason if reason else ''}")
 
@@ -480,7 +475,7 @@ class Supervisor:
                 detail = "".join(traceback.format_exception(error))[-4000:]
                 code = error.code if isinstance(error, AgentOpsError) else "RUN_REQUEST_FAILED"
                 self.log(f"{worker_id}: job failed: {error}")
-                self.workers.fail(worker_id, code, f"{error}\n{detail}", {"job": type(error).__name__})
+                self.workers.fail(worker_id, code, f"{error}\n{detail}", {"job": raised_as(error)})
             else:
                 self._act(worker_id, future.result())
             self.state.refresh()
@@ -520,9 +515,7 @@ class Supervisor:
             try:
                 self.state.refresh()  # contains it: the last authentic state, the run blocked
                 return self._loop()  # sees the run blocked: waits for the jobs and stops every worker
-            except AgentOpsError as again:
-                if again.code != "RUN_STATE_TAMPERED":
-                    raise
+            except StateTampered as again:
                 exc = again
         from ..process.groups import terminate_group
 

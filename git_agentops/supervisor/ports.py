@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..eventkinds import EventCode
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
@@ -92,7 +93,7 @@ class Loop(Protocol):
         """The run's state journal (for compare-and-swap mutations)."""
         ...
 
-    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+    def set_worker(self, worker_id: str, *, event: EventCode, summary: str, **changes: Any) -> Worker:
         """Update one worker record by CAS, recording ``event``."""
         ...
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..canonical import sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change
@@ -33,6 +34,7 @@ from ..model.transition import (
     MAX_PROPOSAL_BYTES,
     Approval,
     ApprovedBy,
+    ChangeMode,
     RequestedBy,
     Stage,
     StageMark,
@@ -59,7 +61,7 @@ def request(snap: Snapshot, worker: Worker, req: Request) -> tuple[Effect, ...]:
         raise AgentOpsError("RUN_COORDINATOR_REQUIRED", "only the coordinator may change the execution policy")
     old = snap.policy
     mode = policy_changes(old.doc)
-    if mode == "never":
+    if mode is ChangeMode.NEVER:
         raise AgentOpsError("RUN_POLICY_CHANGES_DISABLED", 'this run\'s policy says [run] policy_changes = "never"')
     pending = transitions.pending(snap.store, snap.run_id)
     if pending is not None:
@@ -95,7 +97,7 @@ def request(snap: Snapshot, worker: Worker, req: Request) -> tuple[Effect, ...]:
         budget_raises(old.doc, new.doc),
     )
     decisions = person_decisions(old.doc, new.doc)
-    if mode == "coordinator":
+    if mode is ChangeMode.COORDINATOR:
         _refuse(
             "RUN_POLICY_PERSON_REQUIRED",
             'only a person may approve this, and [run] policy_changes = "coordinator" has no person approve',
@@ -128,13 +130,13 @@ def request(snap: Snapshot, worker: Worker, req: Request) -> tuple[Effect, ...]:
         requested_by=RequestedBy(worker.worker_id, worker.generation, req.request_id, req.digest),
         requested_at=now,
         approved_by=ApprovedBy("coordinator", f"{worker.worker_id} generation {worker.generation}", now)
-        if mode == "coordinator"
+        if mode is ChangeMode.COORDINATOR
         else None,
         stages=(StageMark(Stage.PREPARED, now),),
     )
     lines = describe_changes(transition.changes)
     tid = transition.transition_id
-    if mode == "user":
+    if mode is ChangeMode.USER:
         message = (
             f"policy transition {tid} recorded; a person approves it with 'git agentops-run approve {snap.run_id} "
             f"{tid}' (or refuses it); every writer stops until then"
@@ -145,17 +147,17 @@ def request(snap: Snapshot, worker: Worker, req: Request) -> tuple[Effect, ...]:
         message = f"policy transition {tid} recorded with your approvals; the writers stop while it is applied"
 
     def effect(change: Change, view: runstate.RunView) -> dict[str, Any]:
-        if mode == "user":
+        if mode is ChangeMode.USER:
             runstate.put_run(
                 change, replace(view.run(), status=RunStatus.AWAITING_INPUT, status_reason=awaiting_reason(tid))
             )
         return {"transitionId": tid, "stage": "prepared", "approval": mode, "changes": lines}
 
-    fence = (StopWorkers(WorkerStatus.FENCED, f"awaiting approval of {tid}"),) if mode == "user" else ()
+    fence = (StopWorkers(WorkerStatus.FENCED, f"awaiting approval of {tid}"),) if mode is ChangeMode.USER else ()
     return (
         BeginTransition(transition, data),
         # in the mailbox before the requester is stopped with everyone else
-        Answer(worker, req, "RUN_POLICY_PENDING", message, effect, deliver=True),
+        Answer(worker, req, kinds.RUN_POLICY_PENDING, message, effect, deliver=True),
         *fence,
         Log(
             f"{worker.worker_id} proposes {tid}: " + "; ".join(lines) if lines else f"{worker.worker_id} proposes {tid}"

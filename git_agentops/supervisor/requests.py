@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..canonical import digest
 from ..clock import iso8601
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, DocTooLarge
 from ..gitstore.journal import Change, Event
 from ..integrate.secrets import clean_text
 from ..model.run import RunStatus, Worker, worker_contract
@@ -111,7 +112,7 @@ def _respond(
     try:
         doc = dict(documents.load(claimed.data, schema="request", what="request", max_bytes=mailbox.MAX_REQUEST_BYTES))
     except AgentOpsError as exc:
-        code = "RUN_REQUEST_TOO_LARGE" if exc.code == "DOC_TOO_LARGE" else "RUN_REQUEST_INVALID"
+        code = "RUN_REQUEST_TOO_LARGE" if isinstance(exc, DocTooLarge) else "RUN_REQUEST_INVALID"
         peeked = _peek_id(claimed.data, loop.policy.deny_patterns)
         return refuse(loop, worker, peeked, claimed.digest, AgentOpsError(code, exc.message))
     if valid_request_id(doc["requestId"], loop.policy.deny_patterns) is None:
@@ -271,7 +272,7 @@ def _commit_refusal(
     runstate.mutate(
         loop.journal,
         note or (lambda change, view: None),
-        Event("REQUEST_REFUSED", f"{data['workerId']}: {data['code']}{also}", dict(data)),
+        Event(kinds.REQUEST_REFUSED, f"{data['workerId']}: {data['code']}{also}", dict(data)),
     )
     first_line = str(data["message"]).split("\n", 1)[0]
     shown = clean_text(first_line, ID_LIMIT, loop.policy.deny_patterns)
@@ -359,7 +360,7 @@ def answer(
     loop: Loop,
     worker: Worker,
     request: Request,
-    code: str,
+    code: kinds.EventCode,
     message: str,
     effect: Callable[[Change, runstate.RunView], dict[str, Any] | None],
     data: dict[str, Any] | None = None,

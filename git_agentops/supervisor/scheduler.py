@@ -18,6 +18,7 @@ import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.refs import read_ref
@@ -125,7 +126,9 @@ def _intent(task_id: str, worker_id: str, where: Placement) -> ChangeState:
     return ChangeState(
         intent,
         Event(
-            "TASK_PROVISIONING", f"provisioning {task_id} for {worker_id}", {"taskId": task_id, "workerId": worker_id}
+            kinds.TASK_PROVISIONING,
+            f"provisioning {task_id} for {worker_id}",
+            {"taskId": task_id, "workerId": worker_id},
         ),
     )
 
@@ -179,7 +182,7 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
         runstate.journal(store, ctx.run_id),
         ready,
         Event(
-            "WORKER_PROVISIONED",
+            kinds.WORKER_PROVISIONED,
             f"{job.worker_id} provisioned at {head[:12]}",
             {
                 "workerId": job.worker_id,

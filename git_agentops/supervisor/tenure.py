@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from .. import eventkinds as kinds
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, LeaseHeld, LeaseLost
 from ..gitstore.journal import Event, Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
@@ -56,20 +57,20 @@ class Supervisor(Protocol):
         ...
 
 
-LOST = frozenset({"RUN_LEASE_HELD", "RUN_LEASE_LOST"})
+LOST = (LeaseHeld, LeaseLost)
 
 
 def refuse(sup: Supervisor, error: AgentOpsError) -> AgentOpsError:
     """Not serving the run: first stop what a dead supervisor left running, record it, and say so in ``error``."""
     stopped: list[Stopped] = sup.workers.reconcile(
-        event="WORKER_LEFTOVER_STOPPED", why=f"the supervisor refused to serve the run ({error.code})"
+        event=kinds.WORKER_LEFTOVER_STOPPED, why=f"the supervisor refused to serve the run ({error.code})"
     )
     note = stopped_note(stopped)
     runstate.mutate(
         sup.journal,
         lambda change, view: None,
         Event(
-            "RUN_SUPERVISOR_REFUSED",
+            kinds.RUN_SUPERVISOR_REFUSED,
             f"supervisor {os.getpid()} refused to serve the run ({error.code}); {note}",
             {"code": error.code, "message": error.message[:2000], "stopped": [s.to_json() for s in stopped]},
         ),
@@ -96,10 +97,8 @@ def claim(sup: Supervisor) -> None:
             clock=sup.clock,
             log=sup.log,
         )
-    except AgentOpsError as exc:
-        if exc.code in LOST:
-            raise lost(sup, exc) from None
-        raise
+    except LOST as exc:
+        raise lost(sup, exc) from None
     sup.state.refresh()
     sup.lease_renewed = sup.clock.now()
 
@@ -116,9 +115,9 @@ def renew(sup: Supervisor, now: float) -> None:
         return
     try:
         claim(sup)
+    except LOST:  # claim has stopped this machine's agents already
+        raise
     except AgentOpsError as exc:
-        if exc.code in LOST:  # claim has stopped this machine's agents already
-            raise
         if now - sup.lease_renewed < sup.lease_ttl:
             sup.lease_retry_at = now + min(5.0, sup.lease_ttl / 6)
             sup.log(f"could not renew the lease ({exc.code}); trying again: {exc.message[:300]}")

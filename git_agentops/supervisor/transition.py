@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import AgentOpsError
+from .. import eventkinds as kinds
+from ..errors import AgentOpsError, SandboxUnavailable, SetupFailed, SetupRecoveryRequired, StateTampered
 from ..gitstore.checkout import dirty_paths
 from ..gitstore.journal import Change, Event
 from ..gitstore.private import read_private, write_private
@@ -76,9 +77,7 @@ def drive(loop: Loop) -> bool:
     store = loop.state.store
     try:
         transition = transitions.read(store, loop.run_id, loop.transition)
-    except AgentOpsError as exc:
-        if exc.code != "RUN_STATE_TAMPERED":
-            raise
+    except StateTampered as exc:
         _set_run(loop, RunStatus.BLOCKED, f"RUN_STATE_TAMPERED: {exc.message}"[:8000], disable=True)
         return True
     if transition.ended:  # a person refused it
@@ -241,7 +240,7 @@ def _synchronize(loop: Loop, transition: Transition, data: bytes) -> str:
         loop.journal,
         revise,
         Event(
-            "POLICY_TASKS_REVISED",
+            kinds.POLICY_TASKS_REVISED,
             f"{transition.transition_id}: the run is bound to {new_hash[:12]}; tasks not delivered need fresh proof",
             {"transitionId": transition.transition_id, "configHash": new_hash},
         ),
@@ -263,9 +262,7 @@ def _synchronize(loop: Loop, transition: Transition, data: bytes) -> str:
                 last_user_resume=loop.state.run().last_user_resume,
                 log=loop.ctx.log,
             )
-        except AgentOpsError as exc:
-            if exc.code not in ("RUN_SETUP_FAILED", "RUN_SETUP_RECOVERY_REQUIRED", "RUN_SANDBOX_UNAVAILABLE"):
-                raise
+        except (SetupFailed, SetupRecoveryRequired, SandboxUnavailable) as exc:
             loop.block(worker.worker_id, exc.code, f"setup under the new policy failed: {exc.message}")
     return contract
 
@@ -345,7 +342,7 @@ def _tell_writers(loop: Loop, transition: Transition) -> None:
     runstate.mutate(
         loop.journal,
         tell,
-        Event("POLICY_WRITERS_TOLD", f"{transition.transition_id}: writers restart", {"resume": sorted(resume)}),
+        Event(kinds.POLICY_WRITERS_TOLD, f"{transition.transition_id}: writers restart", {"resume": sorted(resume)}),
     )
     loop.state.refresh()
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..hosts.output import parse
 from ..model.hosts import kind_of
 from ..model.run import Worker
 from ..model.usage import Usage, session_spent, with_usage
 
 
-def account(kind: str, worker: Worker, output: str, note: Callable[[str, str, str], None]) -> dict[str, Any]:
+def account(
+    kind: str, worker: Worker, output: str, note: Callable[[str, kinds.EventCode, str], None]
+) -> dict[str, Any]:
     """The session id and usage a ``kind`` host printed in ``output`` (the worker's current generation), as worker
     changes; ``note(worker_id, code, summary)`` records a diagnostic."""
     report = parse(kind, output)
@@ -27,7 +30,7 @@ def account(kind: str, worker: Worker, output: str, note: Callable[[str, str, st
         if output.strip():
             note(
                 worker.worker_id,
-                "HOST_OUTPUT_UNPARSED",
+                kinds.HOST_OUTPUT_UNPARSED,
                 f"{worker.worker_id}: host {worker.host} ({kind}) printed no JSON events; usage unknown",
             )
         return {}

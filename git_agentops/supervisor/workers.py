@@ -27,8 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import eventkinds as kinds
 from ..clock import Clock
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, RunNotActive, TransitionPending
 from ..gitstore.checkout import admin_dir
 from ..gitstore.checkout import head as checkout_head
 from ..gitstore.journal import Change, Event
@@ -118,7 +119,13 @@ class Workers:
         return self.binding().confine
 
     def set(
-        self, worker_id: str, *, event: str, summary: str, data: Mapping[str, Any] | None = None, **changes: Any
+        self,
+        worker_id: str,
+        *,
+        event: kinds.EventCode,
+        summary: str,
+        data: Mapping[str, Any] | None = None,
+        **changes: Any,
     ) -> Worker:
         """Update one worker record by CAS, recording ``event`` (with ``data`` besides the worker's id)."""
 
@@ -164,7 +171,7 @@ class Workers:
         kind = host_spec(self.policy, worker.host).kind
         return account(kind, worker, generation_output(self.log_file(worker), worker.generation), self.note)
 
-    def note(self, worker_id: str, code: str, summary: str) -> None:
+    def note(self, worker_id: str, code: kinds.EventCode, summary: str) -> None:
         """An event on the run's log that changes no state (a diagnostic)."""
         runstate.mutate(self.state.journal, lambda change, view: None, Event(code, summary, {"workerId": worker_id}))
 
@@ -181,13 +188,13 @@ class Workers:
                     worker.worker_id,
                     status=status,
                     process=None,
-                    event="WORKER_STOPPED",
+                    event=kinds.WORKER_STOPPED,
                     summary=f"{worker.worker_id} stopped: {reason}",
                     **accounted,
                 )
 
     def reconcile(
-        self, *, event: str = "WORKER_RECONCILED", why: str = "the previous supervisor died"
+        self, *, event: kinds.EventCode = kinds.WORKER_RECONCILED, why: str = "the previous supervisor died"
     ) -> list[Stopped]:
         """Stop whatever the generations of a dead supervisor left running; returns the groups that still ran.
 
@@ -264,7 +271,7 @@ class Workers:
             self.state.journal,
             next_generation,
             Event(
-                "WORKER_STARTING",
+                kinds.WORKER_STARTING,
                 f"{worker_id} starting a new generation{why}",
                 {"workerId": worker_id, "policyConfigHash": self.policy.config_hash},
             ),
@@ -298,7 +305,7 @@ class Workers:
             status=WorkerStatus.RUNNING,
             process=ProcessRef(identity.pid, identity.start_time),
             sandbox=worker.ran_at(sandbox.mode),  # the weakest level of any generation (model.sandbox)
-            event="WORKER_STARTED",
+            event=kinds.WORKER_STARTED,
             summary=f"{worker_id} generation {worker.generation} started (pid {identity.pid})",
         )
         self.log(f"{worker_id}: generation {worker.generation} started ({spec.kind}, pid {identity.pid})")
@@ -319,9 +326,9 @@ class Workers:
                     continue
                 try:
                     self.start(worker.worker_id)
+                except (RunNotActive, TransitionPending):
+                    return
                 except AgentOpsError as exc:
-                    if exc.code in ("RUN_NOT_ACTIVE", "RUN_POLICY_TRANSITION_PENDING"):
-                        return
                     self.block(worker.worker_id, exc.code, exc.message)
                 self.state.refresh()
 
@@ -368,7 +375,7 @@ class Workers:
                 process=None,
                 session=None,
                 resumed=None,
-                event="HOST_RESUME_FAILED",
+                event=kinds.HOST_RESUME_FAILED,
                 summary=f"{worker.worker_id}: resuming session {worker.resumed} failed "
                 f"(status {exit_code}); starting a fresh session",
                 **{k: v for k, v in accounted.items() if k != "session"},
@@ -383,7 +390,7 @@ class Workers:
                     worker.worker_id,
                     status=WorkerStatus.IDLE,
                     process=None,
-                    event="WORKER_IDLE",
+                    event=kinds.WORKER_IDLE,
                     summary=f"{worker.worker_id} ended its turn; idle until an event needs it",
                     **accounted,
                 )
@@ -437,7 +444,7 @@ class Workers:
             worker_id,
             failures=failures,
             process=None,
-            event="WORKER_FAILED",
+            event=kinds.WORKER_FAILED,
             summary=f"{worker_id}: {code}",
             # what a reader needs to say why (the CLI reads the failing lines from the evidence on ``head``)
             data={"code": code, "generation": worker.generation, "head": head, "output": output},
@@ -490,12 +497,12 @@ class Workers:
         worker = self.state.workers().get(worker_id)
         accounted = self.kill(worker) if worker is not None else {}
         if accounted:
-            self.set(worker_id, event="WORKER_STOPPED", summary=f"{worker_id} stopped to be blocked", **accounted)
+            self.set(worker_id, event=kinds.WORKER_STOPPED, summary=f"{worker_id} stopped to be blocked", **accounted)
         runstate.mutate(
             self.state.journal,
             block,
             Event(
-                "WORKER_BLOCKED",
+                kinds.WORKER_BLOCKED,
                 f"{worker_id} blocked: {code}",
                 {"workerId": worker_id, "code": code, "reason": reason[:2000]},
             ),

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from ..errors import AgentOpsError
+from ..errors import AgentOpsError, LockHeld
 from ..gitstore.private import file_lock
 
 SLOTS: Final = "verify-slots"
@@ -69,9 +69,7 @@ def verification_slot(
             with contextlib.ExitStack() as stack:
                 try:
                     fd = stack.enter_context(file_lock(private_dir, f"{SLOTS}/{index}.lock", blocking=False))
-                except AgentOpsError as exc:
-                    if exc.code != "LOCK_HELD":
-                        raise
+                except LockHeld:
                     continue
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"pid {os.getpid()}: {what}\n".encode("utf-8", errors="replace"), 0)
