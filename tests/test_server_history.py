@@ -24,7 +24,7 @@ from git_agentops.gitstore.repo import Store, open_store
 
 from .conftest import commit_files, git, make_repo
 from .helpers import HANDOFF, child, write_step
-from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, wait_for
+from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, trust, wait_for
 
 PLAIN = POLICY.format(max_workers=3, run_options="") + '[receipts]\nplain_commits = "allow"\n'
 
@@ -470,7 +470,7 @@ def test_a_guarded_server_set_up_in_the_readme_order_takes_a_run_and_a_person_s_
     first = push(a, "origin", "main")
     assert first.returncode == 0, first.stderr
     base = git(server, "rev-parse", "main")
-    assert cli(a, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(a)
 
     run_id = start(
         a,
