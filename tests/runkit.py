@@ -50,9 +50,34 @@ def project(root: Path, *, max_workers: int = 3, extra_policy: str = "", run_opt
             ".gitignore": "__pycache__/\n",
         },
     )
-    done = cli(repo, "agentops-policy", "trust", "--yes")
-    assert done.returncode == 0, done.stderr
+    trust(repo)
     return repo
+
+
+def trust(repo: Path) -> None:
+    """``git agentops-policy trust --yes`` in ``repo``, run in this process: the command's own ``main`` (parsing,
+    the agent refusal, the grant, its output), without a process start-up and the imports of a fresh interpreter
+    (~0.4 s of CPU, paid by every test that makes a project). The command as a process is what
+    ``tests/test_trust.py`` runs; what it writes does not depend on which process runs it: the grantor's login,
+    git identity and terminal (none: stdin is not one under pytest, nor in the subprocess it replaces)."""
+    done = in_process(repo, "git_agentops.cli.policy", "trust", "--yes")
+    assert done.returncode == 0, done.stderr
+
+
+def in_process(cwd: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``main(args)`` of the command module ``module`` (``git_agentops.cli.NAME``) run in this process, in ``cwd``,
+    with this process's (the test's hermetic) environment; its exit status and what it printed, as a subprocess's.
+
+    Only for commands that return (never ``supervise`` or a detached start) and only where a test's subject is not
+    the process itself (its start-up, its signals, its exit): one test per command keeps running it for real."""
+    import importlib
+    import io
+
+    main = importlib.import_module(module).main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(args))
+    return subprocess.CompletedProcess([module, *args], int(status), out.getvalue(), err.getvalue())
 
 
 def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -86,7 +111,13 @@ def start(repo: Path, recipe_path: Path, *extra: str, env: dict[str, str] | None
 
 
 def status(repo: Path, run_id: str) -> dict[str, Any]:
-    done = cli(repo, "agentops-run", "status", run_id, "--json")
+    """What ``git agentops-run status RUN --json`` prints, run in this process (:func:`in_process`).
+
+    Why in-process: every wait of every run test ends with it, and as a process it was ~0.35 s of CPU (a fresh
+    interpreter importing pygit2 and the run model) beside the supervisor under test; the document is the same
+    function's output either way -- the state is read from the repository afresh at each call. The command as a
+    process keeps its own tests (``tests/test_run.py``, ``tests/test_cli.py``)."""
+    done = in_process(repo, "git_agentops.cli.run", "status", run_id, "--json")
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 
@@ -218,7 +249,8 @@ def wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 120) -> None:
 
 
 def stop(repo: Path, run_id: str, *, timeout: float = 30) -> None:
-    cli(repo, "agentops-run", "stop", run_id)
+    """``git agentops-run stop RUN`` (run in this process, see :func:`status`), then until its supervisor exited."""
+    in_process(repo, "git_agentops.cli.run", "stop", run_id)
     deadline = time.monotonic() + timeout
     while supervisor_running(repo, run_id):
         if time.monotonic() > deadline:
@@ -236,7 +268,8 @@ def worker_of(doc: dict[str, Any], task_id: str) -> dict[str, Any]:
 
 
 def events(repo: Path, run_id: str) -> list[dict[str, Any]]:
-    done = cli(repo, "agentops-run", "log", run_id, "--json")
+    """What ``git agentops-run log RUN --json`` lists, run in this process (see :func:`status`)."""
+    done = in_process(repo, "git_agentops.cli.run", "log", run_id, "--json")
     assert done.returncode == 0, done.stderr
     return list(json.loads(done.stdout)["events"])
 

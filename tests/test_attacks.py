@@ -22,7 +22,7 @@ import pytest
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, Part, child, commit_step, write_step
-from .runkit import UNCONFINED, children_settled, cli, events, recipe, start, stop, task_by_title, wait_for
+from .runkit import UNCONFINED, children_settled, cli, events, recipe, start, stop, task_by_title, trust, wait_for
 
 GOOD = "def add(a, b):\n    return a + b\n"
 BROKEN = "def add(a, b):\n    return a - b\n"
@@ -47,8 +47,7 @@ def _project(root: Path, extra_policy: str = "") -> Path:
             f"from calc_{name} import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
         )
     repo = make_repo(root / "repo", files=files)
-    done = cli(repo, "agentops-policy", "trust", "--yes")
-    assert done.returncode == 0, done.stderr
+    trust(repo)
     return repo
 
 
@@ -233,7 +232,7 @@ def test_a_project_without_gitignore_completes_a_run_whose_tests_leave_caches_an
             "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
         },
     )
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(repo)
     double = "def double(x):\n    return 2 * x\n"
     work = child(
         "x",

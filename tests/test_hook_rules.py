@@ -25,7 +25,7 @@ from git_agentops.verify.redact import RULES, find_secrets
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, child, write_step
-from .runkit import cli, events, project, recipe, start, status, stop, task_by_title, wait_for
+from .runkit import cli, events, project, recipe, start, status, stop, task_by_title, trust, wait_for
 
 # a made-up OpenSSH key body: secret-shaped, never a real key
 KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW"
@@ -345,7 +345,7 @@ def test_pushing_the_target_needs_a_receipt_and_a_server_refuses_rewriting_deliv
     remote = tmp_path / "remote.git"
     git(tmp_path, "clone", "-q", "--bare", str(repo), str(remote))
     git(repo, "remote", "add", "origin", str(remote))
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0  # trust is keyed by the origin URL too
+    trust(repo)  # trust is keyed by the origin URL too
     install_hooks(repo)
     server = cli(remote, "agentops-init", "--server", "--yes")
     assert server.returncode == 0, server.stderr
@@ -400,7 +400,7 @@ def test_a_server_whose_policy_allows_plain_commits_takes_one_on_top_of_an_integ
     remote = tmp_path / "remote.git"
     git(tmp_path, "clone", "-q", "--bare", str(repo), str(remote))
     git(repo, "remote", "add", "origin", str(remote))
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(repo)
     assert cli(remote, "agentops-init", "--server", "--yes").returncode == 0
     simple = child("a", "Part A", [[write_step("src/a.txt", "a\n"), '{ commit = "Add a" }', HANDOFF]])
     run_id = start(repo, recipe(tmp_path, simple, finalize=True))

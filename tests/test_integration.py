@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, allowed_signer, child, reviewers, simple_child, ssh_key, write_step
-from .runkit import CHECK_PY, cli, events, recipe, status, wait_for, wait_supervisor_gone
+from .runkit import CHECK_PY, cli, events, recipe, status, trust, wait_for, wait_supervisor_gone
 
 REVIEWERS = reviewers("reviewer-a", "reviewer-b")
 POLICY = """version = 1
@@ -53,7 +53,7 @@ def signed_project(root: Path, *, check: str = CHECK_PY) -> tuple[Path, Path]:
         },
     )
     git(repo, "config", "agentops.signingKey", str(key))
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(repo)
     return repo, repo / ".agentops" / "allowed_signers"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from .conftest import git
 from .helpers import HANDOFF, child, toml, write_step
-from .runkit import POLICY, cli, events, project, start, status, supervisor_log, wait_for, wait_supervisor_gone
+from .runkit import POLICY, cli, events, project, start, status, supervisor_log, trust, wait_for, wait_supervisor_gone
 
 RUNNER_ARGV = ["python3", "-c", "import pathlib, sys; sys.exit(0 if pathlib.Path('src/b.txt').exists() else 1)"]
 PROPOSAL_FILE = ".agentops/proposals/runner.toml"
@@ -272,7 +272,7 @@ def live_run(tmp: Path, run_options: str = "") -> tuple[Path, str, dict[str, Any
             ".gitignore": "__pycache__/\n",
         },
     )
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(repo)
     run_id = start(repo, slow_child_recipe(tmp))
     doc = wait_for(
         repo,

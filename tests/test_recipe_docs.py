@@ -22,7 +22,7 @@ from git_agentops.policy.load import load_policy
 from git_agentops.schema import documents
 
 from .conftest import git, make_repo
-from .runkit import cli, status
+from .runkit import cli, status, trust
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "### Recipes for the scripted agent"
@@ -119,7 +119,7 @@ def test_the_readme_example_runs_to_complete_with_its_policy_repairing_greet_onc
     repo = make_repo(
         tmp_path / "repo", files={".agentops/policy.toml": _readme_policy(), ".gitignore": "__pycache__/\n"}
     )
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(repo)
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(_readme_recipe())
     done = cli(

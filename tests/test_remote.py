@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import commit_files, git, make_repo
 from .helpers import simple_child
-from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, wait_for
+from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, trust, wait_for
 
 REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
 SETUP = (  # setup runs confined: it writes the log only where the policy's [sandbox] writable lets it
@@ -47,7 +47,7 @@ def team(tmp: Path) -> tuple[Path, Path, Path]:
         where = tmp / name
         git(tmp, "clone", "-q", str(server), str(where))
         git(where, "config", "user.name", f"Machine {name.upper()}")
-        assert cli(where, "agentops-policy", "trust", "--yes").returncode == 0
+        trust(where)
         machines.append(where)
     return server, machines[0], machines[1]
 
@@ -181,7 +181,7 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert held.returncode == 3 and "RUN_LEASE_HELD" in held.stderr and "machine-a" in held.stderr, held.stderr
     c = tmp_path / "c"  # a third machine races b for the run: the lease claim is a CAS on the server
     git(tmp_path, "clone", "-q", str(server), str(c))
-    assert cli(c, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(c)
     _share_key(tmp_path, a, c)
     git(c, "config", "agentops.machineId", "machine-c")
     racers = {

@@ -24,7 +24,19 @@ from git_agentops.gitstore.repo import Store, open_store
 
 from .conftest import commit_files, git, make_repo
 from .helpers import HANDOFF, child, write_step
-from .runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, wait_for
+from .runkit import (
+    CHECK_PY,
+    POLICY,
+    cli,
+    events,
+    recipe,
+    start,
+    status,
+    supervisor_log,
+    trust,
+    wait_for,
+    wait_supervisor_gone,
+)
 
 PLAIN = POLICY.format(max_workers=3, run_options="") + '[receipts]\nplain_commits = "allow"\n'
 
@@ -330,6 +342,7 @@ def test_a_forged_state_on_the_remote_is_quarantined_and_the_live_run_goes_on(tm
 
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
     assert doc["status"] == "complete", json.dumps(doc, indent=1) + supervisor_log(a, run_id)
+    wait_supervisor_gone(a, run_id)  # its last push of the state may follow the state that says complete
     kept = f"refs/agentops-quarantine/origin/runs/{run_id}/state/{forged}"
     assert git(a, "rev-parse", kept) == forged
     quarantined = [e for e in events(a, run_id) if e["code"] == "RUN_STATE_QUARANTINED"]
@@ -471,7 +484,7 @@ def test_a_guarded_server_set_up_in_the_readme_order_takes_a_run_and_a_person_s_
     first = push(a, "origin", "main")
     assert first.returncode == 0, first.stderr
     base = git(server, "rev-parse", "main")
-    assert cli(a, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(a)
 
     run_id = start(
         a,

@@ -24,7 +24,7 @@ from git_agentops.sandbox.plan import kernel_abi
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, allowed_signer, child, commit_step, simple_child, ssh_key, write_step
-from .runkit import CHECK_PY, cli, events, project, recipe, start, stop, wait_for
+from .runkit import CHECK_PY, cli, events, project, recipe, start, stop, trust, wait_for
 
 pytestmark = pytest.mark.skipif(kernel_abi() < 6, reason="needs Landlock ABI 6+ (this machine has 7)")
 
@@ -139,7 +139,7 @@ def test_the_persons_tmux_and_ssh_agent_are_unreachable_while_the_supervisor_sig
         },
     )
     git(repo, "config", "agentops.signingKey", str(key.with_suffix(".pub")))
-    assert cli(repo, "agentops-policy", "trust", "--yes").returncode == 0
+    trust(repo)
     hooks = repo / ".git" / "hooks"
     tmux, sock = person_servers["tmux"], person_servers["SSH_AUTH_SOCK"]
     connect = "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])"
