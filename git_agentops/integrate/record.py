@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Final
 
+from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Run
 from ..runs import state as runstate
-from ..runs.jobs import JobContext, Refusal, Request
+from ..runs.jobs import JobContext, Refused, Request
 
 ZERO_DIGEST: Final = "0" * 64
 
@@ -46,7 +47,7 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[str, Any]) -> Refusal:
+def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[str, Any]) -> Refused:
     """Record the failure and refuse the finalize request it answers."""
     run = runstate.read(store, ctx.run_id).run()
     info = (run.integration.request if run.integration else None) or {}
@@ -63,4 +64,4 @@ def fail(ctx: JobContext, store: Store, code: str, message: str, detail: dict[st
         info.get("requestDigest", ZERO_DIGEST),
         info.get("rawDigest", ZERO_DIGEST),
     )
-    return Refusal(code, message, request, detail, None)
+    return Refused(AgentOpsError(code, message), request, detail, None)

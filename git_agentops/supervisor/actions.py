@@ -36,7 +36,7 @@ from ..model.task import Criterion, TaskStatus, check_runners, new_task
 from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
-from ..runs.jobs import Request
+from ..runs.jobs import Answered, Request
 from . import proposal
 from .ports import Loop
 from .requests import Action, answer
@@ -183,7 +183,9 @@ def question(loop: Loop, worker: Worker, request: Request) -> dict[str, Any]:
         f"question {question_id} recorded; answer with 'git agentops-run answer {loop.run_id} {question_id} TEXT'",
         effect,
     )
-    mailbox.write_response(Path(worker.worktree), response)  # before the asker is stopped with everyone else
+    unwritten = loop.respond(worker, Answered(response))  # before the asker is stopped with everyone else
+    if unwritten is not None:
+        raise unwritten
     loop.state.refresh()
     loop.stop_all(WorkerStatus.FENCED, f"awaiting the answer to {question_id}")
     loop.log(f"{worker.worker_id} asks ({question_id}): {clean_text(prompt, 200, loop.ctx.policy.deny_patterns)}")
@@ -211,6 +213,7 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
         summary=f"{worker.worker_id} hands off {head[:12]}",
     )
     _accepted(
+        loop,
         worker,
         request,
         "RUN_HANDOFF_ACCEPTED",
@@ -234,14 +237,11 @@ def handoff(loop: Loop, worker: Worker, request: Request) -> None:
     loop.end_turn(worker, stopped)
 
 
-def _accepted(worker: Worker, request: Request, code: str, message: str, data: Mapping[str, Any]) -> None:
+def _accepted(loop: Loop, worker: Worker, request: Request, code: str, message: str, data: Mapping[str, Any]) -> None:
     """Tell the agent its handoff or finalize was taken, so it ends its turn (and its host prints its usage) while
     the supervisor works; the job's own answer replaces this one in the mailbox when it is done."""
     response = mailbox.response(request.request_id, request.raw_digest, code, message, data)
-    try:
-        mailbox.write_response(Path(worker.worktree), response)
-    except AgentOpsError:
-        pass  # the agent is stopped at the end of its grace all the same
+    loop.respond(worker, Answered(response))  # unwritten: the agent is stopped at the end of its grace all the same
 
 
 def _note_foreign_merges(loop: Loop, worker: Worker, head: str) -> None:
@@ -287,6 +287,7 @@ def finalize(loop: Loop, worker: Worker, request: Request) -> None:
     }
     begin_integration(loop, worker, pending, summary=f"{worker.worker_id} asks to finalize")
     _accepted(
+        loop,
         worker,
         request,
         "RUN_FINALIZE_ACCEPTED",

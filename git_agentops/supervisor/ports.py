@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..errors import AgentOpsError
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
 from ..model.run import RunStatus, Worker, WorkerStatus
-from ..runs.jobs import JobContext, JobResult
+from ..runs.jobs import Answered, JobContext, JobResult
 from .cache import StateCache
+from .refusals import Refusals
 
 
 class Loop(Protocol):
@@ -28,10 +30,17 @@ class Loop(Protocol):
     ctx: JobContext
     transition: str | None
     """The pending policy transition's id (:mod:`.transition`), or None."""
+    refusals: Refusals
+    """The loop's refusal coalescer (:mod:`.refusals`)."""
 
     @property
     def journal(self) -> Journal:
         """The run's state journal (for compare-and-swap mutations)."""
+        ...
+
+    def respond(self, worker: Worker, answer: Answered) -> AgentOpsError | None:
+        """Write ``answer`` to ``worker``'s mailbox -- the one writer of ``response.json`` -- and return the error
+        that kept it from being written (a mailbox the worker broke), for the caller to judge; None when written."""
         ...
 
     def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:

@@ -40,10 +40,9 @@ from ..model.transition import (
     transition_id,
 )
 from ..policy.load import policy_from_bytes
-from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import transitions
-from ..runs.jobs import Request
+from ..runs.jobs import Answered, Request
 from ..runs.transitions import awaiting_reason
 from .ports import Loop
 from .requests import answer
@@ -158,7 +157,9 @@ def request(loop: Loop, worker: Worker, req: Request) -> dict[str, Any]:
         return {"transitionId": tid, "stage": "prepared", "approval": mode, "changes": lines}
 
     response = answer(loop, worker, req, "RUN_POLICY_PENDING", message, effect)
-    mailbox.write_response(Path(worker.worktree), response)  # before the requester is stopped with everyone else
+    unwritten = loop.respond(worker, Answered(response))  # before the requester is stopped with everyone else
+    if unwritten is not None:
+        raise unwritten
     loop.state.refresh()
     if mode == "user":
         loop.stop_all(WorkerStatus.FENCED, f"awaiting approval of {tid}")
