@@ -65,7 +65,8 @@ VALID: dict[str, list[dict[str, Any]]] = {
 }  # fmt: skip
 
 INVALID: dict[str, list[tuple[dict[str, Any], str]]] = {
-    "plan": [({"title": "T", "intent": "I"}, "$"), ({"title": "T", "intent": "I", "criteria": ["c"], "prompt": "p"}, "$.prompt")],
+    "plan": [({"title": "T", "intent": "I"}, "$"),
+             ({"title": "T", "intent": "I", "criteria": ["c"], "prompt": "p"}, "$.prompt")],
     "worker": [({"title": "T", "intent": "I", "criteria": ["c"]}, "$"),
                ({"title": "T", "intent": "I", "criteria": ["c"], "dependencies": [], "taskId": "nope"}, "$.taskId")],
     "handoff": [({"prompt": "p"}, "$.prompt"), ({"sourceFiles": ["/etc/passwd"]}, "$.sourceFiles[0]")],
