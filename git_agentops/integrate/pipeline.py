@@ -16,7 +16,8 @@ transaction:
    ``RUN_TARGET_CONTENDED``) -- never a force;
 5. **receipted** -- the sealed, signed receipt (:mod:`git_agentops.receipts.build`) is added as a note on the
    candidate (create-only);
-6. **complete** -- the run is complete and its worktrees removed (branches and delivery refs stay).
+6. **complete** -- the run is complete; the loop answers the coordinator, then removes the worktrees
+   (:func:`clean_up`; branches and delivery refs stay).
 
 Each step is recorded in ``run.json`` (:class:`~git_agentops.model.integration.Integration`) before the next
 starts. After a crash the next supervisor rolls forward from the record: the target moves at most once
