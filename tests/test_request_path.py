@@ -253,3 +253,23 @@ def test_a_jobs_refusal_carries_its_error_unchanged() -> None:
     error = AgentOpsError("RUN_VERIFICATION_FAILED", "x" * 9000, details={"failed": ["test"]})
     refused = Refused(error, Request({"requestId": "r-1"}, "0" * 64, "1" * 64), {"failed": ["test"]}, "c" * 40)
     assert refused.error is error and (refused.code, refused.message) == (error.code, error.message)
+
+
+def test_a_jobs_refusal_becomes_the_requests_answer_and_record_in_one_conversion(store: Store) -> None:
+    """The loop's boundary: ``Refused(error)`` -> the response (message cut to the response limit, cleaned) and the
+    request's idempotency record holding that same response, in one state commit."""
+    loop = _Loop(store)
+    worker = Worker("worker-1", Role.CHILD, "scripted", "/nowhere", "b", generation=2)
+    loop.state = SimpleNamespace(workers=lambda: {"worker-1": worker})  # type: ignore[attr-defined]
+    doc = _doc("handoff", {})
+    refused = Refused(
+        AgentOpsError("RUN_VERIFICATION_FAILED", "failed:\n" + "y" * 9000),
+        Request(doc, "a" * 64, "b" * 64, mailbox.parse_request(doc)),
+    )
+    response = requests.refuse_accepted(loop, "worker-1", refused.request, refused.error)  # type: ignore[arg-type]
+    assert response["code"] == "RUN_VERIFICATION_FAILED" and response["ok"] is False
+    assert response["requestDigest"] == "b" * 64 and len(response["message"]) == requests.RESPONSE_LIMIT
+    record = runstate.RunView(loop.journal.read()).request_record("req-1")
+    assert record == RequestRecord("req-1", "a" * 64, "worker-1", 2, "handoff", response, loop.ctx.clock.now())
+    [event] = [e for e in loop.journal.log() if e.code == "REQUEST_REFUSED"]
+    assert event.data["requestId"] == "req-1" and event.data["code"] == "RUN_VERIFICATION_FAILED"
