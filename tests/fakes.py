@@ -21,6 +21,8 @@ from typing import Any
 
 from git_agentops import eventkinds as kinds
 from git_agentops.clock import Clock
+from git_agentops.errors import AgentOpsError
+from git_agentops.eventkinds import EventCode
 from git_agentops.gitstore.journal import Change, Event, Journal
 from git_agentops.gitstore.repo import Store
 from git_agentops.model.policy import Policy, effective
@@ -30,11 +32,12 @@ from git_agentops.policy.trust import RepoIdentity, TrustStatus, Verdict
 from git_agentops.protocol import mailbox
 from git_agentops.protocol.client import build_request
 from git_agentops.runs import state as runstate
-from git_agentops.runs.jobs import JobContext, JobResult
+from git_agentops.runs.jobs import Answered, JobContext, JobResult
 from git_agentops.supervisor.briefing import Briefing
 from git_agentops.supervisor.cache import StateCache
 from git_agentops.supervisor.confine import Confinement
 from git_agentops.supervisor.ports import Binding, Snapshot
+from git_agentops.supervisor.refusals import Refusals
 from git_agentops.supervisor.workers import Workers
 
 from .conftest import git
@@ -101,6 +104,8 @@ class FakeLoop:
         self.jobs: dict[str, Callable[[Store], JobResult]] = {}
         self.transition: str | None = None
         self.briefed = 0
+        self.refusals = Refusals()
+        self.answered: list[tuple[str, Mapping[str, Any]]] = []  # (worker, response): what respond() wrote
         run_dir = runstate.run_dir(store, run_id)
         trust = Verdict(TrustStatus.TRUSTED, RepoIdentity(str(store.common_dir), "local:fake"), policy.config_hash)
         ctx = JobContext(run_id, policy, trust, {}, clock, run_dir, self.log, lambda point: None)
@@ -146,7 +151,16 @@ class FakeLoop:
             store=self.store,
         )
 
-    def set_worker(self, worker_id: str, *, event: str, summary: str, **changes: Any) -> Worker:
+    def respond(self, worker: Worker, answer: Answered) -> AgentOpsError | None:
+        """As the supervisor's: the one writer of ``response.json``."""
+        try:
+            mailbox.write_response(Path(worker.worktree), answer.response)
+        except AgentOpsError as exc:
+            return exc
+        self.answered.append((worker.worker_id, answer.response))
+        return None
+
+    def set_worker(self, worker_id: str, *, event: EventCode, summary: str, **changes: Any) -> Worker:
         return self.workers.set(worker_id, event=event, summary=summary, **changes)
 
     def kill(self, worker: Worker) -> dict[str, Any]:

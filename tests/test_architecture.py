@@ -637,3 +637,59 @@ def test_every_coded_error_class_is_caught_by_some_caller() -> None:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):  # LOST = (LeaseHeld, LeaseLost)
                 caught |= {_dotted(n) for n in node.value.elts if _dotted(n) in {c.__name__ for c in BY_CODE.values()}}
     assert sorted(c.__name__ for c in BY_CODE.values() if c.__name__ not in caught) == []
+
+
+# -- the request path (issue 26 item 3) -------------------------------------------------------------------------------
+
+
+def _response_writers() -> list[str]:
+    """Every place that writes a worker's ``response.json``: a call of ``write_response``, or a private write naming
+    the mailbox's ``RESPONSE`` path outside ``write_response`` itself."""
+    sites = []
+    for path, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "write_response":
+                continue  # its own write is what the one call reaches
+            if not isinstance(node, ast.Call):
+                continue
+            name = _dotted(node.func).rsplit(".", 1)[-1]
+            named = {_dotted(arg).rsplit(".", 1)[-1] for arg in node.args}
+            if name == "write_response" or (name.startswith("write") and "RESPONSE" in named):
+                sites.append(f"{_rel(path)}:{node.lineno}")
+    return sorted(set(sites) - _own_write())
+
+
+def _own_write() -> set[str]:
+    """The line inside ``mailbox.write_response`` that writes the file (not a writer of its own)."""
+    path = PACKAGE / "protocol" / "mailbox.py"
+    tree = ast.parse(path.read_text("utf-8"))
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "write_response")
+    return {f"{_rel(path)}:{n.lineno}" for n in ast.walk(function) if isinstance(n, ast.Call)}
+
+
+def request_figures() -> dict[str, int]:
+    """The request path's figure for the issue's one-line summary: ``response_writers`` -- how many places write a
+    worker's ``response.json`` (1: the supervisor loop's ``respond``)."""
+    return {"response_writers": len(_response_writers())}
+
+
+def test_only_the_supervisor_loop_writes_response_json() -> None:
+    """Invariant: ``response.json`` has one writer, the supervisor loop's ``respond`` (jobs return ``Answered`` or
+    ``Refused`` and handlers call ``loop.respond``), so two threads never race to answer one worker."""
+    writers = _response_writers()
+    assert [site.rsplit(":", 1)[0] for site in writers] == ["supervisor/loop.py"], writers
+    assert request_figures() == {"response_writers": 1}
+    print(" ".join(f"{key}={value}" for key, value in request_figures().items()))
+
+
+def test_request_records_have_one_writer() -> None:
+    """Invariant: the idempotency record of a request is written by ``runs.state.put_request_record`` alone (from
+    :class:`~git_agentops.model.request.RequestRecord`), not by copies of the same dict in each answering module."""
+    sites = []
+    for path, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _dotted(node.func).endswith("put_json"):
+                schemas = [k.value for k in node.keywords if k.arg == "schema" and isinstance(k.value, ast.Constant)]
+                if [s.value for s in schemas] == ["request-record"]:
+                    sites.append(f"{_rel(path)}:{node.lineno}")
+    assert [site.rsplit(":", 1)[0] for site in sites] == ["runs/state.py"], sites

@@ -25,7 +25,8 @@ from git_agentops.model.policy import Policy, effective
 from git_agentops.model.run import Role, Worker
 from git_agentops.protocol import mailbox
 from git_agentops.runs import state as runstate
-from git_agentops.supervisor.requests import REFUSAL_WINDOW, Refusals, flush_refusals, refuse, valid_request_id
+from git_agentops.supervisor.refusals import REFUSAL_WINDOW, Refusals
+from git_agentops.supervisor.requests import flush_refusals, refuse, valid_request_id
 
 from .conftest import git, make_repo
 from .helpers import HANDOFF, Step, child, commit_step, simple_child, write_step
@@ -216,6 +217,7 @@ class _Loop:
         self.ctx = SimpleNamespace(clock=clock)
         self.lines: list[str] = []
         self._journal = runstate.journal(store, self.run_id)
+        self.refusals = Refusals()
 
     @property
     def journal(self) -> Journal:

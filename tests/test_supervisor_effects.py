@@ -30,7 +30,7 @@ from git_agentops.protocol.client import build_request
 from git_agentops.runs import state as runstate
 from git_agentops.runs import tasks as taskbook
 from git_agentops.runs import transitions
-from git_agentops.runs.jobs import Integrated, JobContext, Provisioned, Request
+from git_agentops.runs.jobs import Answered, Integrated, JobContext, Provisioned, Request
 from git_agentops.supervisor import actions, requests, scheduler
 from git_agentops.supervisor.effects import (
     Answer,
@@ -103,7 +103,7 @@ def test_plan_decides_one_answer_and_changes_nothing_until_the_loop_carries_it_o
     assert response is not None and response["code"] == "RUN_PLAN_CREATED"
     assert loop.run().root_task_id == response["data"]["taskId"]
     record = loop.state.view.request_record(request.request_id)
-    assert record is not None and record["response"] == response  # the answer and its idempotency record: one commit
+    assert record is not None and record.response == response  # the answer and its idempotency record: one commit
     assert loop.event_codes()[-1] == "RUN_PLAN_CREATED"
 
 
@@ -429,10 +429,14 @@ def test_the_roll_forward_loop_rereads_the_record_before_each_step(loop: FakeLoo
         Step("again", lambda p: p.status is IntegrationStatus.REQUESTED, to(IntegrationStatus.FAILED, "again")),
         Step("two", lambda p: p.status is IntegrationStatus.PREPARED, to(IntegrationStatus.VERIFIED, "two")),
     )
-    outcome = roll_forward(loop.ctx, loop.store, table, lambda ctx, store, now: Integrated(str(now.status)))
-    assert ran == ["one", "two"] and outcome == Integrated("verified")
+    outcome = roll_forward(
+        loop.ctx, loop.store, table, lambda ctx, store, now: Integrated(str(now.status), Answered({}))
+    )
+    assert ran == ["one", "two"] and outcome == Integrated("verified", Answered({}))
     ran.clear()
-    assert roll_forward(loop.ctx, loop.store, table, lambda ctx, store, now: Integrated("done")) == Integrated("done")
+    assert roll_forward(
+        loop.ctx, loop.store, table, lambda ctx, store, now: Integrated("done", Answered({}))
+    ) == Integrated("done", Answered({}))
     assert ran == []  # resumed after the last step: nothing is done again
 
 

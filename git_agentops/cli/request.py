@@ -61,7 +61,7 @@ def _approval(text: str) -> tuple[str, str]:
 
 def build_parser() -> Parser:
     parser = build("git-agentops-request", __doc__ or "")
-    from ..protocol.client import ACTIONS
+    from ..model.request import ACTIONS
 
     parser.add_argument("action", metavar="ACTION", choices=ACTIONS, help=f"one of: {', '.join(ACTIONS)}")
     parser.add_argument("--title", help="task title (plan, worker)")
@@ -100,7 +100,8 @@ def build_parser() -> Parser:
 
 def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The request fields the options name; ``USAGE`` when the action lacks one or does not take one."""
-    from ..protocol.client import OPTIONAL_FIELDS, REQUIRED_FIELDS, approvals
+    from ..model.request import field_problems
+    from ..protocol.client import approvals
 
     action: str = args.action
     if args.approve or args.reason:
@@ -120,13 +121,12 @@ def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         fields.setdefault("dependencies", [])
     if action == "policy":
         fields.setdefault("approvals", [])  # a change of settings alone needs none
-    missing = [_OPTION[f] for f in REQUIRED_FIELDS[action] if f not in fields]
+    missing, misplaced = field_problems(action, fields)  # the request's one field table, named as options here
     if missing:
-        raise AgentOpsError("USAGE", f"{action} needs {', '.join(missing)} (see 'git-agentops-request --help')")
-    allowed = {*REQUIRED_FIELDS[action], *OPTIONAL_FIELDS[action]}
-    misplaced = [_OPTION[f] for f in fields if f not in allowed]
+        shown = ", ".join(_OPTION[f] for f in missing)
+        raise AgentOpsError("USAGE", f"{action} needs {shown} (see 'git-agentops-request --help')")
     if misplaced:
-        raise AgentOpsError("USAGE", f"{action} does not take {', '.join(misplaced)}")
+        raise AgentOpsError("USAGE", f"{action} does not take {', '.join(_OPTION[f] for f in misplaced)}")
     return fields
 
 

@@ -19,12 +19,12 @@ A handoff is a pipeline that only goes downward:
 5. **record** -- the delivery record on the commit's note under ``refs/notes/agentops/deliveries``, then
    ``refs/agentops/runs/<run>/deliveries/<task>`` -> the commit, **create-only** (a delivery is never moved), then
    the task delivered in the same state commit as the request's idempotency record;
-6. **answer** -- ``RUN_WORKER_DELIVERED`` in the worker's mailbox.
+6. **answer** -- ``RUN_WORKER_DELIVERED``, returned to the supervisor loop, which writes it to the worker's mailbox.
 
 A crash between the note and the state commit leaves an orphan delivery ref; the next supervisor adopts it when
 the delivery note authenticates and its commit verifies again (:func:`adopt_orphans`); a foreign delivery ref is
 quarantined, never obeyed and never in the honest delivery's way (:mod:`.custody`). A failed step returns a
-:class:`~git_agentops.runs.jobs.Refusal`: the supervisor records it as the request's answer and restarts the
+:class:`~git_agentops.runs.jobs.Refused`: the supervisor records it as the request's answer and restarts the
 worker with a new generation and the failure as its diagnostic.
 """
 
@@ -49,12 +49,13 @@ from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
 from ..model.delivery import DELIVERY_NOTE, CommitId, Delivery, Digest
+from ..model.request import RequestRecord
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
-from ..runs.jobs import Delivered, JobContext, Refusal, Request
+from ..runs.jobs import Answered, Delivered, JobContext, Refused, Request
 from ..runs.proof import prove
 from ..runs.workspaces import mirror_branch
 from ..verify.core import Outcome
@@ -134,7 +135,7 @@ def _missing_files(worktree: Path, commit: str, paths: Sequence[str]) -> list[st
 # -- 3.-6. the job ---------------------------------------------------------------------------------------------------
 
 
-def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refusal:
+def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refused:
     """Job: verify the stopped worker's commit and freeze it (see the module docstring)."""
     worktree = Path(handoff.worker.worktree)
     view = runstate.read(store, ctx.run_id)
@@ -189,18 +190,14 @@ def deliver(ctx: JobContext, store: Store, handoff: Handoff) -> Delivered | Refu
         return refused
     ctx.fault("delivery:frozen")
     response = _mark_delivered(ctx, store, handoff, task.id, delivery)
-    try:
-        mailbox.write_response(worktree, response)
-    except AgentOpsError:
-        pass
-    return Delivered(task.id, commit)
+    return Delivered(task.id, commit, Answered(response))  # the loop writes it to the worker's mailbox
 
 
-def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, object], head: str | None) -> Refusal:
-    return Refusal(code, message, handoff.request, dict(detail), head)
+def _refusal(handoff: Handoff, code: str, message: str, detail: Mapping[str, object], head: str | None) -> Refused:
+    return Refused(AgentOpsError(code, message), handoff.request, dict(detail), head)
 
 
-def _as_handed_off(handoff: Handoff, worktree: Path, contract: str) -> Refusal | None:
+def _as_handed_off(handoff: Handoff, worktree: Path, contract: str) -> Refused | None:
     """``RUN_DELIVERY_CHANGED`` when HEAD, the checkout or the contract is not what the handoff named."""
     now_head, changes = head_and_changes(worktree, skip_artifacts=True)
     if now_head == handoff.head and not changes and contract == handoff.contract:
@@ -211,7 +208,7 @@ def _as_handed_off(handoff: Handoff, worktree: Path, contract: str) -> Refusal |
     )
 
 
-def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refusal | None:
+def _verification_refusal(handoff: Handoff, outcome: Outcome) -> Refused | None:
     """``RUN_VERIFICATION_FAILED`` naming each failed command and the end of its output."""
     if outcome.passed:
         return None
@@ -260,7 +257,7 @@ def _delivery_note(store: Store, run_id: str, task_id: str, handoff: Handoff, de
     return seal_note(record, keyring(store.private_dir()))
 
 
-def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff, commit: str) -> Refusal | None:
+def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff, commit: str) -> Refused | None:
     """Create the frozen delivery ref to ``commit``, create-only.
 
     A ref already there is an earlier delivery of this task only if an authentic delivery note says so
@@ -307,18 +304,17 @@ def _mark_delivered(
         runstate.put_worker(
             change, replace(view.worker(worker_id), status=WorkerStatus.DELIVERED, process=None, diagnostic=None)
         )
-        change.put_json(
-            runstate.request_path(handoff.request.request_id),
-            {
-                "requestId": handoff.request.request_id,
-                "requestDigest": handoff.request.digest,
-                "workerId": worker_id,
-                "generation": handoff.worker.generation,
-                "action": "handoff",
-                "response": response,
-                "at": ctx.clock.now(),
-            },
-            schema="request-record",
+        runstate.put_request_record(
+            change,
+            RequestRecord(
+                handoff.request.request_id,
+                handoff.request.digest,
+                worker_id,
+                handoff.worker.generation,
+                "handoff",
+                response,
+                ctx.clock.now(),
+            ),
         )
 
     runstate.mutate(

@@ -29,7 +29,7 @@ from ..model.task import Task
 from ..model.usage import ReviewerUsage
 from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
-from ..runs.jobs import JobContext, Refusal
+from ..runs.jobs import JobContext, Refused
 from ..runs.proof import prove, slot_checkout
 from ..sandbox.plan import Sandbox, choose_mode, for_reviewer
 from ..verify.failing import failed_commands
@@ -40,7 +40,7 @@ from .reviews import Confine, Review, diff_text, review_input, run_reviews
 CANDIDATE_SLOT: Final = "candidate"
 
 
-def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: str, base: str) -> Refusal | None:
+def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: str, base: str) -> Refused | None:
     """Steps 2 and 3: the policy's commands on the candidate in a clean checkout, then the reviews (first of all:
     the candidate changes no protected path against the tip it was built on)."""
     breach = candidate_breach(store, ctx.policy, base=base, candidate=candidate, bound_policy=ctx.policy_file)
@@ -127,7 +127,7 @@ def _review(
     candidate: str,
     base: str,
     verification: Sequence[Mapping[str, object]],
-) -> tuple[Refusal | None, list[ReviewResult]]:
+) -> tuple[Refused | None, list[ReviewResult]]:
     view = runstate.read(store, ctx.run_id)
     doc = review_input(
         goal=run.goal,

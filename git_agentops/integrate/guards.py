@@ -39,11 +39,12 @@ from typing import Final, NamedTuple
 
 import pygit2
 
+from ..errors import AgentOpsError
 from ..gitstore.repo import Store
 from ..model.globs import PathRules, literal, normalise
 from ..model.policy import POLICY_PATH, Policy
 from ..policy.load import MAX_POLICY_BYTES
-from ..runs.jobs import Refusal, Request
+from ..runs.jobs import Refused, Request
 from .secrets import clean_text
 
 CODE: Final = "RUN_DELIVERY_PROTECTED_PATH"
@@ -230,7 +231,7 @@ def protected_refusal(
     head: str,
     target_tip: str | None,
     bound_policy: str | None = None,
-) -> Refusal | None:
+) -> Refused | None:
     """``RUN_DELIVERY_PROTECTED_PATH`` naming each protected path ``base..head`` changes (and the pattern it
     matched), leaving out what the head has exactly as ``target_tip`` has it; None when there is nothing."""
     changes = protected_changes(
@@ -251,7 +252,7 @@ def protected_refusal(
         "change is already there) and hand off again; if the task needs such a change, say so in the handoff: it "
         "goes through a person, who commits it to the target as a policy change and trusts the result"
     )
-    return Refusal(CODE, message, request, _detail(changes, policy.deny_patterns), head)
+    return Refused(AgentOpsError(CODE, message), request, _detail(changes, policy.deny_patterns), head)
 
 
 def candidate_breach(

@@ -16,14 +16,15 @@ transaction:
    ``RUN_TARGET_CONTENDED``) -- never a force;
 5. **receipted** -- the sealed, signed receipt (:mod:`git_agentops.receipts.build`) is added as a note on the
    candidate (create-only);
-6. **complete** -- the run is complete and its worktrees removed (branches and delivery refs stay).
+6. **complete** -- the run is complete; the loop answers the coordinator, then removes the worktrees
+   (:func:`clean_up`; branches and delivery refs stay).
 
 Each step is recorded in ``run.json`` (:class:`~git_agentops.model.integration.Integration`) before the next
 starts; the transaction is the table :data:`STEPS`, driven by one roll-forward loop (:mod:`.steps`), so after a
 crash the next supervisor rolls forward from the record by the same loop: the target moves at most once
 (publishing is a CAS from the recorded base, and a candidate that is already in the target's history counts as
 published), and once resumed a receipt exists exactly when the target moved. A failure before publishing is a
-:class:`~git_agentops.runs.jobs.Refusal` of the finalize request: the coordinator restarts with it as its
+:class:`~git_agentops.runs.jobs.Refused` of the finalize request: the coordinator restarts with it as its
 diagnostic.
 """
 
@@ -48,6 +49,7 @@ from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
 from ..model.integration import BUILT, Integration, IntegrationStatus
+from ..model.request import RequestRecord
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
@@ -55,7 +57,7 @@ from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs import transitions
-from ..runs.jobs import Integrated, JobContext, Refusal, Wait
+from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
 from ..runs.proof import remove_slots
 from ..verify.evidence import EvidenceStore
 from . import custody
@@ -86,7 +88,7 @@ def check_finalize(worker: Worker, run: Run, tasks: Mapping[str, Task]) -> None:
 # -- the transaction ---------------------------------------------------------------------------------------------------
 
 
-def integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
+def integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait:
     """The integration job (see the module docstring), from wherever the record says it stopped.
 
     A remote that stays unreachable, or a server that refuses the push, makes the run wait with everything kept
@@ -105,7 +107,7 @@ def _tip(ctx: JobContext, store: Store, target: str) -> str | None:
     return remote_tip(ctx, store, where, target) if where else read_ref(store, f"refs/heads/{target}")
 
 
-def _integrate(ctx: JobContext, store: Store) -> Integrated | Refusal | Wait:
+def _integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait:
     return roll_forward(ctx, store, STEPS, _finish)
 
 
@@ -144,7 +146,7 @@ def _publish_gated(ctx: JobContext, store: Store, now: Progress) -> Wait | None:
     return published if isinstance(published, Wait) else None
 
 
-def _build(ctx: JobContext, store: Store, now: Progress) -> Refusal | Wait | None:
+def _build(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | None:
     """Steps 1 to 4 as one step: a crash anywhere in them resumes by building on the target's tip anew."""
     return _build_and_publish(ctx, store, now.view)
 
@@ -164,7 +166,8 @@ def _receipt(ctx: JobContext, store: Store, now: Progress) -> None:
 
 def _finish(ctx: JobContext, store: Store, now: Progress) -> Integrated:
     """Step 6 (:func:`_complete`): always due last."""
-    return Integrated(_complete(ctx, store))
+    candidate, response = _complete(ctx, store)
+    return Integrated(candidate, Answered(response))  # the loop answers the coordinator, then calls clean_up
 
 
 _DONE: Final = (IntegrationStatus.PUBLISHED, IntegrationStatus.RECEIPTED)
@@ -210,7 +213,7 @@ def _contains(store: Store, tip: str, commit: str) -> bool:
         return False
 
 
-def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) -> Refusal | Wait | None:
+def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) -> Refused | Wait | None:
     """Build the candidate on the target's tip, gate it, and move the target to it by CAS; rebuild if it moved."""
     run = view.run()
     tasks = view.tasks()
@@ -396,7 +399,7 @@ def _prepare(
     )
 
 
-def _conflict(ctx: JobContext, store: Store, base: str, chain: ChainResult, tasks: dict[str, Task]) -> Refusal:
+def _conflict(ctx: JobContext, store: Store, base: str, chain: ChainResult, tasks: dict[str, Task]) -> Refused:
     """``RUN_INTEGRATION_CONFLICT`` naming the delivery, the party it conflicts with and the paths."""
     label, paths = chain.conflict or ("?", ())
     other = "the target branch"
@@ -483,8 +486,9 @@ def _evidence_of(store: Store, task: Task) -> list[JsonObject]:
     return [records[d].to_json() for d in wanted if d in records]
 
 
-def _complete(ctx: JobContext, store: Store) -> str:
-    """Step 6: the run complete, the finalize request answered, the checkouts removed; returns the candidate."""
+def _complete(ctx: JobContext, store: Store) -> tuple[str, dict[str, Any]]:
+    """Step 6: the run complete and the finalize request recorded; returns the candidate and the response, which
+    the loop writes to the coordinator's mailbox before it removes the checkouts (:func:`clean_up`)."""
     view = runstate.read(store, ctx.run_id)
     run = view.run()
     integration = run.integration or Integration(IntegrationStatus.REQUESTED)
@@ -509,18 +513,17 @@ def _complete(ctx: JobContext, store: Store) -> str:
         if current.root_task_id:
             taskbook.put(change, replace(view.task(current.root_task_id), status=TaskStatus.DELIVERED))
         if pending is not None and pending.request_id:
-            change.put_json(
-                runstate.request_path(pending.request_id),
-                {
-                    "requestId": pending.request_id,
-                    "requestDigest": pending.request_digest,
-                    "workerId": current.coordinator_id,
-                    "generation": pending.generation,
-                    "action": "finalize",
-                    "response": response,
-                    "at": ctx.clock.now(),
-                },
-                schema="request-record",
+            runstate.put_request_record(
+                change,
+                RequestRecord(
+                    pending.request_id,
+                    pending.request_digest,
+                    current.coordinator_id,
+                    pending.generation,
+                    "finalize",
+                    response,
+                    ctx.clock.now(),
+                ),
             )
 
     runstate.mutate(
@@ -532,19 +535,12 @@ def _complete(ctx: JobContext, store: Store) -> str:
             {"candidate": integration.candidate, "receiptDigest": integration.receipt_digest},
         ),
     )
-    _clean_up(store, ctx, run, view.workers(), response)
-    ctx.log(f"run {ctx.run_id} complete: {run.target} at {candidate[:12]}")
-    return candidate
+    return candidate, response
 
 
-def _clean_up(store: Store, ctx: JobContext, run: Run, workers: list[Worker], response: dict[str, Any]) -> None:
-    """Answer the coordinator, then remove every worker checkout (branches and delivery refs stay)."""
-    for worker in workers:
-        if worker.role is Role.COORDINATOR:
-            try:
-                mailbox.write_response(Path(worker.worktree), response)
-            except (AgentOpsError, OSError):
-                pass
+def clean_up(store: Store, ctx: JobContext, run: Run, workers: list[Worker]) -> None:
+    """After the run completed and the coordinator was answered: remove every worker checkout (branches and
+    delivery refs stay), the run's worktree directory when empty, and its clean-checkout slots."""
     for worker in workers:
         remove_worktree(store, Path(worker.worktree), f"agentops-{ctx.run_id}-{worker.worker_id}"[:200])
     root = Path(run.repository) / ctx.policy.worktree_root / ctx.run_id

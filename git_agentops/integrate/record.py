@@ -12,13 +12,14 @@ from dataclasses import replace
 from typing import Any, Final
 
 from .. import eventkinds as kinds
+from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.delivery import UNRECORDED_DIGEST, UNRECORDED_FINALIZE, PendingFinalize
 from ..model.integration import INTEGRATION, Integration, IntegrationStatus
 from ..model.run import Run
 from ..runs import state as runstate
-from ..runs.jobs import JobContext, Refusal, Request
+from ..runs.jobs import JobContext, Refused, Request
 
 ZERO_DIGEST: Final = UNRECORDED_DIGEST
 
@@ -40,7 +41,7 @@ def advance(ctx: JobContext, store: Store, code: kinds.EventCode, summary: str, 
     return run
 
 
-def fail(ctx: JobContext, store: Store, code: str, message: str, detail: Mapping[str, object]) -> Refusal:
+def fail(ctx: JobContext, store: Store, code: str, message: str, detail: Mapping[str, object]) -> Refused:
     """Record the failure and refuse the finalize request it answers."""
     run = runstate.read(store, ctx.run_id).run()
     pending = answered(run.integration)
@@ -62,7 +63,7 @@ def fail(ctx: JobContext, store: Store, code: str, message: str, detail: Mapping
         pending.request_digest,
         pending.raw_digest,
     )
-    return Refusal(code, message, request, detail, None)
+    return Refused(AgentOpsError(code, message), request, detail, None)
 
 
 def answered(integration: Integration | None) -> PendingFinalize:

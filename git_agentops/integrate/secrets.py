@@ -53,7 +53,7 @@ from ..canonical import sha256_hex
 from ..errors import AgentOpsError
 from ..gitstore.repo import Store
 from ..model.policy import Policy
-from ..runs.jobs import Refusal, Request
+from ..runs.jobs import Refused, Request
 from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
 from ..verify.held import DEFLATE_NAMES, find_held, redact_held
 from ..verify.redact import find_secrets, redact
@@ -270,7 +270,7 @@ def scan_delivery(
 
 def secrets_refusal(
     store: Store, policy: Policy, request: Request, *, base: str, head: str, held: HeldSecrets = NO_HELD_SECRETS
-) -> Refusal | None:
+) -> Refused | None:
     """``RUN_DELIVERY_SECRET`` naming what :func:`scan_delivery` finds in ``base..head`` (``held``: the supervisor's
     secret values); None when nothing is found or ``[guardrails] secret_scanning = false``."""
     if not policy.secret_scanning:
@@ -295,4 +295,4 @@ def secrets_refusal(
         f"[guardrails] secret_paths or deny_patterns in the policy).{held_note}"
     )
     detail = {"findings": sorted([shown_path(f.path, policy.deny_patterns, held), f.rule] for f in findings)}
-    return Refusal("RUN_DELIVERY_SECRET", message, request, detail, head)
+    return Refused(AgentOpsError("RUN_DELIVERY_SECRET", message), request, detail, head)

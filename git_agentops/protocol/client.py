@@ -26,43 +26,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import AgentOpsError
-from ..schema import documents
+from ..model.request import ACTIONS, Approval, check_fields
 from . import mailbox
 
-ACTIONS: Final = ("plan", "worker", "handoff", "question", "finalize", "policy")
-REQUIRED_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
-    "plan": ("title", "intent", "criteria"),
-    "worker": ("title", "intent", "criteria", "dependencies"),
-    "handoff": (),
-    "question": ("prompt",),
-    "finalize": (),
-    "policy": ("configFile", "expectedPolicyHash", "approvals"),
-}
-OPTIONAL_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
-    "plan": (),
-    "worker": ("taskId",),
-    "handoff": ("sourceFiles",),
-    "question": (),
-    "finalize": ("sourceFiles",),
-    "policy": (),
-}
+__all__ = ["ACTIONS", "approvals", "build_request", "call", "check_fields", "describe", "send"]
+
 CONTRACT_SETTLE: Final = 2.0
-
-
-def check_fields(action: str, fields: Mapping[str, Any]) -> None:
-    """``USAGE`` for an unknown action, a missing field or a field this action does not take."""
-    if action not in ACTIONS:
-        raise AgentOpsError("USAGE", f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
-    missing = [name for name in REQUIRED_FIELDS[action] if name not in fields]
-    if missing:
-        raise AgentOpsError("USAGE", f"{action} needs {', '.join(missing)}", details={"missing": missing})
-    allowed = {*REQUIRED_FIELDS[action], *OPTIONAL_FIELDS[action]}
-    extra = sorted(set(fields) - allowed)
-    if extra:
-        takes = ", ".join(sorted(allowed)) or "no fields"
-        raise AgentOpsError(
-            "USAGE", f"{action} does not take {', '.join(extra)} (it takes {takes})", details={"unexpected": extra}
-        )
 
 
 def build_request(
@@ -75,7 +44,7 @@ def build_request(
     unexpected fields, or a value the request schema refuses (the JSON path is named); nothing is sent.
     """
     check_fields(action, fields)
-    request: dict[str, Any] = {
+    doc: dict[str, Any] = {
         "requestId": mailbox.new_request_id(),
         "workerId": instructions["workerId"],
         "generation": instructions["generation"] if generation is None else generation,
@@ -83,16 +52,16 @@ def build_request(
         "action": action,
     }
     for name, value in fields.items():  # check_fields admits no common field: identity is never overwritten
-        request[name] = list(value) if isinstance(value, tuple) else value
-    errors = documents.schema_errors(request, "request")
-    if errors:
-        first = errors[0]
+        doc[name] = list(value) if isinstance(value, tuple) else value
+    try:
+        request = mailbox.parse_request(doc)
+    except AgentOpsError as exc:  # SCHEMA_INVALID: the caller's mistake, said in the caller's terms
         raise AgentOpsError(
             "USAGE",
-            f"{action} request is invalid at {first.json_path}: {first.message}",
-            details={"path": first.json_path, "errors": len(errors)},
-        )
-    return request
+            f"{action} request is invalid at {exc.details['path']}: {exc.details['problem']}",
+            details={"path": exc.details["path"], "errors": exc.details["errors"]},
+        ) from None
+    return request.to_json()  # what the supervisor will parse back into the same typed request
 
 
 def send(worktree: Path, request: Mapping[str, Any], *, timeout: float, poll: float = 0.02) -> dict[str, Any]:
@@ -158,4 +127,4 @@ def describe(response: Mapping[str, Any]) -> list[str]:
 
 def approvals(pairs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     """``(capability, reason)`` pairs as request approvals, each classified ``non-dangerous`` by its proposer."""
-    return [{"capabilityId": cap, "classification": "non-dangerous", "reason": reason} for cap, reason in pairs]
+    return [Approval(cap, reason, "non-dangerous").to_json() for cap, reason in pairs]

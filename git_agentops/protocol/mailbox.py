@@ -32,6 +32,7 @@ from ..canonical import canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
 from ..files import read_at_most
 from ..gitstore.private import read_private, write_private
+from ..model.request import Request, from_valid
 from ..schema import documents
 
 MAILBOX: Final = ".agentops/mailbox"
@@ -233,6 +234,22 @@ def _discard_claimed(dir_fd: int) -> None:
             os.rename(_CLAIMED_NAME, f"request.refused-{time.time_ns()}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
+def parse_request(doc: Any, *, what: str = "request") -> Request:
+    """The typed request of a request document -- the one place a request's shape is checked, by the client before
+    it writes one and by the supervisor after it claims one. ``SCHEMA_INVALID`` naming the JSON path of the first
+    problem (as :func:`~git_agentops.schema.documents.validate` says it; details: ``path``, ``errors`` and the
+    ``problem`` itself) unless ``doc`` matches ``schemas/request.schema.json``."""
+    errors = documents.schema_errors(doc, "request")
+    if errors:
+        first = errors[0]
+        raise AgentOpsError(
+            "SCHEMA_INVALID",
+            f"{what} does not match schema 'request' at {first.json_path}: {first.message}",
+            details={"schema": "request", "path": first.json_path, "errors": len(errors), "problem": first.message},
+        )
+    return from_valid(doc)
+
+
 def response(
     request_id: str | None, request_digest: str, code: str, message: str, data: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -299,7 +316,8 @@ def send_raw(worktree: Path, data: bytes) -> str:
 def send(worktree: Path, request: Mapping[str, Any]) -> str:
     """Write ``request`` as canonical JSON plus a newline (:func:`send_raw`); returns the digest its response carries.
 
-    Nothing is schema-checked here: :func:`~git_agentops.protocol.client.build_request` does that.
+    Nothing is schema-checked here: :func:`~git_agentops.protocol.client.build_request` did that
+    (:func:`parse_request`).
     """
     return send_raw(worktree, canonical_bytes(dict(request)) + b"\n")
 

@@ -7,11 +7,16 @@ sees the supervisor itself, whose state cache belongs to the loop thread. It ret
 which the loop acts on:
 
 * :class:`Provisioned`, :class:`Delivered`, :class:`Integrated` -- the job did what it was for (it already wrote
-  every state change and answered the worker);
+  every state change, the request's record among them); a delivery and an integration carry their
+  :class:`Answered`, which the loop writes to the worker's mailbox;
 * :class:`Block` -- a rule stopped the worker's task (a dependency conflict, a setup failure): block it;
 * :class:`Wait` -- a person must act first (commit or stash the checked-out target): the run waits, blocked;
-* :class:`Refusal` -- the job refused a request it had accepted (a handoff that failed verification, a finalize
-  whose integration failed): record the refusal as that request's answer, and fail the worker, which restarts.
+* :class:`Refused` -- the job refused a request it had accepted (a handoff that failed verification, a finalize
+  whose integration failed): the loop records the refusal as that request's answer, writes it to the worker's
+  mailbox, and fails the worker, which restarts.
+
+A job never writes a mailbox: only the loop thread does (one writer of ``response.json``), so an answer never races
+another answer to the same worker.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
+from ..errors import AgentOpsError
 from ..model.policy import Policy
+from ..model.request import Request as TypedRequest
 from ..policy.trust import Verdict
 from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
 
@@ -56,11 +63,20 @@ class Request:
     doc: Mapping[str, Any]
     digest: str
     raw_digest: str
+    body: TypedRequest | None = None
+    """The typed request the supervisor parsed ``doc`` into (None for one it made itself: an automatic finalize)."""
 
     @property
     def request_id(self) -> str:
         """The worker's ``requestId``: the key of the idempotency record."""
         return str(self.doc["requestId"])
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request answered: the response document the loop writes to the worker's mailbox."""
+
+    response: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +93,17 @@ class Delivered:
 
     task_id: str
     commit: str
+    answer: Answered
 
 
 @dataclass(frozen=True, slots=True)
 class Integrated:
-    """The target moved to ``candidate``, which carries a receipt; the run is complete."""
+    """The target moved to ``candidate``, which carries a receipt; the run is complete. The loop writes
+    ``answer`` to the coordinator's mailbox, then removes the run's checkouts
+    (:func:`git_agentops.integrate.pipeline.clean_up`)."""
 
     candidate: str
+    answer: Answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +124,23 @@ class Wait:
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
-    """The job refused ``request`` after accepting it; ``head`` is what the worker had (for no-progress)."""
+class Refused:
+    """The job refused ``request`` after accepting it, with ``error`` (the code and message the worker is answered
+    with, unchanged until the loop's one conversion into a response); ``head`` is what the worker had (for
+    no-progress)."""
 
-    code: str
-    message: str
+    error: AgentOpsError
     request: Request
     detail: Mapping[str, Any] = field(default_factory=dict)
     head: str | None = None
 
+    @property
+    def code(self) -> str:
+        return self.error.code
 
-JobResult = Provisioned | Delivered | Integrated | Block | Wait | Refusal
+    @property
+    def message(self) -> str:
+        return self.error.message
+
+
+JobResult = Provisioned | Delivered | Integrated | Block | Wait | Refused

@@ -31,6 +31,7 @@ from ..gitstore.refnames import check_component
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
 from ..model.lease import Lease
+from ..model.request import RequestRecord
 from ..model.run import Run, Worker
 from ..model.task import Task, contract_hash
 from . import tasks as taskbook
@@ -135,9 +136,9 @@ class RunView:
     def task(self, task_id: str) -> Task:
         return taskbook.current(self.view, task_id)
 
-    def request_record(self, request_id: str) -> dict[str, Any] | None:
+    def request_record(self, request_id: str) -> RequestRecord | None:
         doc = self.view.json(request_path(request_id), schema="request-record")
-        return dict(doc) if doc is not None else None
+        return RequestRecord.from_json(doc) if doc is not None else None
 
     def lease(self) -> Lease | None:
         """Which machine's supervisor serves the run (:mod:`git_agentops.model.lease`); None before any did."""
@@ -161,6 +162,11 @@ def put_worker(change: Change, worker: Worker) -> None:
 
 def put_lease(change: Change, lease: Lease) -> None:
     change.put_json("lease.json", lease.to_json(), schema="lease")
+
+
+def put_request_record(change: Change, record: RequestRecord) -> None:
+    """The idempotency record of an answered request: the one writer, in the commit of the request's effect."""
+    change.put_json(request_path(record.request_id), record.to_json(), schema="request-record")
 
 
 def put_question(change: Change, question: dict[str, Any]) -> None:

@@ -25,20 +25,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import AgentOpsError
 from ..eventkinds import EventCode
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import Worker, WorkerStatus
 from ..model.transition import Transition
-from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import transitions
-from ..runs.jobs import JobResult, Request
+from ..runs.jobs import Answered, JobResult, Request
 from .ports import Loop
 from .requests import answer
 
@@ -141,16 +138,16 @@ def execute(loop: Loop, effects: Iterable[Effect]) -> dict[str, Any] | None:
                 runstate.mutate(loop.journal, fn, event)
             case Answer(worker, request, code, message, fn, deliver):
                 answered = answer(loop, worker, request, code, message, fn)
-                if deliver:
-                    mailbox.write_response(Path(worker.worktree), answered)
+                if deliver:  # the request's answer in the mailbox now, before what the next effects do
+                    unwritten = loop.respond(worker, Answered(answered))
+                    if unwritten is not None:
+                        raise unwritten
                     loop.state.refresh()
             case SetWorker(worker_id, event, summary, changes):
                 loop.set_worker(worker_id, event=event, summary=summary, **changes)
             case Respond(worker, response):
-                try:
-                    mailbox.write_response(Path(worker.worktree), dict(response))
-                except AgentOpsError:
-                    pass  # the agent is stopped all the same; a worktree that is gone has no one to tell
+                # unwritten: the agent is stopped all the same; a worktree that is gone has no one to tell
+                loop.respond(worker, Answered(dict(response)))
             case StopWorkers(status, reason):
                 loop.stop_all(status, reason)
             case EndTurn(worker, then):

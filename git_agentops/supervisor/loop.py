@@ -47,11 +47,12 @@ from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
-from ..integrate.pipeline import integrate
+from ..integrate.pipeline import clean_up, integrate
 from ..model.lease import DEFAULT_TTL
 from ..model.lifecycle import wake_events
 from ..model.policy import Finalize, Policy
 from ..model.run import (
+    Role,
     Run,
     RunStatus,
     Worker,
@@ -67,7 +68,7 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import transitions
 from ..runs.controls import Stopped
-from ..runs.jobs import Block, Delivered, JobContext, JobResult, Refusal, Wait
+from ..runs.jobs import Answered, Block, Delivered, Integrated, JobContext, JobResult, Refused, Wait
 from ..runs.proof import remove_ended_slots, sweep_slots
 from ..verify.credentials import HeldSecrets
 from . import requests, scheduler, tenure, transition
@@ -77,6 +78,7 @@ from .cache import StateCache
 from .confine import Confinement
 from .effects import execute
 from .ports import Binding, Snapshot
+from .refusals import Refusals
 from .turns import TurnEnds, turn_grace
 from .workers import Workers
 
@@ -127,6 +129,7 @@ class Supervisor:
         )
         self.bound = Binding(policy, ctx, Confinement(store, policy, self.environ, self.dir, self.log))
         self.transition: str | None = None  # the pending policy transition (supervisor.transition)
+        self.refusals = Refusals()  # refusals held back per worker and code (supervisor.requests)
         self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (supervisor.tenure)
         self.lease_renewed, self.lease_retry_at, self.lease_lost = 0.0, 0.0, False
         self.briefing = Briefing(self.state, runstate.recipe_path(store, run_id), self.log)
@@ -174,6 +177,13 @@ class Supervisor:
 
     def log(self, message: str) -> None:
         self._log(message)
+
+    def respond(self, worker: Worker, answer: Answered) -> AgentOpsError | None:
+        try:
+            mailbox.write_response(Path(worker.worktree), answer.response)  # the one writer of response.json
+        except AgentOpsError as exc:
+            return exc
+        return None
 
     def set_worker(self, worker_id: str, *, event: kinds.EventCode, summary: str, **changes: Any) -> Worker:
         return self.workers.set(worker_id, event=event, summary=summary, **changes)
@@ -357,6 +367,7 @@ class Supervisor:
             self.state.refresh()
             run = self.state.run()
             if run.status is RunStatus.COMPLETE:
+                self._wait_jobs()  # the integration's result: the coordinator answered, then the checkouts removed
                 self.stop_all(WorkerStatus.STOPPED, "run complete")
                 return run.status
             if run.disable_restart or run.status in STOPPED_RUN:
@@ -486,15 +497,30 @@ class Supervisor:
                 self.workers.block(worker_id, code, reason)
             case Wait(code, reason):
                 self.set_status(RunStatus.BLOCKED, f"{code}: {reason}", disable=True)
-            case Refusal(code, message, request, detail, head):
-                response = requests.refuse_accepted(self, worker_id, request, AgentOpsError(code, message[:8000]))
+            case Refused(error, request, detail, head):
+                response = requests.refuse_accepted(self, worker_id, request, error)
                 worker = self.state.workers().get(worker_id)
-                if worker is not None:
-                    with contextlib.suppress(AgentOpsError):  # a worktree that is gone has no one to tell
-                        mailbox.write_response(Path(worker.worktree), response)
-                self.workers.fail(worker_id, code, message, detail, head=head)
-            case Delivered(task_id, commit):
+                if worker is not None:  # a worktree that is gone has no one to tell: an unwritten answer is fine
+                    self.respond(worker, Answered(response))
+                self.workers.fail(worker_id, error.code, error.message, detail, head=head)
+            case Delivered(task_id, commit, answer):
+                delivered = self.state.workers().get(worker_id)
+                if delivered is not None:  # the answer a stopped worker's next generation may still read
+                    self.respond(delivered, answer)
                 self.log(f"{worker_id}: {task_id} delivered as {commit[:12]}")
+            case Integrated(candidate, answer):
+                self._complete(candidate, answer)
+
+    def _complete(self, candidate: str, answer: Answered) -> None:
+        """The integration completed the run: answer the coordinator, then remove every checkout (the answer first:
+        the coordinator's mailbox is in its checkout)."""
+        run, workers = self.state.run(), list(self.state.workers().values())
+        for worker in workers:
+            if worker.role is Role.COORDINATOR:
+                with contextlib.suppress(OSError):
+                    self.respond(worker, answer)
+        clean_up(self.store, self.ctx, run, workers)
+        self.log(f"run {self.run_id} complete: {run.target} at {candidate[:12]}")
 
     def _wait_jobs(self) -> None:
         for future in list(self.jobs.values()):

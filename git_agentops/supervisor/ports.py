@@ -17,15 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..errors import AgentOpsError
 from ..eventkinds import EventCode
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
 from ..model.run import Run, RunStatus, Worker, WorkerStatus
 from ..model.task import Task
-from ..runs.jobs import JobContext, JobResult
+from ..runs.jobs import Answered, JobContext, JobResult
 from .cache import StateCache
 from .confine import Confinement
+from .refusals import Refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class Loop(Protocol):
 
     run_id: str
     state: StateCache
+    refusals: Refusals
+    """The loop's refusal coalescer (:mod:`.refusals`)."""
 
     @property
     def transition(self) -> str | None:
@@ -91,6 +95,11 @@ class Loop(Protocol):
     @property
     def journal(self) -> Journal:
         """The run's state journal (for compare-and-swap mutations)."""
+        ...
+
+    def respond(self, worker: Worker, answer: Answered) -> AgentOpsError | None:
+        """Write ``answer`` to ``worker``'s mailbox -- the one writer of ``response.json`` -- and return the error
+        that kept it from being written (a mailbox the worker broke), for the caller to judge; None when written."""
         ...
 
     def set_worker(self, worker_id: str, *, event: EventCode, summary: str, **changes: Any) -> Worker:

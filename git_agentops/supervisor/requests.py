@@ -23,21 +23,19 @@ a response, a state event or ``supervisor.log`` goes through :func:`~git_agentop
 :data:`MESSAGE_LIMIT`), and a ``requestId`` that is not a valid id -- or is secret-shaped -- is never stored as
 one: it shows, cleaned, in the message only.
 
-Refusals are coalesced (:class:`Refusals`): a worker that writes garbage in a loop would otherwise add a state
-commit per request. Per worker and code, at most one ``REQUEST_REFUSED`` event is committed per
-:data:`REFUSAL_WINDOW` seconds of the supervisor's clock; the refusals held back meanwhile are counted in memory and
-written with the next event of that worker and code, or by :func:`flush_refusals` once the window ends, as
-``{"count": N, "since": t}`` -- ``count`` is how many refusals the event stands for, ``since`` when the first of
-them came. Every refusal is still answered in the mailbox with its code. A refusal by an action's own rules is the
-request's idempotency record and is always committed.
+Refusals are coalesced (:class:`~.refusals.Refusals`, held by the loop as ``loop.refusals``): a worker that writes
+garbage in a loop would otherwise add a state commit per request. Per worker and code, at most one
+``REQUEST_REFUSED`` event is committed per :data:`~.refusals.REFUSAL_WINDOW` seconds of the supervisor's clock; the
+refusals held back meanwhile are counted in memory and written with the next event of that worker and code, or by
+:func:`flush_refusals` once the window ends, as ``{"count": N, "since": t}`` -- ``count`` is how many refusals the
+event stands for, ``since`` when the first of them came. Every refusal is still answered in the mailbox with its
+code. A refusal by an action's own rules is the request's idempotency record and is always committed.
 """
 
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,10 +45,11 @@ from ..clock import iso8601
 from ..errors import AgentOpsError, DocTooLarge
 from ..gitstore.journal import Change, Event
 from ..integrate.secrets import clean_text
+from ..model.request import RequestRecord
 from ..model.run import RunStatus, Worker, worker_contract
 from ..protocol import mailbox
 from ..runs import state as runstate
-from ..runs.jobs import Request
+from ..runs.jobs import Answered, Request
 from ..schema import documents
 from ..verify.held import find_held
 from .ports import Loop
@@ -64,8 +63,6 @@ MESSAGE_LIMIT: Final = 2000
 """Characters of an agent-derived message kept in an event."""
 RESPONSE_LIMIT: Final = 8000
 """Characters of a refusal message kept in a response (and so in an idempotency record)."""
-REFUSAL_WINDOW: Final = 60.0
-"""Seconds of the supervisor's clock per worker and code with at most one ``REQUEST_REFUSED`` commit."""
 _REQUEST_ID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")  # the request schema's requestId
 
 
@@ -75,9 +72,8 @@ def serve(loop: Loop, worker: Worker, actions: Mapping[str, Action]) -> bool:
     Refusals of this worker held back longer than the window are flushed first, so a storm's count is written
     even while the loop does not call :func:`flush_refusals`.
     """
-    refusals(loop).flush(loop, worker_id=worker.worker_id)
-    worktree = Path(worker.worktree)
-    claimed = mailbox.claim_request(worktree)
+    flush_refusals(loop, worker_id=worker.worker_id)
+    claimed = mailbox.claim_request(Path(worker.worktree))
     if claimed is None:
         return False
     response = _respond(loop, worker, claimed, actions)
@@ -85,12 +81,11 @@ def serve(loop: Loop, worker: Worker, actions: Mapping[str, Action]) -> bool:
         return True
     if not claimed.answerable:  # the mailbox itself is unusable: nowhere to answer, nothing was taken
         return False
-    try:
-        mailbox.write_response(worktree, response)
-    except AgentOpsError as exc:
+    unwritten = loop.respond(worker, Answered(response))
+    if unwritten is not None:
         loop.log(
-            f"{worker.worker_id}: cannot write the response ({exc.code}): "
-            + clean_text(exc.message, ID_LIMIT, loop.policy.deny_patterns)
+            f"{worker.worker_id}: cannot write the response ({unwritten.code}): "
+            + clean_text(unwritten.message, ID_LIMIT, loop.policy.deny_patterns)
         )
     return True
 
@@ -110,12 +105,13 @@ def _respond(
         error = claimed.error or AgentOpsError("RUN_REQUEST_INVALID", "empty request")
         return refuse(loop, worker, None, claimed.digest, error)
     try:
-        doc = dict(documents.load(claimed.data, schema="request", what="request", max_bytes=mailbox.MAX_REQUEST_BYTES))
+        doc = documents.parse_json(claimed.data, what="request", max_bytes=mailbox.MAX_REQUEST_BYTES)
+        body = mailbox.parse_request(doc)  # the one check of the request's shape, shared with the client
     except AgentOpsError as exc:
         code = "RUN_REQUEST_TOO_LARGE" if isinstance(exc, DocTooLarge) else "RUN_REQUEST_INVALID"
         peeked = _peek_id(claimed.data, loop.policy.deny_patterns)
         return refuse(loop, worker, peeked, claimed.digest, AgentOpsError(code, exc.message))
-    if valid_request_id(doc["requestId"], loop.policy.deny_patterns) is None:
+    if valid_request_id(body.request_id, loop.policy.deny_patterns) is None:
         return refuse(
             loop,
             worker,
@@ -123,19 +119,19 @@ def _respond(
             claimed.digest,
             AgentOpsError(
                 "RUN_REQUEST_INVALID",
-                f"requestId {doc['requestId']!r} is secret-shaped; use a random id (git agentops-request does)",
+                f"requestId {body.request_id!r} is secret-shaped; use a random id (git agentops-request does)",
             ),
         )
     carried = find_held(claimed.data, loop.ctx.held).found
     if carried:  # a request goes into the run's state, which travels to every clone of a shared remote
         named = ", ".join(sorted({finding.rule for finding in carried}))
         error = AgentOpsError("RUN_REQUEST_INVALID", f"the request carries a secret the supervisor holds ({named})")
-        return refuse(loop, worker, doc["requestId"], claimed.digest, error)
-    request = Request(doc, digest(doc), claimed.digest)
+        return refuse(loop, worker, body.request_id, claimed.digest, error)
+    request = Request(doc, digest(doc), claimed.digest, body)
     previous = loop.state.view.request_record(request.request_id)
     if previous is not None:
-        if previous["requestDigest"] == request.digest:
-            replayed: dict[str, Any] = {**previous["response"], "requestDigest": claimed.digest}
+        if previous.request_digest == request.digest:
+            replayed: dict[str, Any] = {**previous.response, "requestDigest": claimed.digest}
             return replayed
         return refuse(
             loop,
@@ -146,7 +142,7 @@ def _respond(
                 "RUN_REQUEST_ID_CONFLICT", f"requestId {request.request_id} was used before with different content"
             ),
         )
-    if doc["workerId"] != worker.worker_id or doc["generation"] != worker.generation:
+    if body.worker_id != worker.worker_id or body.generation != worker.generation:
         return refuse(
             loop,
             worker,
@@ -155,7 +151,7 @@ def _respond(
             AgentOpsError(
                 "RUN_REQUEST_STALE",
                 f"this mailbox belongs to {worker.worker_id} generation {worker.generation}, not "
-                f"{doc['workerId']} generation {doc['generation']}",
+                f"{body.worker_id} generation {body.generation}",
             ),
         )
     if loop.transition is not None:
@@ -171,7 +167,7 @@ def _respond(
         )
     run = loop.state.run()
     contract = worker_contract(run, worker, loop.state.tasks())
-    if run.status is not RunStatus.ACTIVE or doc["contractHash"] != contract:
+    if run.status is not RunStatus.ACTIVE or body.contract_hash != contract:
         why = f"the run is {run.status}" if run.status is not RunStatus.ACTIVE else "the contract changed"
         return refuse(
             loop,
@@ -181,14 +177,14 @@ def _respond(
             AgentOpsError("RUN_CONTRACT_CHANGED", f"{why}: re-read instructions.json (contract {contract[:12]})"),
             data={"contractHash": contract},
         )
-    handler = actions.get(doc["action"])
+    handler = actions.get(body.action)
     if handler is None:
         return refuse(
             loop,
             worker,
             request.request_id,
             claimed.digest,
-            AgentOpsError("RUN_ACTION_UNAVAILABLE", f"action {doc['action']!r} is not available in this version"),
+            AgentOpsError("RUN_ACTION_UNAVAILABLE", f"action {str(body.action)!r} is not available in this version"),
         )
     try:
         return handler(loop, worker, request)
@@ -208,19 +204,11 @@ def _peek_id(data: bytes, patterns: tuple[str, ...]) -> str | None:
 
 def put_record(change: Change, request: Request, response: Mapping[str, Any], at: float) -> None:
     """The idempotency record of ``request``: its digest and the response it got (in the effect's commit)."""
-    change.put_json(
-        runstate.request_path(request.request_id),
-        {
-            "requestId": request.request_id,
-            "requestDigest": request.digest,
-            "workerId": request.doc["workerId"],
-            "generation": request.doc["generation"],
-            "action": request.doc["action"],
-            "response": dict(response),
-            "at": at,
-        },
-        schema="request-record",
+    doc = request.doc
+    record = RequestRecord(
+        request.request_id, request.digest, doc["workerId"], doc["generation"], doc["action"], response, at
     )
+    runstate.put_request_record(change, record)
 
 
 def refuse(
@@ -251,7 +239,7 @@ def refuse(
         "requestDigest": raw_digest,
         "message": clean_text(message, MESSAGE_LIMIT, patterns, multiline=True),
     }
-    held = refusals(loop).admit(worker.worker_id, error.code, now, refusal, record=recorded is not None)
+    held = loop.refusals.admit(worker.worker_id, error.code, now, refusal, record=recorded is not None)
     if held is None:
         return response
 
@@ -279,80 +267,21 @@ def _commit_refusal(
     loop.log(f"{data['workerId']}: refused request ({data['code']}){also}: {shown}")
 
 
-@dataclass(slots=True)
-class _Window:
-    """One worker and code: when its last event was committed, and the refusals held back since."""
-
-    opened: float
-    count: int = 0
-    since: float = 0.0
-    last: dict[str, Any] | None = None
-
-
-class Refusals:
-    """The refusal coalescer of one supervisor loop (in memory: a new supervisor starts with none held back)."""
-
-    def __init__(self) -> None:
-        self.windows: dict[tuple[str, str], _Window] = {}
-
-    def admit(
-        self, worker_id: str, code: str, now: float, refusal: dict[str, Any], *, record: bool
-    ) -> dict[str, Any] | None:
-        """None when this refusal is held back; otherwise the data to add to its event (the count it carries)."""
-        key = (worker_id, code)
-        window = self.windows.get(key)
-        if window is not None and not record and now - window.opened < REFUSAL_WINDOW:
-            if not window.count:
-                window.since = now
-            window.count += 1
-            window.last = refusal
-            return None
-        self.windows[key] = _Window(now)
-        if window is not None and window.count:
-            return {"count": window.count + 1, "since": window.since}
-        return {}
-
-    def due(self, now: float, *, worker_id: str | None = None, force: bool = False) -> list[dict[str, Any]]:
-        """The data of the events to commit for windows that ended holding refusals back (all, with ``force``); each
-        such window starts anew, and ended empty windows are forgotten."""
-        out = []
-        for key, window in list(self.windows.items()):
-            if worker_id is not None and key[0] != worker_id:
-                continue
-            ended = now - window.opened >= REFUSAL_WINDOW
-            if window.count and window.last is not None and (ended or force):
-                out.append({**window.last, "count": window.count, "since": window.since})
-                self.windows[key] = _Window(now)
-            elif ended and not window.count:
-                del self.windows[key]
-        return out
-
-    def flush(self, loop: Loop, *, worker_id: str | None = None, force: bool = False) -> None:
-        """Commit the events :meth:`due` returns."""
-        for data in self.due(loop.ctx.clock.now(), worker_id=worker_id, force=force):
-            _commit_refusal(loop, data)
-
-
-_REFUSALS: weakref.WeakKeyDictionary[Loop, Refusals] = weakref.WeakKeyDictionary()
-
-
-def refusals(loop: Loop) -> Refusals:
-    """The coalescer of ``loop`` (created on first use, gone with the loop)."""
-    found = _REFUSALS.get(loop)
-    if found is None:
-        found = _REFUSALS[loop] = Refusals()
-    return found
-
-
-def flush_refusals(loop: Loop, *, force: bool = False) -> None:
-    """Commit the count of every worker's refusals held back for a whole window; the loop calls it each tick
-    (and with ``force=True`` before it stops, so that no count is lost)."""
-    refusals(loop).flush(loop, force=force)
+def flush_refusals(loop: Loop, *, worker_id: str | None = None, force: bool = False) -> None:
+    """Commit the count of every worker's refusals held back for a whole window (of ``worker_id``'s only, when
+    given); the loop calls it each tick (and with ``force=True`` before it stops, so that no count is lost)."""
+    for data in loop.refusals.due(loop.ctx.clock.now(), worker_id=worker_id, force=force):
+        _commit_refusal(loop, data)
 
 
 def refuse_accepted(loop: Loop, worker_id: str, request: Request, error: AgentOpsError) -> dict[str, Any]:
-    """A refusal decided after the request was accepted (a failed handoff or integration): recorded like any answer."""
+    """A refusal decided after the request was accepted (a failed handoff or integration): recorded like any answer.
+
+    This is where a job's :class:`~git_agentops.runs.jobs.Refused` becomes a response, its error's message cut to
+    :data:`RESPONSE_LIMIT` characters before it is cleaned."""
     worker = loop.state.workers()[worker_id]
+    if len(error.message) > RESPONSE_LIMIT:
+        error = AgentOpsError(error.code, error.message[:RESPONSE_LIMIT], details=error.details)
     return refuse(loop, worker, request.request_id, request.raw_digest, error, recorded=request)
 
 
