@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from .delivery import CommitId, Digest, MergeStep, PendingFinalize, ReviewResult
-from .jsonform import FieldMap, JsonRecord, field_map, on_disk, record_of, records_of
+from .jsonform import FieldMap, JsonRecord, field_map, on_disk, records_of
 
 
 class IntegrationStatus(enum.StrEnum):
@@ -44,7 +44,7 @@ class Integration(JsonRecord):
 
     status: IntegrationStatus = on_disk("status", decode=IntegrationStatus)
     # the finalize request it answers
-    request: PendingFinalize | None = on_disk("request", absent=None, decode=record_of(PendingFinalize.from_json))
+    request: PendingFinalize | None = on_disk("request", absent=None, decode=PendingFinalize.from_json)
     attempts: int | None = on_disk(
         "attempts", absent=None
     )  # candidates built so far (the target moved under the earlier ones)

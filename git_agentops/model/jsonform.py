@@ -209,8 +209,3 @@ def plain(value: JsonValue) -> Any:
 def records_of(decode: Callable[[Any], T]) -> Callable[[Any], tuple[T, ...]]:
     """``decode`` for an array of nested records (``decode``: the nested record's ``from_json``)."""
     return lambda items: tuple(decode(item) for item in items)
-
-
-def record_of(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    """``decode`` for a nested record, or null."""
-    return lambda item: decode(item) if item is not None else None

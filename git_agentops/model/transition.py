@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import JsonObject, JsonValue, digest
-from .jsonform import JsonRecord, json_value, on_disk, record_of, records_of
+from .jsonform import JsonRecord, json_value, on_disk, records_of
 from .policydoc import PolicyDoc
 
 TRANSITION_PREFIX: Final = "policy-"
@@ -261,8 +261,8 @@ class Transition(JsonRecord):
     mode: str = on_disk("mode")  # who approves: "user" | "coordinator"
     requested_by: RequestedBy = on_disk("requestedBy", decode=RequestedBy.from_json)
     requested_at: float = on_disk("requestedAt", decode=float)
-    approved_by: ApprovedBy | None = on_disk("approvedBy", decode=record_of(ApprovedBy.from_json), default=None)
-    refused: TransitionRefused | None = on_disk("refused", decode=record_of(TransitionRefused.from_json), default=None)
+    approved_by: ApprovedBy | None = on_disk("approvedBy", decode=ApprovedBy.from_json, default=None)
+    refused: TransitionRefused | None = on_disk("refused", decode=TransitionRefused.from_json, default=None)
     delivered: tuple[FrozenDelivery, ...] = on_disk(
         "delivered", decode=records_of(FrozenDelivery.from_json), default=()
     )  # frozen before the fence
