@@ -36,8 +36,8 @@ from git_agentops.model.delivery import (
     ReviewResult,
     TreeId,
 )
-from git_agentops.model.fieldmap import Field, FieldMap, field_map
 from git_agentops.model.integration import INTEGRATION, Integration, IntegrationStatus
+from git_agentops.model.jsonform import Field, FieldMap
 from git_agentops.model.lifecycle import interrupted, restart_wake
 from git_agentops.model.run import INTERRUPTION, Interruption, Role, Worker, WorkerStatus
 from git_agentops.model.task import Criterion, Task, TaskStatus, delivered
@@ -256,7 +256,7 @@ def test_a_field_map_refuses_to_rename_or_select_a_field_it_does_not_declare() -
 
 
 def test_a_field_map_fills_what_its_form_does_not_carry_from_the_caller() -> None:
-    pair = field_map(Interruption, ("generation", "g"), Field("reason", "r", absent=""))
+    pair = FieldMap(Interruption, (Field("generation", "g"), Field("reason", "r", absent="")))
     assert pair.dump(Interruption(1, "running", "")) == {"g": 1}
     assert pair.load({"g": 1, "r": "why"}, status="running") == Interruption(1, "running", "why")
 
@@ -294,6 +294,6 @@ def test_a_record_s_field_map_declares_every_field_it_has(declared: FieldMap[Any
 
 def test_a_field_map_refuses_a_field_its_record_lacks_or_a_key_twice() -> None:
     with pytest.raises(ValueError, match="no fields"):
-        field_map(Interruption, ("generation", "generation"), ("nonsense", "n"))
+        FieldMap(Interruption, (Field("generation", "generation"), Field("nonsense", "n")))
     with pytest.raises(ValueError, match="twice"):
-        field_map(Interruption, ("generation", "g"), ("reason", "g"))
+        FieldMap(Interruption, (Field("generation", "g"), Field("reason", "g")))

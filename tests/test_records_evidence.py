@@ -17,6 +17,7 @@ import pytest
 from git_agentops.canonical import canonical_bytes
 from git_agentops.gitstore.keys import KEY_PATH, Keyring
 from git_agentops.model.evidence import FIELDS, Attribution, EvidenceRecord, Provenance, Reading, Subject
+from git_agentops.model.jsonform import ALWAYS
 from git_agentops.model.policy import CommandSpec
 from git_agentops.process.command import CommandResult
 from git_agentops.schema import documents
@@ -117,7 +118,7 @@ def test_keys_added_later_stay_absent_from_a_record_written_without_them() -> No
     assert (lint.environment, lint.producer, lint.checkout) == (None, None, None)
     assert {"environment", "producer", "checkout"}.isdisjoint(lint.to_json())
     assert lint.provenance == Provenance("", "")  # what a reuse filter compares with
-    assert set(lint.to_json()) == {key for _, key, omitted in FIELDS if not omitted} | {"mac"}
+    assert set(lint.to_json()) == {f.key for f in FIELDS.fields if f.absent is ALWAYS} | {"mac"}
 
 
 def test_the_builders_make_from_the_same_parts_what_the_old_code_made(keys: Keyring) -> None:

@@ -247,7 +247,7 @@ def _delivery(run_id: str, handoff: Handoff, outcome: Outcome, commit: CommitId)
 def _delivery_note(store: Store, run_id: str, task_id: str, handoff: Handoff, delivery: Delivery) -> dict[str, Any]:
     """The sealed delivery note: the delivery in the note's spelling, with the run, task, contract and source
     files it was delivered under."""
-    record = {
+    record: dict[str, object] = {
         "runId": run_id,
         "taskId": task_id,
         "contractHash": handoff.contract,

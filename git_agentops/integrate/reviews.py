@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from ..canonical import sha256_hex
+from ..canonical import JsonObject, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.private import read_private, remove_private, write_private
@@ -83,7 +83,7 @@ class Review:
         verdict = str(self.report["verdict"]) if self.report is not None else "missing"
         return ReviewResult(self.reviewer, verdict, Digest(self.digest), self.sandbox)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """The predicate's review record (``sandbox`` when known)."""
         return self.result().to_json()
 

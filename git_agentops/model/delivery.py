@@ -1,10 +1,11 @@
 """The delivery and integration records: what a worker delivered, what finalize asked for, how the candidate was
-merged and what the reviewers said -- each one typed record with one declared field map (:mod:`.fieldmap`).
+merged and what the reviewers said -- each one typed record with one declared field map (:mod:`.jsonform`).
 
 A delivery travels: the supervisor writes it in the sealed delivery note on the commit (``sourceCommit``,
 ``deliveryDigest``), records it on the task in the run state (``commit``, ``digest``), and the receipt names it
 again (``sourceCommit``, ``deliveryDigest``). Those spellings are formats on disk and stay; what changes is that
-they are declared once, here, as renamings of one field map, and everything between the edges speaks
+the fields are declared once, on :class:`Delivery`, the note's and the receipt's spellings are derived from that
+field map (:data:`DELIVERY_NOTE`, :data:`DELIVERY_RECEIPT`), and everything between the edges speaks
 :class:`Delivery`.
 
 Ids get their own types (``NewType``: no cost at run time) so a signature says which kind of hex string it wants:
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, NewType
+from typing import Any, Final, NewType
 
-from .fieldmap import Field, FieldMap, field_map
+from .jsonform import FieldMap, JsonRecord, field_map, on_disk
 
 CommitId = NewType("CommitId", str)
 """A commit's object id (40 or 64 hex digits)."""
@@ -28,44 +29,28 @@ Digest = NewType("Digest", str)
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(JsonRecord):
     """One task's frozen delivery: the commit (the squash of the handed-off head when ``squashed_from`` is set),
-    its delivery digest, who delivered it, and the digests of the evidence it was accepted with."""
+    its delivery digest, who delivered it, and the digests of the evidence it was accepted with.
 
-    commit: CommitId
-    digest: Digest
-    worker_id: str
-    generation: int
-    evidence: tuple[Digest, ...] = ()
-    no_change: bool = False  # the worker handed off its base: nothing to merge
-    squashed_from: CommitId | None = None
+    The declaration is the run state's spelling (a task's ``extra.delivery``): ``to_json`` and ``from_json``."""
 
-    def to_json(self) -> dict[str, object]:
-        """The run state's form (``extra.delivery`` of the task document)."""
-        return DELIVERY.dump(self)
+    commit: CommitId = on_disk("commit")
+    digest: Digest = on_disk("digest")
+    worker_id: str = on_disk("workerId")
+    generation: int = on_disk("generation")
+    evidence: tuple[Digest, ...] = on_disk("evidence", default=())
+    no_change: bool = on_disk("noChange", default=False)  # the worker handed off its base: nothing to merge
+    squashed_from: CommitId | None = on_disk("squashedFrom", absent=None)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> Delivery:
-        """Read the run state's form (the task schema has checked it)."""
-        return DELIVERY.load(doc)
-
-    @classmethod
-    def from_note(cls, note: Mapping[str, object]) -> Delivery:
+    def from_note(cls, note: Mapping[str, Any]) -> Delivery:
         """The delivery a (sealed, authenticated) delivery note describes."""
         return DELIVERY_NOTE.load(note)
 
 
-DELIVERY: Final[FieldMap[Delivery]] = field_map(
-    Delivery,
-    ("commit", "commit"),
-    ("digest", "digest"),
-    ("worker_id", "workerId"),
-    ("generation", "generation"),
-    Field("evidence", "evidence", sequence=True),
-    ("no_change", "noChange"),
-    Field("squashed_from", "squashedFrom", absent=None),
-)
-"""The declaration: the run state's spelling (a task's ``extra.delivery``)."""
+DELIVERY: Final[FieldMap[Delivery]] = field_map(Delivery)
+"""The declared form: the run state's spelling (a task's ``extra.delivery``)."""
 DELIVERY_NOTE: Final = DELIVERY.renamed(commit="sourceCommit", digest="deliveryDigest")
 """The delivery note's spelling (the note carries more: run, task, contract, source files, the MAC)."""
 DELIVERY_RECEIPT: Final = DELIVERY_NOTE.only("worker_id", "generation", "commit", "digest")
@@ -94,34 +79,18 @@ class DeliveryEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class PendingFinalize:
+class PendingFinalize(JsonRecord):
     """The finalize request an integration answers (``run.json`` ``integration.request``): the coordinator's, or the
-    supervisor's own when ``[run] finalize = "auto"`` (``automatic``)."""
+    supervisor's own when ``[run] finalize = "auto"`` (``automatic``, written only when set)."""
 
-    request_id: str
-    request_digest: Digest
-    raw_digest: Digest
-    generation: int
-    automatic: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        """The ``run.json`` form; ``automatic`` only when set."""
-        return PENDING_FINALIZE.dump(self)
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> PendingFinalize:
-        """Read the ``run.json`` form (the run schema has checked it)."""
-        return PENDING_FINALIZE.load(doc)
+    request_id: str = on_disk("requestId")
+    request_digest: Digest = on_disk("requestDigest")
+    raw_digest: Digest = on_disk("rawDigest")
+    generation: int = on_disk("generation")
+    automatic: bool = on_disk("automatic", absent=False)
 
 
-PENDING_FINALIZE: Final[FieldMap[PendingFinalize]] = field_map(
-    PendingFinalize,
-    ("request_id", "requestId"),
-    ("request_digest", "requestDigest"),
-    ("raw_digest", "rawDigest"),
-    ("generation", "generation"),
-    Field("automatic", "automatic", absent=False),
-)
+PENDING_FINALIZE: Final[FieldMap[PendingFinalize]] = field_map(PendingFinalize)
 
 UNRECORDED_DIGEST: Final = Digest("0" * 64)
 UNRECORDED_FINALIZE: Final = PendingFinalize("finalize", UNRECORDED_DIGEST, UNRECORDED_DIGEST, 1)
@@ -130,58 +99,29 @@ record still need an id, digests and a generation."""
 
 
 @dataclass(frozen=True, slots=True)
-class MergeStep:
+class MergeStep(JsonRecord):
     """One merge of the integration's chain: the commit it made, its parents (the chain so far, then the
-    delivery), its tree, and its label (``merge <task title>``)."""
+    delivery), its tree, and its label (``merge <task title>``). Its JSON form is ``run.json``'s and the
+    receipt's."""
 
-    label: str
-    commit: CommitId
-    parents: tuple[CommitId, ...]
-    tree: TreeId
-
-    def to_json(self) -> dict[str, object]:
-        """The ``run.json`` and receipt form."""
-        return MERGE_STEP.dump(self)
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> MergeStep:
-        """Read the ``run.json`` form (the run schema has checked it)."""
-        return MERGE_STEP.load(doc)
+    label: str = on_disk("label")
+    commit: CommitId = on_disk("commit")
+    parents: tuple[CommitId, ...] = on_disk("parents")
+    tree: TreeId = on_disk("tree")
 
 
-MERGE_STEP: Final[FieldMap[MergeStep]] = field_map(
-    MergeStep,
-    ("label", "label"),
-    ("commit", "commit"),
-    Field("parents", "parents", sequence=True),
-    ("tree", "tree"),
-)
+MERGE_STEP: Final[FieldMap[MergeStep]] = field_map(MergeStep)
 
 
 @dataclass(frozen=True, slots=True)
-class ReviewResult:
+class ReviewResult(JsonRecord):
     """A reviewer's verdict as the integration record and the receipt keep it: the verdict (``missing`` when it
-    wrote no valid report), the report's digest, and the sandbox level it ran at when known."""
+    wrote no valid report), the report's digest, and the sandbox level it ran at when known (written only then)."""
 
-    reviewer: str
-    verdict: str
-    report_digest: Digest
-    sandbox: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        """The ``run.json`` and receipt form; ``sandbox`` only when known."""
-        return REVIEW_RESULT.dump(self)
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> ReviewResult:
-        """Read the ``run.json`` form (the run schema has checked it)."""
-        return REVIEW_RESULT.load(doc)
+    reviewer: str = on_disk("reviewer")
+    verdict: str = on_disk("verdict")
+    report_digest: Digest = on_disk("reportDigest")
+    sandbox: str | None = on_disk("sandbox", absent=None)
 
 
-REVIEW_RESULT: Final[FieldMap[ReviewResult]] = field_map(
-    ReviewResult,
-    ("reviewer", "reviewer"),
-    ("verdict", "verdict"),
-    ("report_digest", "reportDigest"),
-    Field("sandbox", "sandbox", absent=None),
-)
+REVIEW_RESULT: Final[FieldMap[ReviewResult]] = field_map(ReviewResult)

@@ -96,10 +96,10 @@ class EvidenceRecord(JsonRecord):
     task_id: str | None = _on_disk("taskId")
     criteria: tuple[str, ...] = _on_disk("criteria")
     toolkit_version: str = _on_disk("toolkitVersion")
-    environment: Mapping[str, str | None] | None = _on_disk("environment", omitted_when_none=True)
-    producer: str | None = _on_disk("producer", omitted_when_none=True)
-    checkout: str | None = _on_disk("checkout", omitted_when_none=True)
-    mac: str | None = _on_disk("mac", omitted_when_none=True)
+    environment: Mapping[str, str | None] | None = _on_disk("environment", absent=None)
+    producer: str | None = _on_disk("producer", absent=None)
+    checkout: str | None = _on_disk("checkout", absent=None)
+    mac: str | None = _on_disk("mac", absent=None)
 
     def mac_input(self) -> bytes:
         """What the MAC covers: the canonical JSON of the record without ``mac``."""
@@ -117,4 +117,4 @@ class EvidenceRecord(JsonRecord):
 
 
 FIELDS: Final = jsonform.field_map(EvidenceRecord)
-"""``(attribute, JSON key, omitted when None)`` of every field, in declaration order: the record's JSON form."""
+"""The record's declared field map (every field, in declaration order): its JSON form."""

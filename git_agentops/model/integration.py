@@ -9,13 +9,12 @@ moves ``requested -> prepared -> verified -> reviewed -> published -> receipted 
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from .delivery import CommitId, Digest, MergeStep, PendingFinalize, ReviewResult
-from .fieldmap import Field, FieldMap, field_map
+from .jsonform import FieldMap, JsonRecord, field_map, on_disk, records_of
 
 
 class IntegrationStatus(enum.StrEnum):
@@ -38,23 +37,34 @@ SETTLED: Final = frozenset({IntegrationStatus.COMPLETE, IntegrationStatus.FAILED
 
 
 @dataclass(frozen=True, slots=True)
-class Integration:
-    """One run's integration record. ``None`` marks a field its step has not written yet."""
+class Integration(JsonRecord):
+    """One run's integration record. ``None`` marks a field its step has not written yet. Its JSON form (``to_json``,
+    ``from_json``) is ``run.json``'s ``integration``: camelCase keys, only the fields that were written (a field its
+    step writes is absent from the JSON until then)."""
 
-    status: IntegrationStatus
-    request: PendingFinalize | None = None  # the finalize request it answers
-    attempts: int | None = None  # candidates built so far (the target moved under the earlier ones)
-    base: CommitId | None = None  # the target tip the candidate was built on
-    candidate: CommitId | None = None
-    order: tuple[str, ...] | None = None  # task ids in merge order
-    steps: tuple[MergeStep, ...] | None = None  # one per merge
-    verification: tuple[Mapping[str, Any], ...] | None = None  # evidence summaries of the final gate
-    reviews: tuple[ReviewResult, ...] | None = None
-    published_at: float | None = None
-    receipt_digest: Digest | None = None
-    failure: str | None = None  # the code that failed it
-    unreviewed: tuple[str, ...] | None = None  # target commits since the run's base that carry no receipt
-    target_rewritten: bool | None = None  # the run's base is not an ancestor of the candidate's base
+    status: IntegrationStatus = on_disk("status", decode=IntegrationStatus)
+    # the finalize request it answers
+    request: PendingFinalize | None = on_disk("request", absent=None, decode=PendingFinalize.from_json)
+    attempts: int | None = on_disk(
+        "attempts", absent=None
+    )  # candidates built so far (the target moved under the earlier ones)
+    base: CommitId | None = on_disk("base", absent=None)  # the target tip the candidate was built on
+    candidate: CommitId | None = on_disk("candidate", absent=None)
+    order: tuple[str, ...] | None = on_disk("order", absent=None)  # task ids in merge order
+    # one per merge
+    steps: tuple[MergeStep, ...] | None = on_disk("steps", absent=None, decode=records_of(MergeStep.from_json))
+    # evidence summaries of the final gate
+    verification: tuple[Mapping[str, Any], ...] | None = on_disk("verification", absent=None, decode=records_of(dict))
+    reviews: tuple[ReviewResult, ...] | None = on_disk(
+        "reviews", absent=None, decode=records_of(ReviewResult.from_json)
+    )
+    published_at: float | None = on_disk("publishedAt", absent=None)
+    receipt_digest: Digest | None = on_disk("receiptDigest", absent=None)
+    failure: str | None = on_disk("failure", absent=None)  # the code that failed it
+    # target commits since the run's base that carry no receipt
+    unreviewed: tuple[str, ...] | None = on_disk("unreviewed", absent=None)
+    # the run's base is not an ancestor of the candidate's base
+    target_rewritten: bool | None = on_disk("targetRewritten", absent=None)
 
     @property
     def pending(self) -> bool:
@@ -68,35 +78,6 @@ class Integration:
                 changes[key] = tuple(changes[key])
         return replace(self, **changes)
 
-    def to_json(self) -> dict[str, object]:
-        """The ``run.json`` form: camelCase keys, only the fields that were written."""
-        return INTEGRATION.dump(self)
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> Integration:
-        """Read a ``run.json`` integration object (the schema has checked its shape)."""
-        return INTEGRATION.load(doc)
-
-
-_written: Final = functools.partial(Field, absent=None)
-"""A field its step writes: absent from the JSON until then."""
-
-
-INTEGRATION: Final[FieldMap[Integration]] = field_map(
-    Integration,
-    Field("status", "status", decode=IntegrationStatus, encode=str),
-    _written("request", "request", decode=PendingFinalize.from_json, encode=PendingFinalize.to_json),
-    _written("attempts", "attempts"),
-    _written("base", "base"),
-    _written("candidate", "candidate"),
-    _written("order", "order", sequence=True),
-    _written("steps", "steps", sequence=True, decode=MergeStep.from_json, encode=MergeStep.to_json),
-    _written("verification", "verification", sequence=True, decode=dict, encode=dict),
-    _written("reviews", "reviews", sequence=True, decode=ReviewResult.from_json, encode=ReviewResult.to_json),
-    _written("published_at", "publishedAt"),
-    _written("receipt_digest", "receiptDigest"),
-    _written("failure", "failure"),
-    _written("unreviewed", "unreviewed", sequence=True),
-    _written("target_rewritten", "targetRewritten"),
-)
-"""The declaration of the ``run.json`` form."""
+INTEGRATION: Final[FieldMap[Integration]] = field_map(Integration)
+"""The declared field map: the ``run.json`` form, and the keys the integration's events name its fields by."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import digest
-from .fieldmap import Field, FieldMap, field_map
 from .integration import Integration
+from .jsonform import FieldMap, JsonRecord, field_map, on_disk
 from .sandbox import weakest
 from .task import Task, TaskStatus, task_contract_hash
 from .usage import Accounted, ReviewerUsage, Reviews, Usage, total_usage
@@ -250,27 +250,16 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
-class Interruption:
+class Interruption(JsonRecord):
     """The generation a supervisor restart stopped, what it was doing and why (the worker's ``extra.interrupted``,
     until the next generation starts): what :func:`~.lifecycle.restart_wake` tells the next one."""
 
-    generation: int
-    status: str  # the worker's status when it was stopped
-    reason: str
-
-    def to_json(self) -> dict[str, object]:
-        """The stored form."""
-        return INTERRUPTION.dump(self)
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> Interruption:
-        """Read the stored form (the worker schema has checked it)."""
-        return INTERRUPTION.load(doc)
+    generation: int = on_disk("generation")
+    status: str = on_disk("status")  # the worker's status when it was stopped
+    reason: str = on_disk("reason")
 
 
-INTERRUPTION: Final[FieldMap[Interruption]] = field_map(
-    Interruption, ("generation", "generation"), ("status", "status"), ("reason", "reason")
-)
+INTERRUPTION: Final[FieldMap[Interruption]] = field_map(Interruption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,10 +283,12 @@ class Worker:
     failures: tuple[Failure, ...] = ()
     started_at: float | None = None
     blocked_reason: str | None = None
-    provisioning: bool = False  # assigned, its worktree and setup not made yet
-    wake: str | None = None  # why its current generation was started (its events, an interruption before it)
-    resumed: str | None = None  # the host session its current generation resumed
-    interrupted: Interruption | None = None  # the generation a supervisor restart stopped, until the next one starts
+    provisioning: bool = on_disk("provisioning", absent=False)  # assigned, its worktree and setup not made yet
+    # why its current generation was started (its events, an interruption before it)
+    wake: str | None = on_disk("wake", absent=None)
+    resumed: str | None = on_disk("resumed", absent=None)  # the host session its current generation resumed
+    # the generation a supervisor restart stopped, until the next one starts
+    interrupted: Interruption | None = on_disk("interrupted", absent=None, decode=Interruption.from_json)
     session: str | None = None  # the host's session id of its latest generation, for resuming it
     usage: tuple[Usage, ...] = ()
     woken_for: tuple[str, ...] = ()  # the events an idle coordinator was already woken for
@@ -364,14 +355,9 @@ class Worker:
         )
 
 
-WORKER_EXTRA: Final[FieldMap[Worker]] = field_map(
-    Worker,
-    Field("provisioning", "provisioning", absent=False),
-    Field("wake", "wake", absent=None),
-    Field("resumed", "resumed", absent=None),
-    Field("interrupted", "interrupted", absent=None, decode=Interruption.from_json, encode=Interruption.to_json),
-)
-"""The worker document's ``extra``: run-level bookkeeping of the current generation, each key only when set."""
+WORKER_EXTRA: Final[FieldMap[Worker]] = field_map(Worker, partial=True)
+"""The worker document's ``extra`` (the fields declared :func:`~.jsonform.on_disk`): run-level bookkeeping of the
+current generation, each key only when set."""
 
 
 # -- budget --------------------------------------------------------------------------------------------------------

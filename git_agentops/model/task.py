@@ -24,7 +24,7 @@ from typing import Any, Final
 from ..canonical import digest
 from ..errors import AgentOpsError
 from .delivery import Delivery
-from .fieldmap import Field, FieldMap, field_map
+from .jsonform import FieldMap, field_map, on_disk
 
 TASK_ID: Final = re.compile(r"task-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CRITERION_ID: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
@@ -89,8 +89,9 @@ class Task:
     superseded_by: int | None = None
     policy_config_hash: str | None = None
     blocked_reason: str | None = None
-    worker_id: str | None = None  # the worker that took the task on (run-level bookkeeping, no part of the contract)
-    delivery: Delivery | None = None  # its frozen delivery, once delivered
+    # the worker that took the task on (run-level bookkeeping, no part of the contract)
+    worker_id: str | None = on_disk("workerId", absent=None)
+    delivery: Delivery | None = on_disk("delivery", absent=None, decode=Delivery.from_json)  # once delivered
 
     @property
     def current(self) -> bool:
@@ -136,12 +137,9 @@ class Task:
         )
 
 
-TASK_EXTRA: Final[FieldMap[Task]] = field_map(
-    Task,
-    Field("worker_id", "workerId", absent=None),
-    Field("delivery", "delivery", absent=None, decode=Delivery.from_json, encode=Delivery.to_json),
-)
-"""The task document's ``extra``: run-level bookkeeping, no part of the contract, each key only when set."""
+TASK_EXTRA: Final[FieldMap[Task]] = field_map(Task, partial=True)
+"""The task document's ``extra`` (the fields declared :func:`~.jsonform.on_disk`): run-level bookkeeping, no part of
+the contract, each key only when set."""
 
 
 def delivered(task: Task) -> Delivery:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import JsonObject, JsonValue, digest
-from .jsonform import JsonRecord, json_value, on_disk, record_of, records_of
+from .jsonform import JsonRecord, json_value, on_disk, records_of
 from .policydoc import PolicyDoc
 
 TRANSITION_PREFIX: Final = "policy-"
@@ -196,7 +196,7 @@ class Approval(JsonRecord):
 
     capability_id: str = on_disk("capabilityId")
     reason: str = on_disk("reason")
-    classification: str | None = on_disk("classification", omitted_when_none=True)
+    classification: str | None = on_disk("classification", absent=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +241,7 @@ class FrozenDelivery(JsonRecord):
 class StageMark(JsonRecord):
     """When the transition reached a stage."""
 
-    stage: Stage = on_disk("stage", decode=Stage)  # noqa: RUF009
+    stage: Stage = on_disk("stage", decode=Stage)
     at: float = on_disk("at")
 
 
@@ -251,7 +251,7 @@ class Transition(JsonRecord):
 
     transition_id: str = on_disk("transitionId")
     run_id: str = on_disk("runId")
-    stage: Stage = on_disk("stage", decode=Stage)  # noqa: RUF009
+    stage: Stage = on_disk("stage", decode=Stage)
     old_hash: str = on_disk("oldConfigHash")
     new_hash: str = on_disk("newConfigHash")
     proposal_digest: str = on_disk("proposalDigest")  # sha256 of the proposal file's bytes (``proposal.toml``)
@@ -259,10 +259,10 @@ class Transition(JsonRecord):
     approvals: tuple[Approval, ...] = on_disk("approvals", decode=records_of(Approval.from_json))
     changes: tuple[CapabilityChange, ...] = on_disk("changes", decode=records_of(CapabilityChange.from_json))
     mode: str = on_disk("mode")  # who approves: "user" | "coordinator"
-    requested_by: RequestedBy = on_disk("requestedBy", decode=RequestedBy.from_json)  # noqa: RUF009
+    requested_by: RequestedBy = on_disk("requestedBy", decode=RequestedBy.from_json)
     requested_at: float = on_disk("requestedAt", decode=float)
-    approved_by: ApprovedBy | None = on_disk("approvedBy", decode=record_of(ApprovedBy.from_json), default=None)  # noqa: RUF009
-    refused: TransitionRefused | None = on_disk("refused", decode=record_of(TransitionRefused.from_json), default=None)  # noqa: RUF009
+    approved_by: ApprovedBy | None = on_disk("approvedBy", decode=ApprovedBy.from_json, default=None)
+    refused: TransitionRefused | None = on_disk("refused", decode=TransitionRefused.from_json, default=None)
     delivered: tuple[FrozenDelivery, ...] = on_disk(
         "delivered", decode=records_of(FrozenDelivery.from_json), default=()
     )  # frozen before the fence

@@ -43,7 +43,7 @@ from ..canonical import JsonObject
 from ..clock import Clock, iso8601
 from ..errors import AgentOpsError
 from ..gitstore.private import file_lock, read_private, write_private
-from ..model.jsonform import JsonRecord, on_disk, record_of
+from ..model.jsonform import JsonRecord, on_disk
 from ..model.policy import Policy, diff_paths
 from ..model.policydoc import PolicyDoc
 from ..schema import documents
@@ -104,8 +104,8 @@ class TrustGrant(JsonRecord):
     config_hash: str = on_disk("configHash")
     toolkit_version: str = on_disk("toolkitVersion")
     granted_at: str = on_disk("grantedAt")
-    policy: PolicyDoc = on_disk("policy")  # noqa: RUF009
-    granted_by: Grantor | None = on_disk("grantedBy", omitted_when_none=True, decode=record_of(Grantor.from_json))  # noqa: RUF009
+    policy: PolicyDoc = on_disk("policy")
+    granted_by: Grantor | None = on_disk("grantedBy", absent=None, decode=Grantor.from_json)
 
 
 @dataclass(frozen=True, slots=True)

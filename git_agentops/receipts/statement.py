@@ -241,12 +241,12 @@ def build_predicate(
     return predicate
 
 
-def _form(item: DeliveryEntry | ReviewResult | Mapping[str, object]) -> dict[str, object]:
+def _form(item: DeliveryEntry | ReviewResult | Mapping[str, object]) -> Mapping[str, object]:
     """A record's predicate form, or a form given already."""
     return item.to_json() if isinstance(item, DeliveryEntry | ReviewResult) else dict(item)
 
 
-def _step(step: MergeStep | Mapping[str, object]) -> dict[str, object]:
+def _step(step: MergeStep | Mapping[str, object]) -> Mapping[str, object]:
     """A merge step's predicate form (a given form is cut to the step's keys)."""
     record = step if isinstance(step, MergeStep) else MergeStep.from_json(step)
     return record.to_json()
