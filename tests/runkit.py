@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import git, make_repo
+from .golden import checked
 from .helpers import Part, recipe_text
 
 CHECK_PY = """import pathlib, sys
@@ -99,6 +100,7 @@ did not satisfy the predicate: a safety net for anything status shows that is no
 ``budget.usedSeconds``) or not in :func:`git_agentops.runs.controls.summary` (``sandbox``)."""
 
 
+@checked
 def wait_for(
     repo: Path, run_id: str, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 90
 ) -> dict[str, Any]:
@@ -209,6 +211,7 @@ def supervisor_running(repo: Path, run_id: str) -> bool:
         os.close(fd)
 
 
+@checked
 def wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 120) -> None:
     """Until the run's supervisor exits (a fault injection killed it, or the run ended)."""
     deadline = time.monotonic() + timeout
@@ -217,6 +220,7 @@ def wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
+@checked
 def stop(repo: Path, run_id: str, *, timeout: float = 30) -> None:
     cli(repo, "agentops-run", "stop", run_id)
     deadline = time.monotonic() + timeout
