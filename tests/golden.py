@@ -594,17 +594,18 @@ class _Journal:
 
 
 def _authentic_chain(repo: Path, repository: pygit2.Repository, ref: str, tip: str) -> _Journal:
-    """The commits of ``ref``'s first-parent chain the toolkit wrote (a test may have put foreign commits on top
-    -- the toolkit's tamper checks deal with those, and so nothing above the newest authentic commit is judged)."""
+    """The commits of ``ref``'s first-parent chain the toolkit wrote, oldest first.
+
+    A foreign commit -- one a test wrote to play an attacker, on top or, once the supervisor restored the state
+    above it, in the middle, where it stays as evidence -- is the toolkit's tamper checks' business: it is left
+    out, and the invariants hold of what the toolkit wrote.
+    """
     from git_agentops.clock import SystemClock
     from git_agentops.gitstore.events import is_authentic
     from git_agentops.gitstore.repo import open_store
 
     store = open_store(repo, clock=SystemClock())
-    chain = _chain(repository, tip)
-    while chain and not is_authentic(store, ref, chain[-1]):
-        chain.pop()
-    return _Journal(ref, tuple(chain))
+    return _Journal(ref, tuple(c for c in _chain(repository, tip) if is_authentic(store, ref, c)))
 
 
 def _validate(blob: pygit2.Blob, schema: str, where: str) -> Any:
