@@ -274,6 +274,31 @@ def _files(repository: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -
             yield path, obj
 
 
+def _changed(
+    repository: pygit2.Repository, tree: pygit2.Tree, before: pygit2.Tree | None, prefix: str = ""
+) -> Iterator[tuple[str, pygit2.Blob]]:
+    """The blobs under ``tree`` that ``before`` does not hold at the same path (all of them without ``before``):
+    a subtree whose id did not change is not opened."""
+    for entry in tree:
+        name = str(entry.name)
+        path = f"{prefix}{name}"
+        old = before[name] if before is not None and name in before else None
+        if old is not None and old.id == entry.id:
+            continue
+        obj = repository[entry.id]
+        if isinstance(obj, pygit2.Tree):
+            previous = repository[old.id] if old is not None else None
+            yield from _changed(repository, obj, previous if isinstance(previous, pygit2.Tree) else None, path + "/")
+        elif isinstance(obj, pygit2.Blob):
+            yield path, obj
+
+
+def _under(repository: pygit2.Repository, tree: pygit2.Tree, name: str) -> Iterator[tuple[str, pygit2.Blob]]:
+    """The blobs of the subtree ``name`` of ``tree`` (none when there is none), with paths from ``tree``."""
+    if name in tree and isinstance(sub := repository[tree[name].id], pygit2.Tree):
+        yield from _files(repository, sub, name + "/")
+
+
 def _chain(repository: pygit2.Repository, tip: str) -> list[pygit2.Commit]:
     """The first-parent chain ending at ``tip``, oldest first."""
     out = []
@@ -295,10 +320,17 @@ def _event(commit: pygit2.Commit) -> dict[str, Any] | None:
 
 
 def _json(blob: pygit2.Blob) -> Any:
-    try:
-        return json.loads(blob.data)
-    except ValueError:  # UnicodeDecodeError too
-        return None
+    """A blob's JSON (None when it is not JSON), parsed once per process: objects never change."""
+    key = str(blob.id)
+    if key not in _PARSED:
+        try:
+            _PARSED[key] = json.loads(blob.data)
+        except ValueError:  # UnicodeDecodeError too
+            _PARSED[key] = None
+    return _PARSED[key]
+
+
+_PARSED: dict[str, Any] = {}
 
 
 def _notes(repository: pygit2.Repository, ref: str) -> dict[str, bytes]:
@@ -608,15 +640,13 @@ def _authentic_chain(repo: Path, repository: pygit2.Repository, ref: str, tip: s
     return _Journal(ref, tuple(c for c in _chain(repository, tip) if is_authentic(store, ref, c)))
 
 
-def _validate(blob: pygit2.Blob, schema: str, where: str) -> Any:
-    doc = _json(blob)
+def _validate(blob: pygit2.Blob, schema: str, where: str) -> None:
     key = (str(blob.id), schema)
     if key not in _VALID:
-        errors = schema_errors(doc, schema)
+        errors = schema_errors(_json(blob), schema)
         if errors:
             raise InvariantError(f"{where} is not a valid {schema} document: {errors[0]}")
         _VALID.add(key)
-    return doc
 
 
 def _check_chain(repo: Path, repository: pygit2.Repository, ref: str, tip: str) -> _Journal:
@@ -629,7 +659,9 @@ def _check_chain(repo: Path, repository: pygit2.Repository, ref: str, tip: str) 
         if seen is not None and seen != newest and not repository.descendant_of(newest, seen):
             raise InvariantError(f"{ref} moved from {seen} to {newest}, which does not descend from it")
         _SEEN_TIPS[key] = newest
+    before: pygit2.Commit | None = None
     for commit in journal.commits:
+        previous, before = before, commit
         if (key[0], str(commit.id)) in _CHECKED_COMMITS:
             continue
         if len(commit.parents) > 1 and (_event(commit) or {}).get("code") != "RUN_STATE_QUARANTINED":
@@ -637,8 +669,8 @@ def _check_chain(repo: Path, repository: pygit2.Repository, ref: str, tip: str) 
         event = _event(commit)
         if event is None or schema_errors(event, "event"):
             raise InvariantError(f"{ref}: {commit.id} carries no valid event")
-        for path, blob in _files(repository, commit.tree):
-            for pattern, schema in SCHEMA_OF:
+        for path, blob in _changed(repository, commit.tree, previous.tree if previous is not None else None):
+            for pattern, schema in SCHEMA_OF:  # what the previous (checked) commit holds was checked with it
                 if pattern.fullmatch(path):
                     _validate(blob, schema, f"{ref}:{path} at {commit.id}")
         _CHECKED_COMMITS.add((key[0], str(commit.id)))
@@ -719,7 +751,7 @@ def _requests_answered(
     tree = journal.commits[-1].tree
     workers = {}
     records: dict[str, dict[str, Any]] = {}
-    for path, blob in _files(repository, tree):
+    for path, blob in [*_under(repository, tree, "workers"), *_under(repository, tree, "requests")]:
         doc = _json(blob)
         if path.startswith("workers/") and isinstance(doc, dict):
             workers[str(doc["workerId"])] = doc
@@ -781,8 +813,8 @@ def check_invariants(repo: Path) -> None:
     responses: dict[str, dict[str, dict[str, Any]]] = {}  # state ref -> worker -> its mailbox's answer
     for ref, tip in _refs(repository).items():  # the mailboxes first (see above)
         if ref.startswith("refs/agentops/runs/") and ref.endswith("/state") and ref.count("/") == 4:
-            for path, blob in _files(repository, repository[tip].peel(pygit2.Tree)):
-                doc = _json(blob) if path.startswith("workers/") else None
+            for _path, blob in _under(repository, repository[tip].peel(pygit2.Tree), "workers"):
+                doc = _json(blob)
                 if isinstance(doc, dict) and isinstance(doc.get("worktree"), str):
                     found = _mailbox_response(doc["worktree"])
                     if found is not None:
