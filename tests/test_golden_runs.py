@@ -3458,6 +3458,7 @@ def test_a_mailbox_answer_without_its_record_breaks_the_invariants(store: Store,
         check_invariants(repo)
 
 
+@pytest.mark.slow
 def test_render_run_names_every_volatile_value(tmp_path: Path) -> None:
     """Ids, times, paths and digests never reach the text as they are (checked on a real run's state)."""
     repo = project(tmp_path)
