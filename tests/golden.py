@@ -6,10 +6,13 @@ invariants after every command; this is the same for a run kept in Git.
 * :func:`render_run` is the whole stored outcome of one run as stable text: its refs, its state tree, its policy
   binding and transition journals, its notes and its events. Whatever differs between two identical runs -- object
   ids (the supervisor's commits carry wall-clock times), times, process ids, temporary paths, random ids -- is
-  replaced by a placeholder (``<commit:3>``, ``<time>``, ``<run>``, ``<task:2>``) numbered in the order the text
-  names it, so equal ids stay visibly equal. Workers run at once, so the state journal's order of events from
-  different workers is a race; the events are rendered per lane (the run's own, then each worker's), each lane in
-  journal order, which is what one worker's life or the integration fixes.
+  replaced by a placeholder (``<oid:3>``, ``<sha256:5>``, ``<time>``, ``<run>``, ``<task:2>``, ``<worker:1>``)
+  numbered in an order the run fixes, so equal ids stay visibly equal. Workers run at once, so the state journal's
+  order of events from different workers is a race; the events are rendered per lane (the run's own, then each
+  worker's), each lane in journal order, which is what one worker's life or the integration fixes. Notes are the
+  records of this run on the repository's notes refs (a delivery note names its run, evidence its task).
+  :func:`expect` compares such a text with one written inline in the test (``AGENTOPS_ACCEPT_GOLDEN=1`` rewrites
+  it).
 * :func:`check_invariants` checks what must hold of any repository at any moment, whatever a test did to it
   before: the state chain is linear and only moves forward, every record the toolkit wrote is schema-valid,
   deliveries are frozen, and request records and mailbox responses agree. :mod:`tests.runkit` calls it after
@@ -59,6 +62,9 @@ PROCESS_KEYS: Final = frozenset({"pid", "pgid", "startTicks", "bootId", "startTi
 """JSON keys of a process's identity (a ``process`` object of a worker record)."""
 SECRET_KEYS: Final = frozenset({"mac", "sig"})
 """JSON keys holding a MAC or a signature made with a key created for this repository (random each time)."""
+TIME_DRIVEN: Final = frozenset({"RUN_LEASE_RENEWED"})
+"""Events the supervisor writes because time passed (a lease is renewed every third of its time to live): how
+many there are says how long a run took on that machine, not what it did, so the rendered events leave them out."""
 WIDTH: Final = 120
 """Columns of a rendered line before a JSON value is spread over lines of its own."""
 VERSION_KEYS: Final = frozenset({"toolkitVersion"})
@@ -352,7 +358,6 @@ class _Run:
     run_id: str
     repository: pygit2.Repository
     refs: dict[str, str]
-    state: dict[str, pygit2.Blob] = field(default_factory=dict)
     docs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -465,6 +470,8 @@ def _render_events(out: list[str], repository: pygit2.Repository, tip: str, name
     lanes: dict[str, list[tuple[dict[str, Any] | None, pygit2.Commit]]] = {}
     for commit in _chain(repository, tip):
         event = _event(commit)
+        if event is not None and event.get("code") in TIME_DRIVEN:
+            continue
         lanes.setdefault(_lane(event or {}, by_task), []).append((event, commit))
 
     def order(lane: str) -> tuple[bool, bool, tuple[str, int], str]:  # the run, the coordinator, then by worker
@@ -552,7 +559,6 @@ def render_run(repo: Path, run_id: str) -> str:
     if state_tip is None:
         raise AssertionError(f"no run {run_id} in {repo}")
     for path, blob in _files(repository, repository[state_tip].peel(pygit2.Tree)):
-        run.state[path] = blob
         if path.endswith(".json"):
             run.docs[path] = _json(blob)
     namer = Namer(repo)
