@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import git, make_repo
+from .golden import checked
 from .helpers import Part, recipe_text
 
 CHECK_PY = """import pathlib, sys
@@ -130,6 +131,7 @@ did not satisfy the predicate: a safety net for anything status shows that is no
 ``budget.usedSeconds``) or not in :func:`git_agentops.runs.controls.summary` (``sandbox``)."""
 
 
+@checked
 def wait_for(
     repo: Path, run_id: str, predicate: Callable[[dict[str, Any]], bool], *, timeout: float = 90
 ) -> dict[str, Any]:
@@ -240,6 +242,7 @@ def supervisor_running(repo: Path, run_id: str) -> bool:
         os.close(fd)
 
 
+@checked
 def wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 120) -> None:
     """Until the run's supervisor exits (a fault injection killed it, or the run ended)."""
     deadline = time.monotonic() + timeout
@@ -248,6 +251,7 @@ def wait_supervisor_gone(repo: Path, run_id: str, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
+@checked
 def stop(repo: Path, run_id: str, *, timeout: float = 30) -> None:
     """``git agentops-run stop RUN`` (run in this process, see :func:`status`), then until its supervisor exited."""
     in_process(repo, "git_agentops.cli.run", "stop", run_id)
