@@ -14,7 +14,7 @@ are those measures, made repeatable, so that a change of structure shows as a ch
 * ``events_registered`` -- ``<registered>/<kinds>``: the distinct event kinds the code writes (a string literal, a
   module constant holding one, or an ``EventKind`` member, as the first argument or ``code=`` of ``Event(...)`` or
   as the ``event=`` of a call that builds one, like ``loop.set_worker(..., event="...")``) and how many of them
-  the registry ``git_agentops.model.events`` holds; ``0/<kinds>`` while there is no registry.
+  the registry ``git_agentops.eventkinds`` holds; ``0/<kinds>`` while there is no registry.
 * ``host_branches`` -- comparisons of a host kind against a host name literal (``kind == "claude"``,
   ``host.kind in ("codex", "opencode")``, a ``case "aider":``; :data:`HOST_NAMES`) outside
   ``git_agentops/model/hosts/``, where each kind is one module: a branch elsewhere is a kind's behaviour kept
@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -45,7 +45,7 @@ EDGE_MODULES: Final = ("git_agentops/schema/", "git_agentops/canonical.py")
 HOST_PLUGINS: Final = "git_agentops/model/hosts/"
 HOST_NAMES: Final = frozenset({"claude", "codex", "opencode", "gemini", "aider", "scripted"})
 MAPPINGS: Final = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})
-EVENT_REGISTRY: Final = "git_agentops.model.events"
+EVENT_REGISTRY: Final = "git_agentops.eventkinds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +107,8 @@ def _kinds_of(node: ast.expr, constants: dict[str, str]) -> set[str]:
         return {node.value}
     if isinstance(node, ast.Name) and node.id in constants:
         return {constants[node.id]}
-    if isinstance(node, ast.Attribute) and _name(node.value) == "EventKind":
-        return {node.attr}
+    if isinstance(node, ast.Attribute) and _name(node.value) in ("EventKind", "kinds"):
+        return {node.attr}  # an enum member, or a registry constant (``kinds.TASK_DELIVERED``)
     if isinstance(node, ast.IfExp):
         return _kinds_of(node.body, constants) | _kinds_of(node.orelse, constants)
     return set()
@@ -142,6 +142,16 @@ def event_kinds(tree: ast.AST) -> set[str]:
             candidates = [k.value for k in node.keywords if k.arg == "event"]
         for candidate in candidates:
             found |= {kind for kind in _kinds_of(candidate, constants) if kind.isupper()}
+    # a registry constant named anywhere (``Answer(worker, request, kinds.RUN_PLAN_CREATED, ...)``, a parameter typed
+    # ``EventCode``) is a kind the code writes through whatever builds the event from it
+    found |= {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and _name(node.value) == "kinds"
+        and node.attr.isupper()
+        and node.attr not in ("POLICY_STAGE", "EVENTS")
+    }
     return found
 
 
@@ -180,7 +190,7 @@ def response_writers(tree: ast.AST) -> int:
 
 def registered_kinds(module: str = EVENT_REGISTRY) -> frozenset[str]:
     """The kinds the event registry holds: the members of an ``EventKind`` enum (names and values), or the keys of
-    a mapping of kinds it exports; empty while the module does not exist."""
+    a mapping of kinds it exports (``EVENTS``); empty while the module does not exist."""
     try:
         registry = importlib.import_module(module)
     except ModuleNotFoundError:
@@ -193,7 +203,7 @@ def registered_kinds(module: str = EVENT_REGISTRY) -> frozenset[str]:
             if isinstance(member.value, str):
                 found.add(member.value)
     for value in vars(registry).values():
-        if isinstance(value, dict) and value and all(isinstance(k, str) and k.isupper() for k in value):
+        if isinstance(value, Mapping) and value and all(isinstance(k, str) and k.isupper() for k in value):
             found.update(value)
     return frozenset(found)
 

@@ -3341,7 +3341,10 @@ STATE = "refs/agentops/runs/run-golden/state"
 TASK = "task-00000000-0000-4000-8000-000000000001"
 
 
-def _task(delivery: dict[str, str] | None) -> bytes:
+def _task(delivery: dict[str, object] | None) -> bytes:
+    """A task document; ``delivery``'s commit and digest completed to a whole delivery as the toolkit writes it."""
+    if delivery is not None:
+        delivery = {"workerId": "w-a", "generation": 1, "evidence": [], "noChange": False, **delivery}
     doc: dict[str, Any] = {
         "id": TASK,
         "revision": 1,
@@ -3354,7 +3357,7 @@ def _task(delivery: dict[str, str] | None) -> bytes:
         "status": "delivered" if delivery else "running",
         "supersededBy": None,
         "policyConfigHash": None,
-        "extra": {"delivery": delivery} if delivery else {},
+        "extra": {"delivery": delivery, "workerId": "w-a"} if delivery else {},
     }
     return canonical_bytes(doc) + b"\n"
 
