@@ -22,18 +22,19 @@ import hashlib
 import os
 import stat
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..canonical import canonical_bytes, sha256_hex
 from ..errors import AgentOpsError
 from ..files import read_at_most
 from ..gitstore.private import read_private, write_private
-from ..model.request import Request, from_valid
 from ..schema import documents
+
+if TYPE_CHECKING:  # a person's verify reads only where the mailbox is: the request model is the client's and loop's
+    from ..model.request import Request
 
 MAILBOX: Final = ".agentops/mailbox"
 INSTRUCTIONS: Final = f"{MAILBOX}/instructions.json"
@@ -247,6 +248,8 @@ def parse_request(doc: Any, *, what: str = "request") -> Request:
             f"{what} does not match schema 'request' at {first.json_path}: {first.message}",
             details={"schema": "request", "path": first.json_path, "errors": len(errors), "problem": first.message},
         )
+    from ..model.request import from_valid
+
     return from_valid(doc)
 
 
@@ -304,6 +307,8 @@ def read_instructions(worktree: Path) -> dict[str, Any]:
 
 def new_request_id() -> str:
     """A fresh ``req-<uuid4>``; the supervisor replays its stored response if the id comes again unchanged."""
+    import uuid
+
     return f"req-{uuid.uuid4()}"
 
 
