@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from git_agentops import eventkinds as event_kinds
+from git_agentops import layers
 from git_agentops.errors import CODES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "git_agentops"
@@ -169,22 +170,7 @@ def test_model_does_no_io() -> None:
     assert offences == []
 
 
-LAYERS: dict[str, int] = {
-    **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files"), 0),  # foundations
-    "canonical": 1,  # canonical JSON, digests, seals
-    **dict.fromkeys(("schema", "process"), 2),  # strict JSON documents; running and stopping processes
-    **dict.fromkeys(("gitstore", "model"), 3),  # the store, values and rules
-    "envs": 4,  # the environments checkouts are verified in
-    "sandbox": 4,
-    "policy": 5,
-    **dict.fromkeys(("verify", "protocol", "receipts"), 6),
-    **dict.fromkeys(("hosts", "hooks"), 7),
-    "runs": 8,
-    "integrate": 9,
-    "supervisor": 10,
-    "cli": 11,
-}
-"""Each top-level package's layer: a module imports only its own package or packages of lower layers."""
+LAYERS = layers.LAYERS  # the ranking README's architecture table is generated from
 
 
 def test_layers_import_downward_only() -> None:

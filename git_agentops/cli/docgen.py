@@ -3,7 +3,8 @@
 ``git agentops-run --help`` is turned by git into ``git help agentops-run``, which opens a man page; so every
 command ships ``man/man1/git-agentops-<name>.1``, rendered from the same argparse parser that ``-h`` prints.
 The README's error-code table is rendered from :data:`git_agentops.errors.CODES`, its event-kind table from
-:data:`git_agentops.eventkinds.EVENTS`.
+:data:`git_agentops.eventkinds.EVENTS`, its architecture table from :data:`git_agentops.layers.LAYERS` and the
+packages' docstrings.
 
     python -m git_agentops.cli.docgen           # rewrite man/, completions/ and the README tables
     python -m git_agentops.cli.docgen --check   # exit 1 if either is out of date (a test runs this)
@@ -22,11 +23,13 @@ from pathlib import Path
 from .. import __version__
 from ..errors import CODES
 from ..eventkinds import EVENTS
+from ..layers import LAYERS
 from .completion import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- error-codes:begin -->", "<!-- error-codes:end -->"
 EVENTS_BEGIN, EVENTS_END = "<!-- event-kinds:begin -->", "<!-- event-kinds:end -->"
+LAYERS_BEGIN, LAYERS_END = "<!-- architecture:begin -->", "<!-- architecture:end -->"
 
 
 def _roff_escape(text: str) -> str:
@@ -77,8 +80,36 @@ def event_table() -> str:
     return "\n".join(rows)
 
 
+def _summary(doc: str | None) -> str:
+    """The first paragraph of a docstring, on one line, safe in a table cell."""
+    first = (doc or "").strip().split("\n\n", 1)[0]
+    return " ".join(first.split()).replace("|", "\\|")
+
+
+def architecture_table() -> str:
+    """README's architecture table: every top-level package and module of :data:`git_agentops.layers.LAYERS`,
+    highest layer first, with the first paragraph of its docstring and, for a package, its modules."""
+    package = ROOT / "git_agentops"
+    rows = ["| layer | package | what it holds |", "|---|---|---|"]
+    for layer in sorted(set(LAYERS.values()), reverse=True):
+        for name in sorted(n for n, rank in LAYERS.items() if rank == layer and n != "__init__"):
+            module = importlib.import_module(f"git_agentops.{name}")
+            if (package / name).is_dir():
+                parts = sorted(p.stem for p in (package / name).glob("*.py") if p.stem != "__init__")
+                parts += sorted(p.name for p in (package / name).iterdir() if (p / "__init__.py").is_file())
+                where, modules = f"`{name}/`", f" Modules: {', '.join(f'`{p}`' for p in parts)}."
+            else:
+                where, modules = f"`{name}`", ""
+            rows.append(f"| {layer} | {where} | {_summary(module.__doc__)}{modules} |")
+    return "\n".join(rows)
+
+
 def _expected_readme(text: str) -> str:
-    for begin, end, table in ((BEGIN, END, code_table()), (EVENTS_BEGIN, EVENTS_END, event_table())):
+    for begin, end, table in (
+        (BEGIN, END, code_table()),
+        (EVENTS_BEGIN, EVENTS_END, event_table()),
+        (LAYERS_BEGIN, LAYERS_END, architecture_table()),
+    ):
         found = re.search(re.escape(begin) + ".*?" + re.escape(end), text, re.DOTALL)
         if found is None:
             raise SystemExit(f"README.md lacks the {begin} ... {end} markers")
