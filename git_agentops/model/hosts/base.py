@@ -217,6 +217,15 @@ class HostKind:
     leaves: ClassVar[tuple[str, ...]] = ()
     """What it writes into the worktree of its own accord (caches, histories; a trailing ``/`` for a directory):
     excluded from commits like the guard files (``info/exclude``), so it never makes a checkout dirty."""
+    builtin_module: ClassVar[str | None] = None
+    """The module of ours it runs with the supervisor's own interpreter (``python -m``) instead of a policy argv:
+    a built-in agent. It is a host under its own name without a ``[hosts]`` entry, and ``policy trust`` does not
+    warn about the environment it gets (it is our code, not a program of the person's)."""
+    network: ClassVar[bool] = True
+    """Whether the built-in host (:attr:`builtin_module`) may reach the network (False: a namespace of its own with
+    nothing in it)."""
+    follows_recipe: ClassVar[bool] = False
+    """It plays a recipe instead of asking a model: a run on it needs one (``--recipe``)."""
 
     def default_argv(self, verify_argvs: VerifyArgvs) -> tuple[str, ...]:
         """The argv ``init`` writes, allowing the verification commands ``verify_argvs`` (``()``: none)."""
