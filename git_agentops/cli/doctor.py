@@ -6,9 +6,6 @@ import argparse
 from collections.abc import Sequence
 
 from .common import Context, Parser, build, run
-from .diagnose import CheckStatus
-
-_MARK = {CheckStatus.OK: "ok  ", CheckStatus.WARN: "warn", CheckStatus.FAIL: "FAIL"}
 
 
 def build_parser() -> Parser:
@@ -21,12 +18,14 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from .diagnose import diagnose  # the checks import what they check: only when asked
+    from .diagnose import CheckStatus, diagnose
+
+    marks = {CheckStatus.OK: "ok  ", CheckStatus.WARN: "warn", CheckStatus.FAIL: "FAIL"}
 
     report = diagnose(ctx.cwd, path=ctx.env.get("PATH"), environ=ctx.env)
     lines = []
     for check in report.checks:
-        lines.append(f"{_MARK[check.status]}  {check.id:<12} {check.detail}")
+        lines.append(f"{marks[check.status]}  {check.id:<12} {check.detail}")
         if check.remedy and check.status != CheckStatus.OK:
             lines.append(f"      {'':<12} -> {check.remedy}")
     lines.append("healthy" if report.healthy else "NOT healthy: fix the FAIL lines above")
