@@ -11,6 +11,8 @@ A kind says how its CLI runs unattended and how to read what it printed:
   from that are cleared of what an agent left (``cleared``, ``sealed``);
 * ``unnest``: what changes in its argv when it runs inside our sandbox (a sandbox of its own that cannot nest);
 * ``parse``: the JSON events of one generation's output as a :class:`HostReport` (session, usage, final text).
+* ``builtin_module``, ``network``, ``follows_recipe``: a built-in agent of ours (``scripted``): the module our own
+  interpreter runs, a host without a ``[hosts]`` entry, whether it reaches the network, whether it plays a recipe.
 
 Adding a host is adding a module that defines ``KIND``, an instance of a :class:`HostKind` subclass.
 """
