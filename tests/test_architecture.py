@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -679,3 +680,52 @@ def test_request_records_have_one_writer() -> None:
                 if [s.value for s in schemas] == ["request-record"]:
                     sites.append(f"{_rel(path)}:{node.lineno}")
     assert [site.rsplit(":", 1)[0] for site in sites] == ["runs/state.py"], sites
+
+
+def _bench_architecture() -> ModuleType:
+    """``bench/architecture.py``, the script that prints the issue's figure line, loaded as a module."""
+    import importlib.util
+
+    path = PACKAGE.parent / "bench" / "architecture.py"
+    spec = importlib.util.spec_from_file_location("bench_architecture", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules[spec.name]
+
+
+def test_no_host_kind_branch_outside_the_host_plugins() -> None:
+    """Invariant: no module outside ``model/hosts/`` compares anything with a host kind's name (``kind ==
+    "scripted"``, ``in ("codex", ...)``, ``case "claude":``): what differs by kind is an attribute or method of the
+    kind's plugin (:class:`git_agentops.model.hosts.base.HostKind`), asked through the registry. The figure script
+    counts the same rule (``host_branches=0``), over names that are every agent kind the registry holds."""
+    from git_agentops.model.hosts import registry
+
+    arch = _bench_architecture()
+    assert set(registry()) - {"command"} <= arch.HOST_NAMES  # a new kind's name is counted too
+    offences = [
+        _rel(path)
+        for path, tree in _trees()
+        if not _rel(path).startswith("model/hosts/") and arch.host_branches(tree) > 0
+    ]
+    assert offences == []
+    line = arch.figures(arch.sources(PACKAGE.parent), frozenset()).line()
+    assert " host_branches=0 " in line, line
+
+
+def test_the_hook_path_compares_with_its_vocabularies_without_importing_the_records() -> None:
+    """Invariant: the hook fast path imports, of this package, only its own small modules (the hook names among
+    them), and the hook rules read a run's and a worker's status from :mod:`git_agentops.model.status`, never the
+    record machinery of :mod:`git_agentops.model.run`: hooks run on every commit and ref update."""
+    code = (
+        "import sys\nimport git_agentops.hooks.fast\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('git_agentops'))))\n"
+        "import git_agentops.hooks.rules\n"
+        "print(' '.join(m for m in ('git_agentops.model.run', 'git_agentops.model.task') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    fast, records = done.stdout.split("\n")[:2]
+    hooks = ["git_agentops.hooks", "git_agentops.hooks.fast", "git_agentops.hooks.names", "git_agentops.hooks.where"]
+    assert fast.split() == ["git_agentops", *hooks]
+    assert records == ""

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from git_agentops.canonical import canonical_json
+from git_agentops.cli.diagnose import CheckStatus
 from git_agentops.hooks.install import HookState, Kind
 from git_agentops.model.policy import Finalize, effective
 from git_agentops.model.sandbox import LEVELS, Level
+from git_agentops.model.status import RunStatus, WorkerStatus
 from git_agentops.model.transition import POLICY_CHANGES, ChangeMode, policy_changes
 from git_agentops.sandbox.spec import Mode
 from git_agentops.schema import documents
@@ -34,6 +36,9 @@ def _enum_at(schema: str, *path: str) -> list[Any]:
         (Finalize, "policy", ("properties", "run", "properties", "finalize")),
         (Mode, "policy", ("properties", "sandbox", "properties", "mode")),
         (Level, "worker", ("properties", "sandbox")),
+        (CheckStatus, "doctor-report", ("properties", "checks", "items", "properties", "status")),
+        (RunStatus, "run", ("properties", "status")),
+        (WorkerStatus, "worker", ("properties", "status")),
     ],
 )
 def test_each_enum_is_exactly_the_set_its_schema_allows(
@@ -68,3 +73,18 @@ def test_hook_kinds_and_states_are_the_strings_doctor_reports() -> None:
     assert [str(k) for k in Kind] == ["missing", "ours", "foreign"]
     assert [str(s) for s in HookState] == ["installed", "foreign", "missing", "conflict"]
     assert json.dumps({"state": HookState.INSTALLED}) == '{"state": "installed"}'
+
+
+def test_the_service_manager_switch_says_auto_or_a_manager() -> None:
+    """``AGENTOPS_SUPERVISOR_MANAGER``'s words are ``auto`` and every manager's name, and nothing else is taken."""
+    from git_agentops.cli.service import Manager, Wanted, detect
+    from git_agentops.errors import AgentOpsError
+
+    assert sorted(Wanted) == sorted(["auto", *Manager])
+    assert detect({"AGENTOPS_SUPERVISOR_MANAGER": " Process "}, system="Linux").manager is Manager.PROCESS
+    with pytest.raises(AgentOpsError) as unknown:
+        detect({"AGENTOPS_SUPERVISOR_MANAGER": "upstart"}, system="Linux")
+    assert unknown.value.message == "AGENTOPS_SUPERVISOR_MANAGER='upstart': say auto, systemd, launchd or process"
+    with pytest.raises(AgentOpsError) as foreign:
+        detect({"AGENTOPS_SUPERVISOR_MANAGER": "launchd"}, system="Linux")
+    assert foreign.value.message == "AGENTOPS_SUPERVISOR_MANAGER=launchd: not available on Linux"

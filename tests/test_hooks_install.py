@@ -632,3 +632,13 @@ def test_the_shim_under_each_shell_passes_stdin_byte_for_byte(repo_path: Path, l
     for state in ("prepared", "committed", "aborted"):
         subprocess.run([*argv, str(hooks / "reference-transaction"), state], cwd=repo_path, input=line, check=True)
     assert [(c.who, c.args) for c in log.calls()] == [("legacy", [s]) for s in ("prepared", "committed", "aborted")]
+
+
+def test_the_hook_names_the_fast_path_compares_with_are_exactly_the_hooks_installed() -> None:
+    """Invariant: :class:`~git_agentops.hooks.names.HookName` (what :mod:`git_agentops.hooks.fast` dispatches on)
+    is the set of hooks installed -- the client's and the server's -- by Git's own names."""
+    from git_agentops.hooks.install import ALL_HOOKS
+    from git_agentops.hooks.names import HookName
+
+    assert sorted(ALL_HOOKS) == sorted(HookName) == sorted(h.value for h in HookName)
+    assert set(HOOK_NAMES) < set(HookName)

@@ -378,3 +378,27 @@ def test_pass_env_names_a_variable_never_one_of_the_supervisors() -> None:
     assert check_text(base + 'pass_env = ["ANTHROPIC_API_KEY"]\n')[1] == []
     for bad in ('["AGENTOPS_RUN_ID"]', '["A B"]', '["X", "X"]'):
         assert check_text(base + f"pass_env = {bad}\n")[1] != [], bad
+
+
+def test_a_built_in_agent_is_a_host_by_its_kind_name_and_runs_our_module_with_our_interpreter(tmp_path: Path) -> None:
+    """Invariant: what a built-in agent is comes from its kind's plugin (``builtin_module``, ``network``,
+    ``follows_recipe``), asked through the registry: ``scripted`` is the one built-in, needs no ``[hosts]`` entry,
+    has no network and no program to look for, and runs ``python -m git_agentops.cli.agent`` -- also when a policy
+    host of kind ``scripted`` (a reviewer) has a name of its own. An unknown name lists the built-ins first."""
+    import sys
+
+    from git_agentops.model.hosts import builtin_hosts, kind_of
+
+    assert [kind.name for kind in builtin_hosts()] == ["scripted"]
+    scripted = kind_of("scripted")
+    assert scripted.builtin_module == "git_agentops.cli.agent" and scripted.follows_recipe and not scripted.network
+    assert not any(kind.builtin_module or kind.follows_recipe for kind in builtin_hosts() if kind is not scripted)
+    policy = _policy({"reviewer-a": {"kind": "scripted"}})
+    for name in ("scripted", "reviewer-a"):
+        spec = host_spec(policy, name)
+        assert spec.kind == "scripted" and spec.binary is None
+        assert command_for(spec, _launch(tmp_path, "p")) == ([sys.executable, "-m", "git_agentops.cli.agent"], False)
+    assert not host_spec(policy, "scripted").network and host_spec(policy, "reviewer-a").network
+    with pytest.raises(AgentOpsError) as unknown:
+        host_spec(policy, "nope")
+    assert "(known: scripted, reviewer-a)" in unknown.value.message

@@ -16,12 +16,20 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .. import __version__
 
-Status = Literal["ok", "warn", "fail"]
+
+class CheckStatus(StrEnum):
+    """How a check came out; its value is what ``doctor --json`` prints as ``status``."""
+
+    OK = "ok"
+    WARN = "warn"  # works, but a user should know
+    FAIL = "fail"  # the toolkit cannot work: the report is not healthy
+
 
 MIN_GIT = (2, 30)  # reference-transaction hook, --path-format
 MERGE_TREE_GIT = (2, 38)  # git merge-tree --write-tree (differential tests, benchmarks)
@@ -31,7 +39,7 @@ MIN_LIBGIT2 = (1, 7)
 @dataclass(frozen=True, slots=True)
 class Check:
     id: str
-    status: Status
+    status: CheckStatus
     detail: str
     value: Any = None
     remedy: str | None = None
@@ -51,7 +59,7 @@ class Report:
 
     @property
     def healthy(self) -> bool:
-        return all(check.status != "fail" for check in self.checks)
+        return all(check.status != CheckStatus.FAIL for check in self.checks)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,22 +75,22 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def _python() -> Check:
     version = platform.python_version()
-    return Check("python", "ok", f"Python {version} ({sys.executable})", version)
+    return Check("python", CheckStatus.OK, f"Python {version} ({sys.executable})", version)
 
 
 def _pygit2() -> Check:
     try:
         import pygit2
     except ImportError as exc:
-        return Check("pygit2", "fail", f"pygit2 cannot be imported: {exc}", remedy="pip install pygit2")
+        return Check("pygit2", CheckStatus.FAIL, f"pygit2 cannot be imported: {exc}", remedy="pip install pygit2")
     libgit2 = pygit2.LIBGIT2_VERSION
     pygit2_version = getattr(pygit2, "__version__", "?")
     features = [name for name in ("THREADS", "HTTPS", "SSH") if pygit2.features & getattr(pygit2.enums.Feature, name)]
     value = {"pygit2": pygit2_version, "libgit2": libgit2, "features": features}
     detail = f"pygit2 {pygit2_version}, libgit2 {libgit2} ({', '.join(features) or 'no optional features'})"
     if _version_tuple(libgit2) < MIN_LIBGIT2:
-        return Check("pygit2", "fail", detail + " -- libgit2 too old", value, "pip install --upgrade pygit2")
-    return Check("pygit2", "ok", detail, value)
+        return Check("pygit2", CheckStatus.FAIL, detail + " -- libgit2 too old", value, "pip install --upgrade pygit2")
+    return Check("pygit2", CheckStatus.OK, detail, value)
 
 
 def _module(name: str, dist: str, *, optional: str | None = None) -> Check:
@@ -95,9 +103,11 @@ def _module(name: str, dist: str, *, optional: str | None = None) -> Check:
         found = version(dist)
     except (ImportError, PackageNotFoundError) as exc:
         if optional is not None:
-            return Check(dist, "ok", f"{dist} is not installed (optional: {optional})", None, f"pip install {dist}")
-        return Check(dist, "fail", f"{dist} is not installed: {exc}", remedy=f"pip install {dist}")
-    return Check(dist, "ok", f"{dist} {found}" + (f" (optional: {optional})" if optional else ""), found)
+            return Check(
+                dist, CheckStatus.OK, f"{dist} is not installed (optional: {optional})", None, f"pip install {dist}"
+            )
+        return Check(dist, CheckStatus.FAIL, f"{dist} is not installed: {exc}", remedy=f"pip install {dist}")
+    return Check(dist, CheckStatus.OK, f"{dist} {found}" + (f" (optional: {optional})" if optional else ""), found)
 
 
 def _schemas() -> Check:
@@ -110,32 +120,38 @@ def _schemas() -> Check:
         try:
             count = len(documents.schema_names())
         except (OSError, ValueError, RuntimeError, AgentOpsError) as exc:
-            return Check("schemas", "fail", f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops")
-        return Check("schemas", "ok", f"{count} JSON Schemas load (jsonschema absent: not meta-validated)", count)
+            return Check(
+                "schemas", CheckStatus.FAIL, f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops"
+            )
+        return Check(
+            "schemas", CheckStatus.OK, f"{count} JSON Schemas load (jsonschema absent: not meta-validated)", count
+        )
     try:
         count = documents.check_schemas()
     except (OSError, ValueError, RuntimeError, AgentOpsError) as exc:
-        return Check("schemas", "fail", f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops")
+        return Check(
+            "schemas", CheckStatus.FAIL, f"the JSON Schemas do not load: {exc}", remedy="reinstall git-agentops"
+        )
     except Exception as exc:  # noqa: BLE001 -- jsonschema raises its own SchemaError hierarchy
-        return Check("schemas", "fail", f"a JSON Schema is invalid: {exc}", remedy="reinstall git-agentops")
-    return Check("schemas", "ok", f"{count} JSON Schemas load and are valid draft 2020-12", count)
+        return Check("schemas", CheckStatus.FAIL, f"a JSON Schema is invalid: {exc}", remedy="reinstall git-agentops")
+    return Check("schemas", CheckStatus.OK, f"{count} JSON Schemas load and are valid draft 2020-12", count)
 
 
 def _git(path: str | None) -> Check:
     git = shutil.which("git", path=path)
     if git is None:
-        return Check("git", "fail", "git is not on PATH", remedy="install git 2.38 or newer")
+        return Check("git", CheckStatus.FAIL, "git is not on PATH", remedy="install git 2.38 or newer")
     try:
         out = subprocess.run([git, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        return Check("git", "fail", f"'git --version' failed: {exc}")
+        return Check("git", CheckStatus.FAIL, f"'git --version' failed: {exc}")
     version = _version_tuple(out)
     shown = ".".join(map(str, version))
     if version < MIN_GIT:
-        return Check("git", "fail", f"git {shown} is older than 2.30", shown, "install git 2.38 or newer")
+        return Check("git", CheckStatus.FAIL, f"git {shown} is older than 2.30", shown, "install git 2.38 or newer")
     if version < MERGE_TREE_GIT:
-        return Check("git", "warn", f"git {shown}: 'merge-tree --write-tree' needs 2.38", shown)
-    return Check("git", "ok", f"git {shown} ({git})", shown)
+        return Check("git", CheckStatus.WARN, f"git {shown}: 'merge-tree --write-tree' needs 2.38", shown)
+    return Check("git", CheckStatus.OK, f"git {shown} ({git})", shown)
 
 
 def _ssh_keygen(path: str | None) -> Check:
@@ -143,11 +159,11 @@ def _ssh_keygen(path: str | None) -> Check:
     if found is None:
         return Check(
             "ssh-keygen",
-            "warn",
+            CheckStatus.WARN,
             "ssh-keygen is not on PATH: receipts can be neither signed nor verified",
             remedy="install OpenSSH 8.2 or newer",
         )
-    return Check("ssh-keygen", "ok", f"ssh-keygen at {found}", found)
+    return Check("ssh-keygen", CheckStatus.OK, f"ssh-keygen at {found}", found)
 
 
 def _repository(start: Path) -> tuple[list[Check], Any]:
@@ -160,14 +176,14 @@ def _repository(start: Path) -> tuple[list[Check], Any]:
     try:
         store = open_store(start, clock=SystemClock())
     except AgentOpsError as exc:
-        return [Check("repository", "warn", exc.message, remedy="run inside a Git repository")], None
+        return [Check("repository", CheckStatus.WARN, exc.message, remedy="run inside a Git repository")], None
     kind = "bare repository" if store.is_bare else f"worktree {store.workdir}"
     checks = [
-        Check("repository", "ok", f"{kind}", str(store.workdir or store.git_dir)),
-        Check("common-dir", "ok", str(store.common_dir), str(store.common_dir)),
+        Check("repository", CheckStatus.OK, f"{kind}", str(store.workdir or store.git_dir)),
+        Check("common-dir", CheckStatus.OK, str(store.common_dir), str(store.common_dir)),
         Check(
             "fsync",
-            "ok",
+            CheckStatus.OK,
             "agentops.fsync=true: objects and refs are fsynced (~3x slower writes)"
             if store.fsync
             else "agentops.fsync is off: fast, but a power loss can lose the last writes (git's default too)",
@@ -184,7 +200,7 @@ def _repository(start: Path) -> tuple[list[Check], Any]:
         checks.append(
             Check(
                 "stale-locks",
-                "warn",
+                CheckStatus.WARN,
                 f"{len(stale)} ref lock file(s) older than a minute: {stale[0]}",
                 [str(p) for p in stale],
                 "if no git-agentops or git process is running, delete them",
@@ -202,11 +218,11 @@ def _hooks(start: Path, path: str | None) -> Check:
 
     git = shutil.which("git", path=path)
     if git is None:
-        return Check("hooks", "warn", "git is not on PATH: hooks not checked")
+        return Check("hooks", CheckStatus.WARN, "git is not on PATH: hooks not checked")
     try:
         target = locate(start, git=git)
     except AgentOpsError as exc:
-        return Check("hooks", "warn", f"hooks not checked: {exc.message}")
+        return Check("hooks", CheckStatus.WARN, f"hooks not checked: {exc.message}")
     names = SERVER_HOOKS if target.bare else HOOK_NAMES
     found = inspect(target.directory, names)
     states = {h.name: h.state for h in found}
@@ -230,9 +246,9 @@ def _hooks(start: Path, path: str | None) -> Check:
     }
     working = all(h.state == HookState.INSTALLED or h.behind for h in found)
     if working and not any(h.outdated for h in found):
-        return Check("hooks", "ok", "; ".join(parts), value)
+        return Check("hooks", CheckStatus.OK, "; ".join(parts), value)
     remedy = "git agentops-init --server" if target.bare else "git agentops-init --hooks"
-    return Check("hooks", "warn", "; ".join(parts), value, remedy + " (hooks are advisory)")
+    return Check("hooks", CheckStatus.WARN, "; ".join(parts), value, remedy + " (hooks are advisory)")
 
 
 def _agents(path: str | None) -> Check:
@@ -244,11 +260,11 @@ def _agents(path: str | None) -> Check:
     if not found:
         return Check(
             "agents",
-            "ok",
+            CheckStatus.OK,
             "no agent CLI (claude, codex, opencode, gemini, aider) on PATH; the scripted host is built in",
             [],
         )
-    return Check("agents", "ok", "; ".join(f"{a.kind} {a.version} ({a.path})" for a in found), value)
+    return Check("agents", CheckStatus.OK, "; ".join(f"{a.kind} {a.version} ({a.path})" for a in found), value)
 
 
 def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
@@ -282,7 +298,7 @@ def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
     if chosen in ("none", "unavailable"):
         return Check(
             "sandbox",
-            "warn",
+            CheckStatus.WARN,
             f"{detail}; agents run unconfined ({why}): they can read {' and '.join(exposed)}{root}",
             value,
             'use a kernel with Landlock (5.13+) and user namespaces, keep [sandbox] mode = "landlock"',
@@ -292,30 +308,32 @@ def _sandbox(store: Any, environ: Mapping[str, str]) -> Check:
         reach = f"; ssh-agent's socket {sock} is within their reach: a key in it signs for them" if sock else ""
         return Check(
             "sandbox",
-            "warn",
+            CheckStatus.WARN,
             f"{detail}; agents run under Landlock alone: the person's unix sockets (tmux, D-Bus...){reach}{root}",
             value,
             "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 / "
             "kernel.apparmor_restrict_unprivileged_userns=0)",
         )
     if abi < 6:
-        return Check("sandbox", "warn", detail + "; agents may signal processes outside their sandbox" + root, value)
+        return Check(
+            "sandbox", CheckStatus.WARN, detail + "; agents may signal processes outside their sandbox" + root, value
+        )
     if key and store is not None and store.workdir is not None:
         folder = Path(key).expanduser().resolve().parent
         if folder == Path(store.workdir).resolve() or folder in Path(store.workdir).resolve().parents:
             return Check(
                 "sandbox",
-                "warn",
+                CheckStatus.WARN,
                 f"{detail}; the signing key's directory {folder} holds the repository, so agents are denied only the"
                 " key file, not the rest of that directory" + root,
                 value,
                 "keep the signing key in a directory of its own (e.g. ~/.config/git-agentops/keys/)",
             )
     if root:
-        return Check("sandbox", "warn", f"{detail}; agents cannot read {' or '.join(exposed)}{root}", value)
+        return Check("sandbox", CheckStatus.WARN, f"{detail}; agents cannot read {' or '.join(exposed)}{root}", value)
     return Check(
         "sandbox",
-        "ok",
+        CheckStatus.OK,
         f"{detail}; agents cannot read {' or '.join(exposed)}, nor reach the sockets of your session",
         value,
     )
@@ -340,15 +358,17 @@ def _signing(store: Any, environ: Mapping[str, str]) -> Check:
     or ``ssh-agent`` (``agentops.signingKey`` naming the public key, as git's ``user.signingKey`` may)."""
     key = store.config_value("agentops.signingKey")
     if not key:
-        return Check("signing", "ok", "receipts are unsigned (no agentops.signingKey)", None)
+        return Check("signing", CheckStatus.OK, "receipts are unsigned (no agentops.signingKey)", None)
     path = Path(key).expanduser()
     text = path.read_text("utf-8", errors="replace")[:200] if path.is_file() else ""
     if not text:
-        return Check("signing", "warn", f"agentops.signingKey {key} is not a readable file", key, "fix the path")
+        return Check(
+            "signing", CheckStatus.WARN, f"agentops.signingKey {key} is not a readable file", key, "fix the path"
+        )
     if "PRIVATE KEY" in text:
         return Check(
             "signing",
-            "warn",
+            CheckStatus.WARN,
             f"receipts are signed with the private key file {key}: the sandbox keeps it from agents, but any process"
             " you start outside one (a build tool, an unsandboxed run) can read it",
             key,
@@ -356,9 +376,13 @@ def _signing(store: Any, environ: Mapping[str, str]) -> Check:
         )
     detail = f"receipts are signed through ssh-agent with {key}"
     if environ.get("SSH_AUTH_SOCK"):
-        return Check("signing", "ok", detail + "; the agent is running", key)
+        return Check("signing", CheckStatus.OK, detail + "; the agent is running", key)
     return Check(
-        "signing", "warn", detail + "; no agent found (SSH_AUTH_SOCK is unset)", key, f"ssh-add the key of {key}"
+        "signing",
+        CheckStatus.WARN,
+        detail + "; no agent found (SSH_AUTH_SOCK is unset)",
+        key,
+        f"ssh-add the key of {key}",
     )
 
 
@@ -370,16 +394,16 @@ def _service(environ: Mapping[str, str]) -> Check:
     try:
         found = detect(environ)
     except AgentOpsError as exc:
-        return Check("service", "warn", exc.message, None, f"unset {SWITCH} or set it to auto")
+        return Check("service", CheckStatus.WARN, exc.message, None, f"unset {SWITCH} or set it to auto")
     value = {"manager": str(found.manager), "forced": found.forced}
     if found.manager is Manager.PROCESS:
         detail = f"detached supervisors are plain processes ({found.reason}): after a crash, 'run resume' restarts one"
-        return Check("service", "ok", detail, value)
+        return Check("service", CheckStatus.OK, detail, value)
     detail = f"detached supervisors run as {found.reason}"
     if found.manager is Manager.SYSTEMD and linger(environ) is False:
         detail += "; without lingering your user manager, and runs with it, stop when you log out"
-        return Check("service", "ok", detail, value, "loginctl enable-linger")
-    return Check("service", "ok", detail, value)
+        return Check("service", CheckStatus.OK, detail, value, "loginctl enable-linger")
+    return Check("service", CheckStatus.OK, detail, value)
 
 
 def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None = None) -> Report:
@@ -395,7 +419,7 @@ def diagnose(start: Path, *, path: str | None, environ: Mapping[str, str] | None
     ]
     report.checks.append(_schemas())
     report.checks += [_git(path), _ssh_keygen(path), _agents(path)]
-    if pygit2_check.status != "fail":
+    if pygit2_check.status != CheckStatus.FAIL:
         repo_checks, store = _repository(start)
         report.checks += repo_checks
         if store is not None:

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 
 from .common import Context, Parser, build, run
 
-_MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
-
 
 def build_parser() -> Parser:
     return build(
@@ -20,13 +18,15 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from .diagnose import diagnose
+    from .diagnose import CheckStatus, diagnose
+
+    marks = {CheckStatus.OK: "ok  ", CheckStatus.WARN: "warn", CheckStatus.FAIL: "FAIL"}
 
     report = diagnose(ctx.cwd, path=ctx.env.get("PATH"), environ=ctx.env)
     lines = []
     for check in report.checks:
-        lines.append(f"{_MARK[check.status]}  {check.id:<12} {check.detail}")
-        if check.remedy and check.status != "ok":
+        lines.append(f"{marks[check.status]}  {check.id:<12} {check.detail}")
+        if check.remedy and check.status != CheckStatus.OK:
             lines.append(f"      {'':<12} -> {check.remedy}")
     lines.append("healthy" if report.healthy else "NOT healthy: fix the FAIL lines above")
     ctx.emit(report.to_json(), lines)

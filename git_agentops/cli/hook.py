@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status, lines = dispatch(hook, rest, cwd=os.getcwd(), env=os.environ, stdin=stdin)
     except Exception as crash:  # noqa: BLE001 -- a tool bug must not block git, unless our refs are at stake
-        closed = hook in ("reference-transaction", "pre-receive", "pre-push") and any(ns in stdin for ns in NAMESPACES)
+        closed = hook in STDIN_HOOKS and any(ns in stdin for ns in NAMESPACES)
         sys.stderr.write(
             f"{'error[HOOK_FAILED]' if closed else 'warning[HOOK_FAILED]'}: git-agentops {hook} hook "
             f"failed ({type(crash).__name__}: {crash}); "

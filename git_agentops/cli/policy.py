@@ -171,6 +171,7 @@ def _runs_what(policy: Any) -> list[str]:
 def _host_capabilities(name: str, host: Any) -> list[str]:
     """What trusting a host allows: its argv, how it resumes, the environment it gets on top of yours, the credentials
     of yours it is given (``pass_env``)."""
+    from ..model.hosts import kind_of
 
     def argv(value: Any) -> str:
         return shlex.join(value) if isinstance(value, list) else str(value)
@@ -185,7 +186,7 @@ def _host_capabilities(name: str, host: Any) -> list[str]:
         lines.append(f"      may write, in the sandbox: {', '.join(host['writable'])}")
     if host.get("pass_env"):
         lines.append(f"      is given these credentials of your environment: {', '.join(host['pass_env'])}")
-    if host["kind"] != "scripted":
+    if kind_of(host["kind"]).builtin_module is None:  # a program of the person's, not our built-in agent
         lines.append(
             "      runs with your environment minus its other credentials (tokens, keys, passwords) and AGENTOPS_*"
         )
@@ -240,7 +241,7 @@ def _grantor(ctx: Context, yes: bool) -> Any:
 
 
 def _trust(args: argparse.Namespace, ctx: Context) -> int:
-    from ..policy.trust import describe_grant
+    from ..policy.trust import TrustStatus, describe_grant
 
     _refuse_agent(ctx)  # before anything is read: an agent's variables need no policy to be refused
     policy, identity, trust = _trust_context(ctx)
@@ -257,7 +258,7 @@ def _trust(args: argparse.Namespace, ctx: Context) -> int:
     ctx.confirm("Trust this policy?", yes=args.yes)
     record = trust.grant(identity, policy, by=_grantor(ctx, args.yes))
     ctx.emit(
-        {"status": "TRUSTED", "record": {k: v for k, v in record.to_json().items() if k != "policy"}},
+        {"status": str(TrustStatus.TRUSTED), "record": {k: v for k, v in record.to_json().items() if k != "policy"}},
         [f"TRUSTED: {policy.config_hash} for {identity.repository}", f"trusted {describe_grant(record)}"],
     )
     return 0
@@ -276,20 +277,22 @@ def _untrust(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _status(args: argparse.Namespace, ctx: Context) -> int:
-    from ..policy.trust import describe_grant
+    from ..policy.trust import TrustStatus, describe_grant
 
     policy, identity, trust = _trust_context(ctx)
     verdict = trust.status(identity, policy)
     lines = [f"{verdict.status}: policy {policy.config_hash[:12]} in {identity.repository}"]
     if verdict.record is not None:
-        which = "trusted" if verdict.status == "TRUSTED" else f"policy {verdict.record.config_hash[:12]} trusted"
+        which = (
+            "trusted" if verdict.status == TrustStatus.TRUSTED else f"policy {verdict.record.config_hash[:12]} trusted"
+        )
         lines.append(f"{which} {describe_grant(verdict.record)}")
     if verdict.differences:
         lines.append("changed since trusted: " + ", ".join(verdict.differences))
-    if verdict.status != "TRUSTED":
+    if verdict.status != TrustStatus.TRUSTED:
         lines.append("review it with 'git agentops-policy show', trust it with 'git agentops-policy trust'")
     ctx.emit(verdict.to_json(), lines)
-    return 0 if verdict.status == "TRUSTED" else 1
+    return 0 if verdict.status == TrustStatus.TRUSTED else 1
 
 
 _HANDLERS = {"check": _check, "show": _show, "trust": _trust, "untrust": _untrust, "status": _status}

@@ -80,6 +80,16 @@ class Manager(enum.StrEnum):
     PROCESS = "process"
 
 
+class Wanted(enum.StrEnum):
+    """What ``AGENTOPS_SUPERVISOR_MANAGER`` may say: a :class:`Manager`, or ``auto`` (unset too): the platform's
+    own manager when it is available, else a plain process."""
+
+    AUTO = "auto"
+    SYSTEMD = Manager.SYSTEMD.value
+    LAUNCHD = Manager.LAUNCHD.value
+    PROCESS = Manager.PROCESS.value
+
+
 @dataclass(frozen=True, slots=True)
 class Completed:
     returncode: int
@@ -141,23 +151,24 @@ def _launchd(env: Mapping[str, str], run: Runner) -> str | None:
 def detect(env: Mapping[str, str], *, system: str | None = None, run: Runner = run_command) -> Availability:
     """The manager a detached supervisor would run under, and why. ``RUN_SERVICE_UNAVAILABLE`` when
     ``AGENTOPS_SUPERVISOR_MANAGER`` names an unknown manager, or one not available here."""
-    wanted = (env.get(SWITCH) or "auto").strip().lower()
+    named = (env.get(SWITCH) or Wanted.AUTO).strip().lower()
     system = system or platform.system()
-    if wanted == Manager.PROCESS:
+    if named not in tuple(Wanted):
+        raise AgentOpsError("RUN_SERVICE_UNAVAILABLE", f"{SWITCH}={named!r}: say auto, systemd, launchd or process")
+    wanted = Wanted(named)
+    if wanted is Wanted.PROCESS:
         return Availability(Manager.PROCESS, f"{SWITCH}=process", forced=True)
-    if wanted not in ("auto", Manager.SYSTEMD, Manager.LAUNCHD):
-        raise AgentOpsError("RUN_SERVICE_UNAVAILABLE", f"{SWITCH}={wanted!r}: say auto, systemd, launchd or process")
     candidates = {"Linux": Manager.SYSTEMD, "Darwin": Manager.LAUNCHD}
     native = candidates.get(system)
-    if wanted not in ("auto", native):
+    if wanted is not Wanted.AUTO and Manager(wanted.value) is not native:
         raise AgentOpsError("RUN_SERVICE_UNAVAILABLE", f"{SWITCH}={wanted}: not available on {system}")
     if native is None:
         return Availability(Manager.PROCESS, f"no supported service manager on {system}")
     why_not = _systemd(env, run) if native is Manager.SYSTEMD else _launchd(env, run)
     if why_not is None:
         how = "a systemd user unit" if native is Manager.SYSTEMD else "a launchd agent"
-        return Availability(native, f"{how}, restarted after a crash", forced=wanted != "auto")
-    if wanted != "auto":
+        return Availability(native, f"{how}, restarted after a crash", forced=wanted is not Wanted.AUTO)
+    if wanted is not Wanted.AUTO:
         raise AgentOpsError("RUN_SERVICE_UNAVAILABLE", f"{SWITCH}={wanted}, but {why_not}")
     return Availability(Manager.PROCESS, why_not)
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 
+from .names import HookName
 from .where import NAMESPACES, Where, git, locate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-STDIN_HOOKS = frozenset({"pre-push", "reference-transaction", "pre-receive"})
+STDIN_HOOKS = frozenset({HookName.PRE_PUSH, HookName.REFERENCE_TRANSACTION, HookName.PRE_RECEIVE})
 # Literals one of which is in every match of the built-in secret rules (:mod:`git_agentops.verify.redact`); a
 # staged diff holding none of them needs no regex scan. tests/test_hook_rules.py checks this stays true.
 SECRET_MARKERS = tuple(
@@ -162,9 +163,9 @@ def dispatch(
     where = locate(cwd, env)
     refusals: list[tuple[str, str]] = []
     notes: list[str] = []
-    if hook == "reference-transaction":
+    if hook == HookName.REFERENCE_TRANSACTION:
         refusals = reference_transaction(where, args, stdin)
-    elif hook == "pre-commit":
+    elif hook == HookName.PRE_COMMIT:
         if run_worktree(where):
             from .rules import worker_commit_refusals
 
@@ -172,16 +173,16 @@ def dispatch(
         scan, patterns = guardrails(where)
         if scan:
             refusals += secret_refusals(where, patterns)
-    elif hook in ("pre-merge-commit", "post-merge"):
+    elif hook in (HookName.PRE_MERGE_COMMIT, HookName.POST_MERGE):
         if run_worktree(where):
             from .rules import merge_refusals
 
             refusals, notes = merge_refusals(where, hook)
-    elif hook == "pre-push":
+    elif hook == HookName.PRE_PUSH:
         from .rules import push_refusals
 
         refusals = push_refusals(where, args, stdin, env)
-    elif hook == "pre-receive":
+    elif hook == HookName.PRE_RECEIVE:
         from .rules import receive_refusals
 
         refusals = receive_refusals(where, stdin)
@@ -191,6 +192,6 @@ def dispatch(
             "reference-transaction, pre-receive)"
         ]
     lines = notes + [f"error[{code}]: {message}" for code, message in refusals]
-    if hook == "post-merge":  # cannot refuse: it already happened
+    if hook == HookName.POST_MERGE:  # cannot refuse: it already happened
         return 0, [line.replace("error[", "warning[", 1) for line in lines]
     return (1 if refusals else 0), lines

@@ -36,10 +36,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..gitstore.refnames import ZERO_OID, namespace_rule
+from ..model.status import RunStatus, WorkerStatus
 from .history import notes_refusals, target_refusals
+from .names import HookName
 from .where import NAMESPACES, Where, blobs, git
 
-ACTIVE_WORKER = frozenset({"assigned", "starting", "running", "idle"})
+ACTIVE_WORKER = frozenset({WorkerStatus.ASSIGNED, WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.IDLE})
 PRIVATE_PREFIXES = (".agentops/mailbox/", ".agentops/worktrees/", ".agentops/review/")
 POLICY_FILE = ".agentops/policy.toml"
 
@@ -88,7 +90,7 @@ def worker_commit_refusals(where: Where, env: Mapping[str, str]) -> list[tuple[s
                 f"run {run_id} has no worker {worker_id}: this worktree is not a live worker's; commit elsewhere",
             )
         )
-    elif run.get("status") != "active" or run.get("disableRestart"):
+    elif run.get("status") != RunStatus.ACTIVE or run.get("disableRestart"):
         refusals.append(
             (
                 "HOOK_STALE_WORKER",
@@ -120,7 +122,7 @@ def worker_commit_refusals(where: Where, env: Mapping[str, str]) -> list[tuple[s
                 "(git restore --staged ...): the mailbox is never committed",
             )
         )
-    refusals += merge_refusals(where, "pre-commit")[0]  # concluding a merge that stopped on a conflict
+    refusals += merge_refusals(where, HookName.PRE_COMMIT)[0]  # concluding a merge that stopped on a conflict
     if POLICY_FILE in staged and env.get("AGENTOPS_POLICY_SYNC") != "1":
         refusals.append(
             (
@@ -156,7 +158,7 @@ def _merging(where: Where, hook: str) -> list[str] | None:
     ``pre-merge-commit`` learns them from ``$GIT_REFLOG_ACTION`` (``merge <commit>...``, as git sets it) or, for
     ``git pull``, from ``FETCH_HEAD``. ``post-merge`` reads the merge commit's parents.
     """
-    if hook == "post-merge":
+    if hook == HookName.POST_MERGE:
         status, out = git(where, ["rev-list", "--parents", "-n", "1", "HEAD"])
         parents = out.decode().split()[1:] if status == 0 else []
         return parents[1:]
@@ -165,7 +167,7 @@ def _merging(where: Where, hook: str) -> list[str] | None:
             return handle.read().split()
     except OSError:
         pass
-    if hook != "pre-merge-commit":
+    if hook != HookName.PRE_MERGE_COMMIT:
         return []  # an ordinary commit
     action = where.env.get("GIT_REFLOG_ACTION", "").split()
     if action[:1] == ["pull"]:
@@ -211,7 +213,7 @@ def merge_refusals(where: Where, hook: str) -> tuple[list[tuple[str, str]], list
         f"{', '.join(c[:12] for c in foreign)} is not the frozen delivery of a dependency of this task "
         f"(allowed: {shown})"
     )
-    if hook == "post-merge":  # a warning only: a hook runs in the agent's process and never writes run state
+    if hook == HookName.POST_MERGE:  # a warning only: a hook runs in the agent's process and never writes run state
         return [("HOOK_MERGE_NOT_DELIVERY", what + "; the supervisor records it when this worker hands off")], []
     return [
         (

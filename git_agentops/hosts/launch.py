@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..errors import AgentOpsError
-from ..model.hosts import default_pass_env
+from ..model.hosts import builtin_hosts, default_pass_env, kind_of
 from ..model.policy import Policy
 from ..process.groups import ProcessIdentity, process_identity
 from ..sandbox.plan import Sandbox
@@ -64,19 +64,22 @@ class HostSpec:
 
     @property
     def binary(self) -> str | None:
-        """The program a list argv starts (None for the scripted agent and shell strings)."""
-        if self.kind == "scripted" or isinstance(self.argv, str) or not self.argv:
+        """The program a list argv starts (None for a built-in agent and shell strings)."""
+        if kind_of(self.kind).builtin_module is not None or isinstance(self.argv, str) or not self.argv:
             return None
         return self.argv[0]
 
 
 def host_spec(policy: Policy, name: str) -> HostSpec:
-    """The host called ``name`` in the policy (``scripted`` is built in). ``RUN_HOST_UNKNOWN``."""
+    """The host called ``name`` in the policy, or a built-in agent (``scripted``, :func:`builtin_hosts`).
+    ``RUN_HOST_UNKNOWN``."""
     hosts = policy.doc["hosts"]
     if name not in hosts:
-        if name == "scripted":  # the recipe player talks to its supervisor through files: it needs no network
-            return HostSpec("scripted", "scripted", (), False, {}, network=False)
-        raise AgentOpsError("RUN_HOST_UNKNOWN", f"no host {name!r} in the policy (known: scripted, {', '.join(hosts)})")
+        builtin = {kind.name: kind for kind in builtin_hosts()}
+        if name in builtin:
+            return HostSpec(name, name, (), False, {}, network=builtin[name].network)
+        known = ", ".join([*builtin, *hosts])
+        raise AgentOpsError("RUN_HOST_UNKNOWN", f"no host {name!r} in the policy (known: {known})")
     host = hosts[name]
     argv = host.get("argv") or ()
     resume = host.get("resume_argv") or ()
@@ -184,8 +187,8 @@ def command_for(spec: HostSpec, launch: Launch) -> tuple[list[str], bool]:
     a host reported, stays one word and runs nothing; the policy refuses ``{prompt}`` there anyway
     (:func:`git_agentops.policy.load.shell_host_problems`), and quoting keeps an older cached policy safe too.
     """
-    if spec.kind == "scripted":
-        return [sys.executable, "-m", "git_agentops.cli.agent"], False
+    if (module := kind_of(spec.kind).builtin_module) is not None:  # our own agent, run by our own interpreter
+        return [sys.executable, "-m", module], False
     template = spec.resume_argv if launch.session and spec.resume_argv else spec.argv
     if not template:
         raise AgentOpsError("RUN_HOST_FAILED", f"host {spec.name!r} ({spec.kind}) has no argv")
@@ -208,10 +211,10 @@ fetch over ssh) names it in its ``pass_env`` or sets it in its ``env``."""
 
 def passed_variables(policy: Policy, host: str) -> tuple[str, ...]:
     """The credential variables of the person's environment ``[hosts.<host>] pass_env`` gives its agents (the
-    kind's defaults, :func:`git_agentops.model.hosts.default_pass_env`, for the built-in ``scripted``)."""
+    kind's defaults, :func:`git_agentops.model.hosts.default_pass_env`, for a built-in agent like ``scripted``)."""
     hosts = policy.doc["hosts"]
     if host not in hosts:
-        return default_pass_env("scripted")
+        return default_pass_env(host)
     return tuple(hosts[host].get("pass_env", default_pass_env(hosts[host]["kind"])))
 
 
@@ -266,8 +269,6 @@ def header(spec: HostSpec, launch: Launch, argv: list[str]) -> str:
 def unnest(spec: HostSpec, argv: list[str]) -> tuple[list[str], str]:
     """Inside our sandbox, the argv of a host whose own sandbox cannot nest in ours, with it turned off (ours is the
     wall: :meth:`git_agentops.model.hosts.base.HostKind.unnest`); and the log line that says so ("" if unchanged)."""
-    from ..model.hosts import kind_of
-
     return kind_of(spec.kind).unnest(argv)
 
 

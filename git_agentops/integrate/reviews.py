@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -287,12 +286,8 @@ def _run_reviewer(
     )
     if recipe is not None:
         env["AGENTOPS_RECIPE"] = str(recipe)
-    if spec.kind == "scripted":
-        argv: list[str] | str = [sys.executable, "-m", "git_agentops.cli.agent"]
-        shell = False
-    else:
-        command, shell = command_for(spec, launch)
-        argv = command[0] if shell else command
+    command, shell = command_for(spec, launch)  # a built-in agent's own interpreter and module, or the policy's argv
+    argv: list[str] | str = command[0] if shell else command
     if box is not None:
         sandbox, spec_path = box
         if isinstance(argv, list) and sandbox.mode != "none":

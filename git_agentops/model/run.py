@@ -30,6 +30,8 @@ from ..canonical import digest
 from .integration import Integration
 from .jsonform import FieldMap, JsonRecord, field_map, on_disk
 from .sandbox import weakest
+from .status import RunStatus as RunStatus  # noqa: PLC0414 -- re-exported: the hooks import it from .status
+from .status import WorkerStatus as WorkerStatus  # noqa: PLC0414
 from .task import Task, TaskStatus, task_contract_hash
 from .usage import Accounted, ReviewerUsage, Reviews, Usage, total_usage
 
@@ -37,18 +39,6 @@ STORM_STARTS: Final = 3
 STORM_WINDOW: Final = 300.0
 NO_PROGRESS_REPEATS: Final = 2  # the same failure this many times in a row blocks (see no_progress)
 MAX_GENERATIONS: Final = 8  # a hard stop even when every failure looks different
-
-
-class RunStatus(enum.StrEnum):
-    """A run's status; the module docstring says what each means. ``complete`` is sticky."""
-
-    ACTIVE = "active"
-    PAUSED = "paused"
-    AWAITING_INPUT = "awaiting-input"
-    BLOCKED = "blocked"
-    BUDGET_LIMITED = "budget-limited"
-    STOPPING = "stopping"
-    COMPLETE = "complete"
 
 
 ENDED: Final = frozenset(
@@ -61,24 +51,6 @@ class Role(enum.StrEnum):
 
     COORDINATOR = "coordinator"
     CHILD = "child"
-
-
-class WorkerStatus(enum.StrEnum):
-    """A worker's lifecycle state.
-
-    :data:`ACTIVE_WORKER` holds the states of a worker still on its task; the supervisor starts a new generation for
-    ``assigned``, ``stopped`` and ``fenced`` workers.
-    """
-
-    ASSIGNED = "assigned"
-    STARTING = "starting"
-    RUNNING = "running"
-    IDLE = "idle"
-    HANDING_OFF = "handing-off"
-    STOPPED = "stopped"
-    FENCED = "fenced"
-    BLOCKED = "blocked"
-    DELIVERED = "delivered"
 
 
 ACTIVE_WORKER: Final = frozenset(

@@ -27,6 +27,7 @@ from ..errors import AgentOpsError
 from ..gitstore.private import read_private, resolve_contained, write_private
 from ..gitstore.refnames import ref_name_problem
 from ..model.globs import compile_pattern
+from ..model.hosts import builtin_hosts
 from ..model.policy import POLICY_PATH, Policy, effective
 from ..model.policydoc import PolicyDoc
 from ..schema import documents
@@ -179,7 +180,7 @@ def _semantic(doc: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | i
     target = run.get("target")
     if isinstance(target, str) and (problem := ref_name_problem(f"refs/heads/{target}")):
         yield (_LOOSE_CODE, ("run", "target"), f"{target!r} is not a valid branch name: {problem}")
-    host_names = set(hosts) | {"scripted"}
+    host_names = set(hosts) | {kind.name for kind in builtin_hosts()}  # the built-in agents need no [hosts]
     default_host = run.get("default_host")
     if isinstance(default_host, str) and default_host not in host_names:
         yield (_LOOSE_CODE, ("run", "default_host"), f"no host named {default_host!r} (define [hosts.{default_host}])")

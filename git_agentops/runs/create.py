@@ -25,6 +25,7 @@ from ..gitstore.private import write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..hosts.launch import check_available, host_spec
+from ..model.hosts import kind_of
 from ..model.policy import Policy, duration_seconds
 from ..model.run import Role, Run, Worker
 from ..model.task import contract_hash
@@ -137,7 +138,7 @@ def create_run(
 
         load_recipe(recipe)
         recipe_bytes = recipe.read_bytes()
-    elif spec.kind == "scripted":
+    elif kind_of(spec.kind).follows_recipe:
         raise AgentOpsError("RUN_RECIPE_INVALID", "the scripted host follows a recipe: pass --recipe FILE")
     run_id = new_run_id(clock)
     where = placement(root, policy.worktree_root, run_id, "coordinator", runstate.branch_ref(run_id, "coordinator"))

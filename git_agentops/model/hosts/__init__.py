@@ -41,6 +41,7 @@ __all__ = [
     "HostKind",
     "agent_clis",
     "allowed_commands",
+    "builtin_hosts",
     "claude_allowed_tools",
     "default_argv",
     "default_env",
@@ -77,6 +78,11 @@ def kind_of(name: str) -> HostKind:
 def agent_clis() -> tuple[HostKind, ...]:
     """The kinds that are agent CLIs (they have a program to look for), in order of preference."""
     return tuple(kind for kind in registry().values() if kind.binary is not None)
+
+
+def builtin_hosts() -> tuple[HostKind, ...]:
+    """The built-in agents (:attr:`HostKind.builtin_module`): hosts under their kind's name that no policy defines."""
+    return tuple(kind for kind in registry().values() if kind.builtin_module is not None)
 
 
 def kinds() -> tuple[str, ...]:

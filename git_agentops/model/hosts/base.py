@@ -11,6 +11,8 @@ A kind says how its CLI runs unattended and how to read what it printed:
   from that are cleared of what an agent left (``cleared``, ``sealed``);
 * ``unnest``: what changes in its argv when it runs inside our sandbox (a sandbox of its own that cannot nest);
 * ``parse``: the JSON events of one generation's output as a :class:`HostReport` (session, usage, final text).
+* ``builtin_module``, ``network``, ``follows_recipe``: a built-in agent of ours (``scripted``): the module our own
+  interpreter runs, a host without a ``[hosts]`` entry, whether it reaches the network, whether it plays a recipe.
 
 Adding a host is adding a module that defines ``KIND``, an instance of a :class:`HostKind` subclass.
 """
@@ -217,6 +219,15 @@ class HostKind:
     leaves: ClassVar[tuple[str, ...]] = ()
     """What it writes into the worktree of its own accord (caches, histories; a trailing ``/`` for a directory):
     excluded from commits like the guard files (``info/exclude``), so it never makes a checkout dirty."""
+    builtin_module: ClassVar[str | None] = None
+    """The module of ours it runs with the supervisor's own interpreter (``python -m``) instead of a policy argv:
+    a built-in agent. It is a host under its own name without a ``[hosts]`` entry, and ``policy trust`` does not
+    warn about the environment it gets (it is our code, not a program of the person's)."""
+    network: ClassVar[bool] = True
+    """Whether the built-in host (:attr:`builtin_module`) may reach the network (False: a namespace of its own with
+    nothing in it)."""
+    follows_recipe: ClassVar[bool] = False
+    """It plays a recipe instead of asking a model: a run on it needs one (``--recipe``)."""
 
     def default_argv(self, verify_argvs: VerifyArgvs) -> tuple[str, ...]:
         """The argv ``init`` writes, allowing the verification commands ``verify_argvs`` (``()``: none)."""

@@ -11,6 +11,9 @@ from .base import HostKind
 class Scripted(HostKind):
     name = "scripted"
     writable = ()
+    builtin_module = "git_agentops.cli.agent"
+    network = False  # the recipe player talks to its supervisor through files
+    follows_recipe = True
 
 
 KIND: Final = Scripted()
