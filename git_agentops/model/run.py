@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ..canonical import digest
+from ..canonical import JsonObject, JsonValue, digest
 from .integration import Integration
 from .jsonform import FieldMap, JsonRecord, field_map, on_disk
 from .sandbox import weakest
@@ -93,7 +93,7 @@ class Interval:
     start: float
     end: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``budget.intervals[]`` entry of ``run.json``."""
         return {"start": self.start, "end": self.end}
 
@@ -140,7 +140,7 @@ class Run:
         """
         return digest({"goal": self.goal})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``run.json`` document (the ``run`` schema), ``goalHash`` included."""
         return {
             "runId": self.run_id,
@@ -234,9 +234,9 @@ class Failure:
     at: float
     output: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``failures[]`` entry of a worker record (``output`` only when the failure names one)."""
-        doc: dict[str, Any] = {
+        doc: JsonObject = {
             "fingerprint": self.fingerprint,
             "code": self.code,
             "message": self.message,
@@ -303,7 +303,7 @@ class Worker:
         """The ``sandbox`` to record once a generation ran at ``level``: the weaker of it and the one recorded."""
         return weakest((self.sandbox, level))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``workers/<id>.json`` document (the ``worker`` schema)."""
         return {
             "workerId": self.worker_id,
@@ -394,7 +394,7 @@ def is_restart_storm(run: Run, now: float) -> bool:
 # -- failures and progress -------------------------------------------------------------------------------------------
 
 
-def fingerprint(code: str, detail: Mapping[str, Any]) -> str:
+def fingerprint(code: str, detail: Mapping[str, JsonValue]) -> str:
     """A failure's identity: its code and normalised details (command id, failure class...), never its timing."""
     return digest({"code": code, "detail": dict(detail)})
 
@@ -414,7 +414,7 @@ def no_progress(failures: Sequence[Failure]) -> bool:
     return len({f.head for f in last}) == 1
 
 
-def ready(tasks: Mapping[str, Any], task_id: str) -> bool:
+def ready(tasks: Mapping[str, Task], task_id: str) -> bool:
     """A planned task is ready when every dependency is delivered."""
     task = tasks[task_id]
     return task.status == TaskStatus.PLANNED and all(
@@ -422,7 +422,7 @@ def ready(tasks: Mapping[str, Any], task_id: str) -> bool:
     )
 
 
-def dependents(tasks: Mapping[str, Any], task_id: str) -> list[str]:
+def dependents(tasks: Mapping[str, Task], task_id: str) -> list[str]:
     """Every task that depends on ``task_id``, directly or not (for blocking a whole subtree)."""
     found: list[str] = []
     frontier = [task_id]
