@@ -133,10 +133,11 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
     task = md(facts.task_title(gen.task_id), 40) if gen.task_id else "-"
     code = f"`{gen.code}`" if gen.code else "-"
     handoffs = ", ".join(short(h.commit) for h in gen.handoffs) or "-"
-    usage = gen.usage or {}
-    tokens = (usage.get("inputTokens", 0) + usage.get("outputTokens", 0)) if usage else None
-    spent = f"{tokens} tok" + (f", ${usage['costUsd']:.4f}" if usage.get("costUsd") is not None else "")
-    spent += " (partial)" if usage.get("partial") else ""
+    usage = gen.usage
+    tokens = usage.tokens if usage is not None else None
+    cost = usage.cost_usd if usage is not None else None
+    spent = f"{tokens} tok" + (f", ${cost:.4f}" if cost is not None else "")
+    spent += " (partial)" if usage is not None and usage.partial else ""
     return [
         f"`{gen.id}`",
         gen.role,
@@ -216,7 +217,7 @@ def markdown(facts: Report) -> str:
     lines += _table(header, [_generation_row(facts, g) for g in facts.generations])
     for gen in facts.generations:
         for refusal in gen.refusals:
-            lines.append(f"- `{gen.id}` refused `{refusal.get('code')}`: {md(refusal.get('message'), 300)}")
+            lines.append(f"- `{gen.id}` refused `{refusal.code}`: {md(refusal.message, 300)}")
     lines += ["", "## Evidence", ""]
     rows = []
     for e in doc["evidence"]:
