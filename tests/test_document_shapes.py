@@ -14,7 +14,7 @@ from typing import Any, ForwardRef
 import pytest
 
 from git_agentops.hosts import recipe
-from git_agentops.model import instructionsdoc
+from git_agentops.model import instructionsdoc, run
 from git_agentops.receipts import shape
 from git_agentops.resources import data_dir
 
@@ -57,6 +57,8 @@ ENVELOPE = _schema("dsse-envelope")
 INSTRUCTIONS = _schema("instructions")
 TASK = _schema("task")
 RECIPE = _schema("recipe")
+RUN = _schema("run")
+WORKER = _schema("worker")
 
 SHAPES = [
     (shape.EnvelopeDoc, ENVELOPE, ()),
@@ -80,6 +82,11 @@ SHAPES = [
     (instructionsdoc.PolicyEntryDoc, INSTRUCTIONS, ("properties", "policy")),
     (instructionsdoc.TransitionEntryDoc, INSTRUCTIONS, ("properties", "policy", "properties", "transitions", "items")),
     (instructionsdoc.AssignedTaskDoc, TASK, ()),
+    (run.RunDoc, RUN, ()),
+    (run.BudgetDoc, RUN, ("properties", "budget")),
+    (run.IntervalDoc, RUN, ("properties", "budget", "properties", "intervals", "items")),
+    (run.WorkerDoc, WORKER, ()),
+    (run.FailureDoc, WORKER, ("properties", "failures", "items")),
     (recipe.RecipeDoc, RECIPE, ()),
     (recipe.PlanDoc, RECIPE, ("properties", "plan")),
     (recipe.CoordinatorDoc, RECIPE, ("properties", "coordinator")),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict
 
 from ..canonical import JsonObject, JsonValue, digest
 from .integration import Integration
@@ -84,6 +84,97 @@ class WorkerStatus(enum.StrEnum):
 ACTIVE_WORKER: Final = frozenset(
     {WorkerStatus.ASSIGNED, WorkerStatus.STARTING, WorkerStatus.RUNNING, WorkerStatus.IDLE, WorkerStatus.HANDING_OFF}
 )
+
+
+# -- the documents' shapes (``schemas/run.schema.json``, ``schemas/worker.schema.json``), read once the schema
+# checked them; a key an older record may lack is still read with ``.get`` and its default
+
+
+class IntervalDoc(TypedDict):
+    """A ``budget.intervals[]`` entry (``end`` null while open)."""
+
+    start: float
+    end: float | None
+
+
+class BudgetDoc(TypedDict):
+    """``run.json``'s ``budget``: the limits, the active intervals and what reviewers used."""
+
+    limitSeconds: int
+    intervals: list[IntervalDoc]
+    costLimitUsd: NotRequired[float | None]
+    tokenLimit: NotRequired[int | None]
+    reviewUsage: NotRequired[list[JsonObject]]
+
+
+class RunDoc(TypedDict):
+    """``run.json``."""
+
+    runId: str
+    goal: str
+    goalHash: str
+    target: str
+    baseCommit: str
+    host: str
+    repository: str
+    policyConfigHash: str
+    status: str
+    statusReason: str | None
+    disableRestart: bool
+    coordinatorId: str
+    rootTaskId: str | None
+    contractHash: str
+    contractRevision: int
+    recipeDigest: str | None
+    budget: BudgetDoc
+    createdAt: float
+    supervisorStarts: list[float]
+    lastUserResume: float | None
+    planOrder: list[str]
+    integration: JsonObject | None
+
+
+class ProcessDoc(TypedDict):
+    """A worker record's ``process``."""
+
+    pid: int
+    startTime: int
+
+
+class FailureDoc(TypedDict):
+    """A worker record's ``failures[]`` entry."""
+
+    fingerprint: str
+    code: str
+    message: str
+    generation: int
+    head: str | None
+    at: float
+    output: NotRequired[str]
+
+
+class WorkerDoc(TypedDict):
+    """``workers/<id>.json``."""
+
+    workerId: str
+    role: str
+    host: str
+    worktree: str
+    branch: str
+    taskId: str | None
+    status: str
+    generation: int
+    base: str | None
+    process: ProcessDoc | None
+    diagnostic: str | None
+    failures: list[FailureDoc]
+    startedAt: float | None
+    blockedReason: str | None
+    extra: JsonObject
+    session: NotRequired[str | None]
+    usage: NotRequired[list[JsonObject]]
+    wokenFor: NotRequired[list[str]]
+    sandbox: NotRequired[str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +265,7 @@ class Run:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Run:
+    def from_json(cls, doc: RunDoc) -> Run:
         """Read ``run.json`` back (already validated against the ``run`` schema); absent optional keys get defaults."""
         return cls(
             run_id=doc["runId"],
@@ -200,7 +291,7 @@ class Run:
             supervisor_starts=tuple(doc.get("supervisorStarts", ())),
             last_user_resume=doc.get("lastUserResume"),
             plan_order=tuple(doc.get("planOrder", ())),
-            integration=Integration.from_json(doc["integration"]) if doc.get("integration") else None,
+            integration=Integration.from_json(record) if (record := doc.get("integration")) else None,
             review_usage=tuple(ReviewerUsage.from_json(u) for u in doc["budget"].get("reviewUsage", ())),
         )
 
@@ -328,7 +419,7 @@ class Worker:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Worker:
+    def from_json(cls, doc: WorkerDoc) -> Worker:
         """Read a worker record back (already validated against the ``worker`` schema); absent optional keys get
         defaults (a failure without ``head``, a record written before levels were recorded: None)."""
         process = doc.get("process")
@@ -345,7 +436,7 @@ class Worker:
             base=doc.get("base"),
             process=ProcessRef(process["pid"], process["startTime"]) if process else None,
             diagnostic=doc.get("diagnostic"),
-            failures=tuple(Failure(**{**f, "head": f.get("head")}) for f in doc.get("failures", ())),
+            failures=tuple(_failure(f) for f in doc.get("failures", ())),
             started_at=doc.get("startedAt"),
             blocked_reason=doc.get("blockedReason"),
             session=doc.get("session"),
@@ -353,6 +444,19 @@ class Worker:
             woken_for=tuple(doc.get("wokenFor", ())),
             sandbox=doc.get("sandbox"),
         )
+
+
+def _failure(doc: FailureDoc) -> Failure:
+    """A ``failures[]`` entry back (one written before ``head`` was recorded has None)."""
+    return Failure(
+        doc["fingerprint"],
+        doc["code"],
+        doc["message"],
+        doc["generation"],
+        doc.get("head"),
+        doc["at"],
+        doc.get("output"),
+    )
 
 
 WORKER_EXTRA: Final[FieldMap[Worker]] = field_map(Worker, partial=True)
