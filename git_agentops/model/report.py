@@ -16,6 +16,7 @@ from .integration import Integration
 from .jsonform import JsonRecord, on_disk
 from .run import Run, Worker
 from .task import Task
+from .transition import Transition
 from .usage import Usage, total_usage, usage_partial
 
 TAIL_KEPT: Final = 2000
@@ -252,7 +253,7 @@ class Report:
     run_events: tuple[EventFact, ...]
     used_seconds: float
     foreign_commits: int = 0
-    transitions: tuple[Mapping[str, JsonValue], ...] = ()
+    transitions: tuple[Transition, ...] = ()
     """The run's policy transitions (``transition.json`` of each journal, oldest first)."""
 
     @property
@@ -308,7 +309,7 @@ class Report:
             "usage": self.usage(),
             "runEvents": [e.to_json() for e in self.run_events],
             "foreignCommits": self.foreign_commits,
-            "policyTransitions": [dict(t) for t in self.transitions],
+            "policyTransitions": [t.to_json() for t in self.transitions],
         }
 
 

@@ -101,7 +101,7 @@ def gather(store: Store, run_id: str, *, clock: Clock, environ: Mapping[str, str
         run_events=tuple(run_events),
         used_seconds=used_seconds(run.intervals, clock.now()),
         foreign_commits=sum(1 for e in entries if e.foreign),
-        transitions=tuple(t.to_json() for t in transitions.all_of(store, run.run_id)),
+        transitions=tuple(transitions.all_of(store, run.run_id)),
     )
 
 
