@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..canonical import JsonObject, check_seal
 from ..errors import AgentOpsError
@@ -156,7 +156,7 @@ def _claims(statement: StatementDoc) -> tuple[tuple[str, ...], str | None]:
     """The merge steps and run a schema-valid statement names, before any of it is checked: only to say which
     receipt a range's commit was meant to be covered by when that receipt does not count, never to cover it."""
     predicate = statement["predicate"]
-    integration: IntegrationDoc = predicate["integration"]["value"]  # type: ignore[assignment]  # the schema's shape
+    integration = cast(IntegrationDoc, predicate["integration"]["value"])  # the schema checked its shape
     return tuple(str(step["commit"]) for step in integration["steps"]), str(predicate["runId"])
 
 
