@@ -24,7 +24,11 @@ from ..errors import AgentOpsError
 from .common import Context, Parser
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ..canonical import JsonValue
     from ..model.report import Generation, Report
+    from ..model.transition import Transition
 
 _MD_SPECIAL: Final = re.compile(r"([\\`*_\[\]<>|~&])")
 
@@ -114,7 +118,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines if rows else ["(none)"]
 
 
-def _result(e: dict[str, Any]) -> str:
+def _result(e: Mapping[str, JsonValue]) -> str:
     if e["missing"]:
         return "MISSING"
     if e["passed"]:
@@ -133,10 +137,11 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
     task = md(facts.task_title(gen.task_id), 40) if gen.task_id else "-"
     code = f"`{gen.code}`" if gen.code else "-"
     handoffs = ", ".join(short(h.commit) for h in gen.handoffs) or "-"
-    usage = gen.usage or {}
-    tokens = (usage.get("inputTokens", 0) + usage.get("outputTokens", 0)) if usage else None
-    spent = f"{tokens} tok" + (f", ${usage['costUsd']:.4f}" if usage.get("costUsd") is not None else "")
-    spent += " (partial)" if usage.get("partial") else ""
+    usage = gen.usage
+    tokens = usage.tokens if usage is not None else None
+    cost = usage.cost_usd if usage is not None else None
+    spent = f"{tokens} tok" + (f", ${cost:.4f}" if cost is not None else "")
+    spent += " (partial)" if usage is not None and usage.partial else ""
     return [
         f"`{gen.id}`",
         gen.role,
@@ -151,22 +156,22 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
     ]
 
 
-def _policy_changes(transitions: list[dict[str, Any]]) -> list[str]:
+def _policy_changes(transitions: Sequence[Transition]) -> list[str]:
     """The run's policy transitions: from and to, who approved, what each added or changed."""
-    from ..model.transition import CapabilityChange, describe_changes
+    from ..model.transition import describe_changes
 
     if not transitions:
         return []
     lines = ["", "## Policy changes", ""]
     for t in transitions:
-        by = t["approvedBy"] or {}
-        outcome = f"refused ({t['refused']['code']})" if t["refused"] else t["stage"]
+        by = t.approved_by
+        outcome = f"refused ({t.refused.code})" if t.refused else t.stage
         lines.append(
-            f"- `{t['transitionId']}` {outcome}: {short(t['oldConfigHash'])} -> {short(t['newConfigHash'])}, "
-            f"proposed by {md(t['requestedBy']['workerId'])}, approved by {md(by.get('by', 'nobody yet'))} "
-            f"{md(by.get('name', ''), 120)}"
+            f"- `{t.transition_id}` {outcome}: {short(t.old_hash)} -> {short(t.new_hash)}, "
+            f"proposed by {md(t.requested_by.worker_id)}, approved by {md(by.by if by else 'nobody yet')} "
+            f"{md(by.name if by else '', 120)}"
         )
-        lines += [f"  - {md(line, 400)}" for line in describe_changes(map(CapabilityChange.from_json, t["changes"]))]
+        lines += [f"  - {md(line, 400)}" for line in describe_changes(t.changes)]
     return lines
 
 
@@ -210,13 +215,13 @@ def markdown(facts: Report) -> str:
             ]
         )
     lines += _table(["task", "title", "status", "depends on", "delivery"], rows)
-    lines += _policy_changes(doc["policyTransitions"])
+    lines += _policy_changes(facts.transitions)
     lines += ["", "## Timeline", ""]
     header = ["generation", "role", "task", "started", "ended", "outcome", "code", "handoffs", "evidence", "usage"]
     lines += _table(header, [_generation_row(facts, g) for g in facts.generations])
     for gen in facts.generations:
         for refusal in gen.refusals:
-            lines.append(f"- `{gen.id}` refused `{refusal.get('code')}`: {md(refusal.get('message'), 300)}")
+            lines.append(f"- `{gen.id}` refused `{refusal.code}`: {md(refusal.message, 300)}")
     lines += ["", "## Evidence", ""]
     rows = []
     for e in doc["evidence"]:

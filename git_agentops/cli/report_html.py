@@ -240,11 +240,9 @@ def _generation(facts: Report, gen: Generation) -> str:
     ]
     if gen.usage:
         u = gen.usage
-        cost = f", ${u['costUsd']:.4f}" if u.get("costUsd") is not None else ""
-        floor = " (partial: stopped before its host printed all it used)" if u.get("partial") else ""
-        lines.append(
-            f" · {e(u.get('inputTokens', 0))} in / {e(u.get('outputTokens', 0))} out tokens{e(cost)}{e(floor)}"
-        )
+        cost = f", ${u.cost_usd:.4f}" if u.cost_usd is not None else ""
+        floor = " (partial: stopped before its host printed all it used)" if u.partial else ""
+        lines.append(f" · {e(u.input_tokens)} in / {e(u.output_tokens)} out tokens{e(cost)}{e(floor)}")
     lines.append("</div>")
     if gen.reason:
         lines.append(f"<details><summary>why this generation started</summary><pre>{e(gen.reason)}</pre></details>")
@@ -255,8 +253,8 @@ def _generation(facts: Report, gen: Generation) -> str:
     if gen.delivered:
         lines.append(f"<div>delivered {_short(gen.delivered)}</div>")
     for refusal in gen.refusals:
-        lines.append(f"<div>refused <code>{e(refusal.get('code'))}</code><pre>{e(refusal.get('message'))}</pre></div>")
-    if gen.message and not any(r.get("message") == gen.message for r in gen.refusals):
+        lines.append(f"<div>refused <code>{e(refusal.code)}</code><pre>{e(refusal.message)}</pre></div>")
+    if gen.message and not any(r.message == gen.message for r in gen.refusals):
         lines.append(f"<pre>{e(gen.message)}</pre>")
     events = "".join(
         f"<tr><td>{_offset(facts, x.time)}</td><td><code>{e(x.code)}</code></td><td>{e(x.summary)}</td></tr>"
@@ -381,8 +379,8 @@ def _summary_line(record: Mapping[str, object]) -> str:
 def _cost(facts: Report) -> str:
     usage = facts.usage()
     rows = [
-        f"<tr><td><a href='#{e(g.id)}'>{e(g.id)}</a></td><td>{e(g.usage.get('inputTokens', 0))}</td>"
-        f"<td>{e(g.usage.get('outputTokens', 0))}</td><td>{_dollars(g.usage.get('costUsd'))}</td></tr>"
+        f"<tr><td><a href='#{e(g.id)}'>{e(g.id)}</a></td><td>{e(g.usage.input_tokens)}</td>"
+        f"<td>{e(g.usage.output_tokens)}</td><td>{_dollars(g.usage.cost_usd)}</td></tr>"
         for g in facts.generations
         if g.usage
     ]

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TypedDict
 
+from ..canonical import JsonObject
 from ..errors import AgentOpsError
+from ..model.statusdoc import BudgetDoc, StatusDoc, TaskRowDoc
 from ..model.task import TaskStatus
+from ..model.usage import Usage
 from .common import Context
+
+
+class RunLine(TypedDict):
+    """A run as ``run list --json`` shows it."""
+
+    runId: str
+    status: str
+    goal: str
+    createdAt: float
+
+
+class EventLine(TypedDict):
+    """A journal event as ``run log --json`` shows it, with the cause said under a failure, refusal or block."""
+
+    commit: str
+    code: str
+    summary: str
+    data: JsonObject
+    time: float
+    foreign: bool
+    cause: list[str]
 
 
 def latest(ctx: Context) -> str:
@@ -28,7 +52,7 @@ def _created(ctx: Context, run_id: str) -> float:
         return 0.0
 
 
-def _spend(budget: dict[str, Any]) -> str:
+def _spend(budget: BudgetDoc) -> str:
     """The tokens and dollars the hosts reported, with their limits, for the status line."""
     parts = []
     if budget["usedTokens"] or budget["tokenLimit"]:
@@ -72,10 +96,11 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         f"{'WORKER':<18}{'ROLE':<13}{'STATUS':<13}{'GEN':>4}  {'TOKENS':>9} {'COST':>8}  {'SANDBOX':<10}TASK",
     ]
     for w in doc["workers"]:
-        tokens = sum(u["inputTokens"] + u["outputTokens"] for u in w["usage"])
-        costs = [u["costUsd"] for u in w["usage"] if u["costUsd"] is not None]
+        usage = [Usage.from_json(u) for u in w["usage"]]
+        tokens = sum(u.tokens for u in usage)
+        costs = [u.cost_usd for u in usage if u.cost_usd is not None]
         cost = f"${sum(costs):.2f}" if costs else "-"
-        shown = f"{tokens}+" if any(u.get("partial") for u in w["usage"]) else str(tokens or "-")  # + : a floor
+        shown = f"{tokens}+" if any(u.partial for u in usage) else str(tokens or "-")  # + : a floor
         lines.append(
             f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
             f"{shown:>9} {cost:>8}  {w.get('sandbox') or '-':<10}{w['taskId'] or '-'}"
@@ -104,7 +129,7 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def why_lines(doc: dict[str, Any]) -> list[str]:
+def why_lines(doc: StatusDoc) -> list[str]:
     """``why:`` and the causes of a blocked run or task (:mod:`git_agentops.runs.why`), each said once and whole,
     without control characters; nothing when nothing is blocked."""
     from ..runs.why import Cause, cause_lines
@@ -116,19 +141,21 @@ def why_lines(doc: dict[str, Any]) -> list[str]:
     return ["why:", *(f"  {clean(line, 2000)}" for line in cause_lines(found))]
 
 
-def _said(doc: dict[str, Any]) -> bool:
+def _said(doc: StatusDoc) -> bool:
     """Whether the run's status reason is one of the causes ``why:`` shows (then it is not said twice)."""
     from ..runs.why import headline
 
-    return any(c["headline"] == headline(doc["statusReason"]) for c in doc.get("blocked") or ())
+    said = headline(doc["statusReason"] or "")  # called only when there is a reason
+    return any(c["headline"] == said for c in doc.get("blocked") or ())
 
 
-def _blocked_note(task: dict[str, Any], doc: dict[str, Any]) -> str:
+def _blocked_note(task: TaskRowDoc, doc: StatusDoc) -> str:
     """Under a blocked task in the table: where its reason is (said once, under ``why:``), or what it waits on."""
     from ..runs.why import own_reason
 
-    if own_reason(task["blockedReason"]):
-        return f"blocked: {task['blockedReason'].partition(':')[0]} (why: above)"
+    reason = task["blockedReason"] or ""
+    if own_reason(reason):
+        return f"blocked: {reason.partition(':')[0]} (why: above)"
     titles = {t["taskId"]: t["title"] for t in doc["tasks"]}
     waits = [
         titles.get(d, d)
@@ -141,7 +168,7 @@ def _blocked_note(task: dict[str, Any], doc: dict[str, Any]) -> str:
 def list_runs(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs import state as runstate
 
-    docs: list[dict[str, Any]] = []
+    docs: list[RunLine] = []
     for run_id in runstate.list_runs(ctx.store()):
         try:
             r = runstate.read(ctx.store(), run_id).run()
@@ -165,7 +192,7 @@ def log(args: argparse.Namespace, ctx: Context) -> int:
     if not journal.exists():
         raise AgentOpsError("RUN_NOT_FOUND", f"no run {run_id!r}")
     entries = list(journal.log(limit=args.limit or None))[::-1]
-    docs: list[dict[str, Any]] = [
+    docs: list[EventLine] = [
         {
             "commit": e.commit,
             "code": e.code,

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..clock import Clock
     from ..gitstore.repo import Store
+    from ..model.statusdoc import WorkerRowDoc
     from .watchview import Frame, LastEvent, LogTail
 
 POLL: Final = 0.25  # how often the state ref is looked at (and keys, when no key arrives sooner)
@@ -153,7 +154,7 @@ class Source:
         if not workers:
             return None
 
-        def rank(w: dict[str, Any]) -> tuple[bool, float]:
+        def rank(w: WorkerRowDoc) -> tuple[bool, float]:
             last = frame.events.get(w["workerId"])
             return w["status"] in ALIVE, last.time if last else 0.0
 

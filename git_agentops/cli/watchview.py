@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from ..canonical import JsonObject
+    from ..model.statusdoc import StatusDoc, TaskRowDoc
+
 _CONTROL: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x1f\x7f-\x9f]")
 """An ANSI CSI or OSC sequence, or any other C0/C1 control character (tabs and newlines included)."""
 
@@ -64,7 +67,7 @@ class LastEvent:
 class Frame:
     """One read of a run: ``controls.summary`` and what the journal says each worker did last."""
 
-    doc: Mapping[str, Any]
+    doc: StatusDoc
     tip: str | None  # the state commit read
     read_at: float  # clock time of the read: budget and ages count on from it
     clock_running: bool  # the run had an open budget interval (a supervisor was serving it)
@@ -129,18 +132,21 @@ def budget_line(frame: Frame, now: float) -> str:
     return ", ".join(parts)
 
 
-def integration_line(doc: Mapping[str, Any]) -> str:
+def integration_line(doc: StatusDoc) -> str:
     """The integration stage: its status, candidate and attempts, or why it failed."""
     record = doc.get("integration")
     if not record:
         return "not started"
-    text = str(record["status"])
-    if record.get("failure"):
-        text += f": {clean(record['failure'], 80)}"
-    elif record.get("candidate"):
-        text += f", candidate {str(record['candidate'])[:12]}"
-    if (record.get("attempts") or 0) > 1:
-        text += f" (attempt {record['attempts']})"
+    from ..model.integration import Integration
+
+    integration = Integration.from_json(record)
+    text = str(integration.status)
+    if integration.failure:
+        text += f": {clean(integration.failure, 80)}"
+    elif integration.candidate:
+        text += f", candidate {str(integration.candidate)[:12]}"
+    if (integration.attempts or 0) > 1:
+        text += f" (attempt {integration.attempts})"
     return text
 
 
@@ -161,13 +167,13 @@ class TaskRow:
     worker: str | None
 
 
-def task_rows(doc: Mapping[str, Any]) -> list[TaskRow]:
+def task_rows(doc: StatusDoc) -> list[TaskRow]:
     """The tasks as a tree by parent (the plan order kept), each with the titles of the tasks it depends on."""
     tasks = list(doc["tasks"])
     ids = {t["taskId"] for t in tasks}
     titles = {t["taskId"]: clean(t["title"], 120) for t in tasks}
     workers = {w["taskId"]: w["workerId"] for w in doc["workers"] if w["taskId"]}
-    children: dict[str | None, list[Mapping[str, Any]]] = {}
+    children: dict[str | None, list[TaskRowDoc]] = {}
     for task in tasks:
         parent = task["parent"] if task["parent"] in ids else None
         children.setdefault(parent, []).append(task)
@@ -226,11 +232,11 @@ def worker_rows(frame: Frame, now: float) -> list[WorkerRow]:
     return rows
 
 
-def pending_questions(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def pending_questions(doc: StatusDoc) -> list[JsonObject]:
     return [q for q in doc["questions"] if q.get("answer") is None]
 
 
-def _question_lines(doc: Mapping[str, Any]) -> list[str]:
+def _question_lines(doc: StatusDoc) -> list[str]:
     pending = pending_questions(doc)
     lines = [f"? {q['questionId']} from {q['workerId']}: {clean(q['prompt'])}" for q in pending[:MAX_QUESTIONS]]
     if len(pending) > MAX_QUESTIONS:

@@ -29,11 +29,15 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, time
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypeAlias
 
 from ..errors import AgentOpsError
 from .pydeps import normalize, requirement_lines, requirement_name
+
+TomlValue: TypeAlias = "str | int | float | bool | datetime | date | time | list[TomlValue] | dict[str, TomlValue]"
+"""Any TOML value, as :mod:`tomllib` reads it: what a lock file of another tool holds before it is checked."""
 
 RELOCK: Final = {
     "uv": "uv lock",
@@ -81,7 +85,7 @@ def pins_of_requirements(kind: str, file: Path, lines: list[str], *, complete: b
     return Pins(kind, file, tuple(lines), tuple(constraints), _versions(pairs), complete)
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
+def _load_toml(path: Path) -> dict[str, TomlValue]:
     try:
         return tomllib.loads(path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -90,7 +94,9 @@ def _load_toml(path: Path) -> dict[str, Any]:
         ) from exc
 
 
-def _packages(path: Path) -> list[dict[str, Any]]:
+def _packages(path: Path) -> list[dict[str, TomlValue]]:
+    """The ``[[package]]`` tables of a TOML lock that name their package (a lock written by another tool is read
+    defensively: every value is checked before it is used)."""
     packages = _load_toml(path).get("package", [])
     return (
         [p for p in packages if isinstance(p, dict) and isinstance(p.get("name"), str)]
@@ -101,10 +107,10 @@ def _packages(path: Path) -> list[dict[str, Any]]:
 
 def lock_names(path: Path) -> set[str]:
     """The normalized names of every ``[[package]]`` of a TOML lock (``uv.lock``, ``poetry.lock``, ``pdm.lock``)."""
-    return {normalize(p["name"]) for p in _packages(path)}
+    return {normalize(str(p["name"])) for p in _packages(path)}
 
 
-def _marker(package: Mapping[str, Any]) -> str:
+def _marker(package: Mapping[str, TomlValue]) -> str:
     """A package's environment marker: poetry's ``markers`` (a string, or one per group) or pdm's ``marker``."""
     value = package.get("markers", package.get("marker"))
     if isinstance(value, str):
@@ -116,7 +122,7 @@ def _marker(package: Mapping[str, Any]) -> str:
     return ""
 
 
-def _direct(package: Mapping[str, Any]) -> str | None:
+def _direct(package: Mapping[str, TomlValue]) -> str | None:
     """``name @ url`` for a package locked from git or a URL; "" for a local path (never installed into a base,
     like the project itself); None for an index package."""
     name = package["name"]
@@ -126,7 +132,7 @@ def _direct(package: Mapping[str, Any]) -> str | None:
         if kind == "git" and isinstance(url, str):
             rev = source.get("resolved_reference") or source.get("reference") or ""
             sub = f"#subdirectory={source['subdirectory']}" if source.get("subdirectory") else ""
-            return f"{name} @ git+{url}{'@' + rev if rev else ''}{sub}"
+            return f"{name} @ git+{url}{f'@{rev}' if rev else ''}{sub}"
         if kind == "url" and isinstance(url, str):
             return f"{name} @ {url}"
         if kind in ("directory", "file"):
@@ -134,7 +140,7 @@ def _direct(package: Mapping[str, Any]) -> str | None:
         return None
     if isinstance(package.get("git"), str):  # pdm
         rev = package.get("revision") or package.get("ref") or ""
-        return f"{name} @ git+{package['git']}{'@' + rev if rev else ''}"
+        return f"{name} @ git+{package['git']}{f'@{rev}' if rev else ''}"
     if isinstance(package.get("url"), str):
         return f"{name} @ {package['url']}"
     if isinstance(package.get("path"), str):
@@ -156,8 +162,8 @@ def pins_of_table(kind: str, file: Path, wanted: Iterable[str]) -> Pins:
             marker = _marker(package)
             marker = "" if "extra" in marker else marker  # a constraint has no extras to evaluate one against
             constraints.append(f"{package['name']}=={version}{' ; ' + marker if marker else ''}")
-            pairs.append((package["name"], version))
-        elif direct and normalize(package["name"]) in names:
+            pairs.append((str(package["name"]), version))
+        elif direct and normalize(str(package["name"])) in names:
             requirements.append(direct)
     return Pins(kind, file, tuple(requirements), tuple(constraints), _versions(pairs))
 

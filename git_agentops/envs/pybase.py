@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ..canonical import digest, sha256_hex
+from ..canonical import JsonObject, JsonValue, digest, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.clean import clean_source
@@ -143,7 +143,7 @@ class Base:
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "path": str(self.path),
             "key": self.key,
@@ -177,7 +177,7 @@ def inputs_digest(
 ) -> str:
     """What decides a base's contents apart from the interpreter: read from files alone, so that deciding whether
     a checkout's environment is current costs no subprocess (:func:`python_env_state`)."""
-    pinned: dict[str, Any] | None = None
+    pinned: JsonObject | None = None
     if source is not None and source.file.is_file():
         pinned = {"kind": source.kind, "file": source.file.name, "sha256": sha256_hex(source.file.read_bytes())}
         if source.kind == "requirements":  # what its -r/-c includes say is installed too
@@ -207,7 +207,7 @@ def base_key(
     return digest({"inputs": inputs, "python": [python.implementation, python.version, python.base]})
 
 
-def base_marker(path: Path, key: str) -> dict[str, Any] | None:
+def base_marker(path: Path, key: str) -> JsonObject | None:
     """The completion marker of the base at ``path`` when it is a complete base of ``key``, else None."""
     if os.path.islink(path):
         return None
@@ -221,7 +221,7 @@ def base_complete(path: Path, key: str) -> bool:
     return base_marker(path, key) is not None
 
 
-def _vouched(marker: Mapping[str, Any]) -> bool:
+def _vouched(marker: Mapping[str, JsonValue]) -> bool:
     """Whether a base holds nothing a commit's code chose: its builder's backend wanted nothing more than the
     dependencies, or the builder was a person's own checkout (``vouched``)."""
     return not marker.get("editable") or marker.get("vouched") is True

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, NotRequired, TypeAlias, TypedDict, cast
 
 from ..errors import AgentOpsError
 from ..schema import documents
@@ -42,6 +42,112 @@ MAX_RECIPE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_RUN_TIMEOUT: Final = 600.0
 ACTION_KEYS: Final = ("write", "delete", "commit", "run", "request", "question", "raw_request", "sleep", "exit")
 COMPANIONS: Final[Mapping[str, str]] = {"content": "write", "timeout": "run", "source_files": "request"}
+
+
+# -- the recipe document's shape (``schemas/recipe.schema.json``), read only once the schema has checked it -------
+
+
+class CriterionDoc(TypedDict):
+    """A criterion written as a table: its description and optional id, runner or review-only reason."""
+
+    description: str
+    id: NotRequired[str]
+    runner: NotRequired[str]
+    review_only: NotRequired[str]
+
+
+CriterionValue: TypeAlias = "str | CriterionDoc"
+"""A criterion: a plain description, or a table."""
+
+
+class StepDoc(TypedDict, total=False):
+    """A step: exactly one action key (:data:`ACTION_KEYS`) and its companions (:data:`COMPANIONS`)."""
+
+    write: str
+    content: str
+    delete: str
+    commit: str
+    run: list[str]
+    timeout: float
+    request: str
+    source_files: list[str]
+    question: str
+    raw_request: str
+    sleep: float
+    exit: int
+
+
+class AttemptDoc(TypedDict):
+    steps: list[StepDoc]
+
+
+class TaskDoc(TypedDict):
+    """A child task (``[[tasks]]``) and the steps of each of its attempts."""
+
+    name: str
+    title: str
+    intent: str
+    criteria: list[CriterionValue]
+    depends_on: NotRequired[list[str]]
+    attempts: list[AttemptDoc]
+
+
+class ApprovalDoc(TypedDict):
+    capability: str
+    reason: str
+
+
+class ReplanDoc(TypedDict):
+    task: str
+    criteria: list[CriterionValue]
+
+
+class PolicyChangeDoc(TypedDict):
+    """The coordinator's policy proposal (``[coordinator.policy]``)."""
+
+    file: str
+    content: str
+    approvals: list[ApprovalDoc]
+    replan: NotRequired[list[ReplanDoc]]
+
+
+class CoordinatorDoc(TypedDict, total=False):
+    """``[coordinator]``: every key optional (the defaults are :class:`Coordinator`'s)."""
+
+    finalize: bool
+    one_shot: bool
+    question: str
+    steps: list[StepDoc]
+    policy: PolicyChangeDoc
+
+
+class PlanDoc(TypedDict):
+    title: str
+    intent: str
+    criteria: list[CriterionValue]
+
+
+class FindingDoc(TypedDict):
+    severity: str
+    message: str
+    blocking: NotRequired[bool]
+
+
+class ReviewerDoc(TypedDict):
+    name: str
+    verdict: str
+    findings: NotRequired[list[FindingDoc]]
+
+
+class RecipeDoc(TypedDict):
+    """A recipe file, as TOML gives it once the schema accepted it."""
+
+    plan: PlanDoc
+    coordinator: NotRequired[CoordinatorDoc]
+    tasks: NotRequired[list[TaskDoc]]
+    reviewers: NotRequired[list[ReviewerDoc]]
+
+
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f\\]")
 
 JsonPath = tuple[str | int, ...]
@@ -247,8 +353,9 @@ def parse_recipe(data: bytes, *, path: Path) -> Recipe:
         first = next((e for e in errors if e.keyword == "additionalProperties"), errors[0])
         raise _invalid(path, text, first.path, first.message, problems=len(errors))
     try:
-        _check(doc)
-        return _build(doc, path, hashlib.sha256(data).hexdigest())
+        recipe = cast(RecipeDoc, doc)  # the schema checked the shape the type declares
+        _check(recipe)
+        return _build(recipe, path, hashlib.sha256(data).hexdigest())
     except _Problem as problem:
         raise _invalid(path, text, problem.where, problem.message) from None
 
@@ -282,7 +389,7 @@ def check_path(text: str) -> str | None:
     return None
 
 
-def _steps_of(doc: Mapping[str, Any]) -> Iterator[tuple[JsonPath, Mapping[str, Any]]]:
+def _steps_of(doc: RecipeDoc) -> Iterator[tuple[JsonPath, StepDoc]]:
     for index, step in enumerate(doc.get("coordinator", {}).get("steps", [])):
         yield ("coordinator", "steps", index), step
     for t, task in enumerate(doc.get("tasks", [])):
@@ -291,7 +398,7 @@ def _steps_of(doc: Mapping[str, Any]) -> Iterator[tuple[JsonPath, Mapping[str, A
                 yield ("tasks", t, "attempts", a, "steps", s), step
 
 
-def _criteria_of(doc: Mapping[str, Any]) -> Iterator[tuple[JsonPath, Any]]:
+def _criteria_of(doc: RecipeDoc) -> Iterator[tuple[JsonPath, CriterionValue]]:
     for index, item in enumerate(doc["plan"]["criteria"]):
         yield ("plan", "criteria", index), item
     for t, task in enumerate(doc.get("tasks", [])):
@@ -302,10 +409,10 @@ def _criteria_of(doc: Mapping[str, Any]) -> Iterator[tuple[JsonPath, Any]]:
             yield ("coordinator", "policy", "replan", r, "criteria", index), item
 
 
-def _check(doc: Mapping[str, Any]) -> None:
+def _check(doc: RecipeDoc) -> None:
     """The rules a schema cannot say, in document order; raises the first :class:`_Problem`."""
     for where, criterion in _criteria_of(doc):
-        if isinstance(criterion, dict) and "runner" in criterion and "review_only" in criterion:
+        if not isinstance(criterion, str) and "runner" in criterion and "review_only" in criterion:
             raise _Problem((*where, "review_only"), "a criterion has a runner or is review-only, not both")
         text = criterion if isinstance(criterion, str) else criterion["description"]
         if not text.strip():
@@ -320,13 +427,13 @@ def _check(doc: Mapping[str, Any]) -> None:
                 raise _Problem((*where, companion), f"{companion!r} goes only with {owner!r}")
         if "write" in step and "content" not in step:
             raise _Problem(where, 'a write step needs content (content = "" for an empty file)')
-        for key in ("write", "delete"):
-            if key in step and (why := check_path(step[key])):
-                raise _Problem((*where, key), f"{step[key]!r} {why}")
+        for key, target in (("write", step.get("write")), ("delete", step.get("delete"))):
+            if target is not None and (why := check_path(target)):
+                raise _Problem((*where, key), f"{target!r} {why}")
         for index, name in enumerate(step.get("source_files", [])):
             if why := check_path(name):
                 raise _Problem((*where, "source_files", index), f"{name!r} {why}")
-    tasks: list[dict[str, Any]] = doc.get("tasks", [])
+    tasks = doc.get("tasks", [])
     names: dict[str, int] = {}
     titles: dict[str, str] = {doc["plan"]["title"]: "$.plan"}
     for index, task in enumerate(tasks):
@@ -385,13 +492,13 @@ def _find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str] | None:
     return None
 
 
-def _criterion(value: str | Mapping[str, str]) -> Criterion:
+def _criterion(value: CriterionValue) -> Criterion:
     if isinstance(value, str):
         return Criterion(value)
     return Criterion(value["description"], value.get("id"), value.get("runner"), value.get("review_only"))
 
 
-def _step(raw: Mapping[str, Any]) -> Step:
+def _step(raw: StepDoc) -> Step:
     if "write" in raw:
         return Write(raw["write"], raw["content"])
     if "delete" in raw:
@@ -411,7 +518,7 @@ def _step(raw: Mapping[str, Any]) -> Step:
     return Exit(int(raw["exit"]))
 
 
-def _policy_change(raw: Mapping[str, Any]) -> PolicyChange:
+def _policy_change(raw: PolicyChangeDoc) -> PolicyChange:
     return PolicyChange(
         file=raw["file"],
         content=raw["content"],
@@ -420,11 +527,11 @@ def _policy_change(raw: Mapping[str, Any]) -> PolicyChange:
     )
 
 
-def _finding(raw: Mapping[str, Any]) -> Finding:
+def _finding(raw: FindingDoc) -> Finding:
     return Finding(raw["severity"], raw["message"], bool(raw.get("blocking", False)))
 
 
-def _build(doc: Mapping[str, Any], path: Path, digest: str) -> Recipe:
+def _build(doc: RecipeDoc, path: Path, digest: str) -> Recipe:
     plan = doc["plan"]
     coordinator = doc.get("coordinator", {})
     return Recipe(

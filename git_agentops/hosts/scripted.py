@@ -23,11 +23,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, cast
 
+from ..canonical import JsonObject, JsonValue
 from ..clock import Clock
 from ..errors import AgentOpsError, RequestTimeout
 from ..gitstore.private import resolve_contained
+from ..model.instructionsdoc import InstructionsDoc
 from ..model.task import TaskStatus
 from ..protocol import mailbox
 from .recipe import (
@@ -62,12 +64,12 @@ class Ran:
     problem: str = ""  # why there is no exit code
 
 
-CallFn = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]  # (action, fields) -> response
+CallFn = Callable[[str, Mapping[str, JsonValue]], Mapping[str, JsonValue]]  # (action, fields) -> response
 RunFn = Callable[[Sequence[str], Path, float], Ran]  # (argv, cwd, timeout) -> what it did
 LogFn = Callable[[str], None]
 SleepFn = Callable[[float], None]
-InstructionsFn = Callable[[], Mapping[str, Any]]
-RawFn = Callable[[bytes], Mapping[str, Any] | None]  # send bytes as request.json -> its response, None if none
+InstructionsFn = Callable[[], InstructionsDoc]
+RawFn = Callable[[bytes], Mapping[str, JsonValue] | None]  # send bytes as request.json -> its response, None if none
 
 
 def make_runner(env: Mapping[str, str], *, clock: Clock) -> RunFn:
@@ -91,7 +93,7 @@ def make_runner(env: Mapping[str, str], *, clock: Clock) -> RunFn:
 def mailbox_raw(worktree: Path, *, timeout: float = RAW_REQUEST_TIMEOUT) -> RawFn:
     """A :data:`RawFn` writing bytes verbatim as the request and waiting for the response with their digest."""
 
-    def send(data: bytes) -> Mapping[str, Any] | None:
+    def send(data: bytes) -> Mapping[str, JsonValue] | None:
         digest = mailbox.send_raw(worktree, data)
         try:
             return mailbox.wait_response(worktree, digest, timeout=timeout)
@@ -133,15 +135,15 @@ class _Agent:
 
     # -- talking to the supervisor -------------------------------------------------------------------------------
 
-    def call(self, action: str, fields: Mapping[str, Any]) -> Mapping[str, Any]:
+    def call(self, action: str, fields: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
         self.log(f"request {action}" + (f" {dict(fields)}" if fields else ""))
         started = time.perf_counter()
         response = self.call_fn(action, fields)
         self._log_response(response, (time.perf_counter() - started) * 1000)
         return response
 
-    def _log_response(self, response: Mapping[str, Any], elapsed_ms: float | None = None) -> None:
-        data = response.get("data") or {}
+    def _log_response(self, response: Mapping[str, JsonValue], elapsed_ms: float | None = None) -> None:
+        data = _data(response)
         took = f" ({elapsed_ms:.1f} ms)" if elapsed_ms is not None else ""
         self.log(f"response {response['code']}: {response['message']}" + (f" {dict(data)}" if data else "") + took)
 
@@ -153,14 +155,14 @@ class _Agent:
         response = self.call("question", {"prompt": prompt})
         if not response["ok"]:
             return
-        question_id = (response.get("data") or {}).get("questionId")
+        question_id = _data(response).get("questionId")
         self.log("waiting for the answer (the supervisor normally stops this process meanwhile)")
         while (answer := self._answer(self.instructions(), prompt, question_id)) is None:
             self.sleep(self.poll)
         self.log(f"answer: {answer!r}")
 
     @staticmethod
-    def _answer(instructions: Mapping[str, Any], prompt: str, question_id: Any) -> str | None:
+    def _answer(instructions: InstructionsDoc, prompt: str, question_id: JsonValue) -> str | None:
         for entry in instructions["answers"]:
             if (question_id is not None and entry["questionId"] == question_id) or entry["prompt"] == prompt:
                 return str(entry["answer"])
@@ -257,7 +259,7 @@ class _Agent:
             response = self.call("plan", fields)
             if not response["ok"]:
                 return 1
-            root = (response.get("data") or {}).get("taskId")
+            root = _data(response).get("taskId")
             self._sync(lambda doc: doc["rootTaskId"] is not None and doc["rootTaskId"] == (root or doc["rootTaskId"]))
         else:
             self.log("the root task exists already")
@@ -292,10 +294,14 @@ class _Agent:
         mine = [t for t in policy["transitions"] if t["configFile"] == change.file]
         if not mine:
             self.step(Write(change.file, change.content))
-            approvals = [
+            approvals: list[JsonValue] = [
                 {"capabilityId": c, "classification": "non-dangerous", "reason": r} for c, r in change.approvals
             ]
-            fields = {"configFile": change.file, "expectedPolicyHash": policy["configHash"], "approvals": approvals}
+            fields: JsonObject = {
+                "configFile": change.file,
+                "expectedPolicyHash": policy["configHash"],
+                "approvals": approvals,
+            }
             self.call("policy", fields)
             return False
         if mine[-1]["stage"] not in ("complete", "refused"):
@@ -311,8 +317,13 @@ class _Agent:
                     (c.description, c.runner) for c in criteria
                 ]:
                     continue
-                fields = {"title": task.title, "intent": task.intent, "criteria": wanted, "taskId": current["id"]}
-                self.call("worker", {**fields, "dependencies": list(current["dependencies"])})
+                replanned: JsonObject = {
+                    "title": task.title,
+                    "intent": task.intent,
+                    "criteria": wanted,
+                    "taskId": current["id"],
+                }
+                self.call("worker", {**replanned, "dependencies": list(current["dependencies"])})
         return True
 
     def _plan_child(self, task: Task) -> bool:
@@ -336,13 +347,13 @@ class _Agent:
         response = self.call("worker", fields)
         if not response["ok"]:
             return False
-        planned = (response.get("data") or {}).get("taskId")
+        planned = _data(response).get("taskId")
         self._sync(
             lambda doc: any(t["id"] == planned or (planned is None and t["title"] == task.title) for t in doc["tasks"])
         )
         return True
 
-    def _sync(self, reflects: Callable[[Mapping[str, Any]], bool]) -> None:
+    def _sync(self, reflects: Callable[[InstructionsDoc], bool]) -> None:
         """Wait until the instructions reflect what the supervisor just accepted.
 
         The supervisor answers first and rewrites every worker's instructions right after, so reading them at
@@ -384,7 +395,7 @@ class _Agent:
             return 0
         return 0 if self.call("finalize", {})["ok"] else 1
 
-    def child(self, instructions: Mapping[str, Any], generation: int) -> int:
+    def child(self, instructions: InstructionsDoc, generation: int) -> int:
         own = instructions["task"]
         if own is None:
             self.log("no task is assigned to this worker; nothing to do")
@@ -423,7 +434,7 @@ def run_agent(
     ``PATH_ESCAPE``/``PATH_NOT_REGULAR`` for a write or delete a symlink would lead out of the worktree or onto a
     directory.
     """
-    read = instructions or (lambda: mailbox.read_instructions(worktree))
+    read = instructions or (lambda: cast(InstructionsDoc, mailbox.read_instructions(worktree)))  # schema-checked
     agent = _Agent(
         worktree,
         recipe,
@@ -453,6 +464,12 @@ def run_agent(
     return status
 
 
+def _data(response: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+    """A response's ``data`` object (empty when it has none)."""
+    data = response.get("data")
+    return data if isinstance(data, Mapping) else {}
+
+
 def _describe(step: Step) -> str:
     match step:
         case Write(path, content):
@@ -475,7 +492,7 @@ def _describe(step: Step) -> str:
             return f"exit {code}"
 
 
-def review_report(recipe: Recipe, reviewer: str, review_input: Mapping[str, Any]) -> dict[str, Any]:
+def review_report(recipe: Recipe, reviewer: str, review_input: Mapping[str, JsonValue]) -> JsonObject:
     """The report the recipe's ``[[reviewers]]`` entry named ``reviewer`` gives on this candidate.
 
     Every criterion of every task is judged ``pass`` when the verdict is approve and ``unknown`` otherwise; the
@@ -491,8 +508,15 @@ def review_report(recipe: Recipe, reviewer: str, review_input: Mapping[str, Any]
         "summary": f"scripted review by {reviewer} of {str(review_input.get('candidate', ''))[:12]}",
         "criteria": [
             {"taskId": t["id"], "id": c["id"], "result": result}
-            for t in review_input.get("tasks", [])
-            for c in t.get("criteria", [])
+            for t in _objects(review_input.get("tasks", []))
+            for c in _objects(t.get("criteria", []))
         ],
         "findings": [{"severity": f.severity, "message": f.message, "blocking": f.blocking} for f in entry.findings],
     }
+
+
+def _objects(value: JsonValue) -> list[Mapping[str, JsonValue]]:
+    """The objects of a JSON array (the review input's tasks, a task's criteria); none when it is not one."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [item for item in value if isinstance(item, Mapping)]
+    return []

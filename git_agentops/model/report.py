@@ -6,15 +6,18 @@ titles, findings, messages, output tails -- is carried as it is: escaping it is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
+from ..canonical import JsonValue
 from ..clock import iso8601
 from .integration import Integration
+from .jsonform import JsonRecord, on_disk
 from .run import Run, Worker
 from .task import Task
-from .usage import total_usage, usage_partial
+from .transition import Transition
+from .usage import Usage, total_usage, usage_partial
 
 TAIL_KEPT: Final = 2000
 """How much of a failed command's (already redacted) output tail the report carries."""
@@ -66,7 +69,7 @@ class EvidenceFact:
     group: str  # "handoff" or "gate"
     task_id: str | None
     generation_id: str | None
-    record: Mapping[str, Any] | None
+    record: Mapping[str, JsonValue] | None
     authentic: bool
 
     @property
@@ -90,6 +93,16 @@ class EvidenceFact:
             doc[key] = r.get(key)
         doc["tail"] = str(r.get("tail") or "")[-TAIL_KEPT:] if r and not r.get("passed") else None
         return doc
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalFact(JsonRecord):
+    """A request of the generation the supervisor refused: the error's code and message, and when (the
+    ``REQUEST_REFUSED`` event's)."""
+
+    code: str | None = on_disk("code")
+    message: str | None = on_disk("message")
+    at: float = on_disk("at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +135,8 @@ class Generation:
     message: str | None = None
     handoffs: tuple[Handoff, ...] = ()
     delivered: str | None = None
-    refusals: tuple[Mapping[str, Any], ...] = ()
-    usage: Mapping[str, Any] | None = None
+    refusals: tuple[RefusalFact, ...] = ()
+    usage: Usage | None = None  # what its host reported it used (its worker record's entry)
     events: tuple[EventFact, ...] = ()
 
     @property
@@ -152,9 +165,9 @@ class Generation:
             "message": self.message,
             "handoffs": [h.to_json() for h in self.handoffs],
             "delivered": self.delivered,
-            "refusals": [dict(r) for r in self.refusals],
+            "refusals": [r.to_json() for r in self.refusals],
             "evidence": list(self.evidence),
-            "usage": dict(self.usage) if self.usage is not None else None,
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "events": [e.to_json() for e in self.events],
         }
 
@@ -166,7 +179,7 @@ class ReviewFact:
     reviewer: str
     verdict: str
     report_digest: str
-    report: Mapping[str, Any] | None
+    report: Mapping[str, JsonValue] | None
 
     def to_json(self) -> dict[str, Any]:
         """The verdict, and the report's summary, findings and per-criterion results (empty without a report)."""
@@ -176,8 +189,8 @@ class ReviewFact:
             "verdict": self.verdict,
             "reportDigest": self.report_digest,
             "summary": report.get("summary"),
-            "findings": [dict(f) for f in report.get("findings", ())],
-            "criteria": [dict(c) for c in report.get("criteria", ())],
+            "findings": _copies(report.get("findings", ())),
+            "criteria": _copies(report.get("criteria", ())),
         }
 
 
@@ -191,8 +204,8 @@ class ReceiptFact:
     message: str = "no receipt: the run has not published a commit"
     principals: tuple[str, ...] = ()
     signatures: tuple[str, ...] = ()
-    verification: tuple[Mapping[str, Any], ...] = ()
-    usage: Mapping[str, Any] | None = None
+    verification: tuple[Mapping[str, JsonValue], ...] = ()
+    usage: Mapping[str, JsonValue] | None = None
 
     @property
     def verdict(self) -> str:
@@ -214,6 +227,18 @@ class ReceiptFact:
         }
 
 
+class UsageSummary(TypedDict):
+    """The run's spend as the report shows it: tokens and dollars the hosts reported, active time, the limits."""
+
+    tokens: int
+    partial: bool
+    costUsd: float | None
+    tokenLimit: int | None
+    costLimitUsd: float | None
+    usedSeconds: float
+    limitSeconds: int
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """Everything :func:`git_agentops.runs.report.gather` found; :meth:`to_json` is ``report --json``."""
@@ -228,7 +253,7 @@ class Report:
     run_events: tuple[EventFact, ...]
     used_seconds: float
     foreign_commits: int = 0
-    transitions: tuple[Mapping[str, Any], ...] = ()
+    transitions: tuple[Transition, ...] = ()
     """The run's policy transitions (``transition.json`` of each journal, oldest first)."""
 
     @property
@@ -240,7 +265,7 @@ class Report:
         """The title of a task of the run (its id when it has none here)."""
         return next((t.title for t in self.tasks if t.id == task_id), task_id)
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> UsageSummary:
         """Tokens and dollars the hosts reported, and active time, with their limits."""
         accounts = self.run.accounts(self.workers)
         tokens, cost = total_usage(accounts)
@@ -284,8 +309,15 @@ class Report:
             "usage": self.usage(),
             "runEvents": [e.to_json() for e in self.run_events],
             "foreignCommits": self.foreign_commits,
-            "policyTransitions": [dict(t) for t in self.transitions],
+            "policyTransitions": [t.to_json() for t in self.transitions],
         }
+
+
+def _copies(items: JsonValue) -> JsonValue:
+    """A (schema-valid) array of objects, each copied: what the report shows of a document it read."""
+    if not isinstance(items, Sequence) or isinstance(items, str):
+        return items
+    return [dict(item) if isinstance(item, Mapping) else item for item in items]
 
 
 def task_json(task: Task) -> dict[str, Any]:

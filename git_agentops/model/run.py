@@ -24,9 +24,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict
 
-from ..canonical import digest
+from ..canonical import JsonObject, JsonValue, digest
 from .integration import Integration
 from .jsonform import FieldMap, JsonRecord, field_map, on_disk
 from .sandbox import weakest
@@ -58,6 +58,97 @@ ACTIVE_WORKER: Final = frozenset(
 )
 
 
+# -- the documents' shapes (``schemas/run.schema.json``, ``schemas/worker.schema.json``), read once the schema
+# checked them; a key an older record may lack is still read with ``.get`` and its default
+
+
+class IntervalDoc(TypedDict):
+    """A ``budget.intervals[]`` entry (``end`` null while open)."""
+
+    start: float
+    end: float | None
+
+
+class BudgetDoc(TypedDict):
+    """``run.json``'s ``budget``: the limits, the active intervals and what reviewers used."""
+
+    limitSeconds: int
+    intervals: list[IntervalDoc]
+    costLimitUsd: NotRequired[float | None]
+    tokenLimit: NotRequired[int | None]
+    reviewUsage: NotRequired[list[JsonObject]]
+
+
+class RunDoc(TypedDict):
+    """``run.json``."""
+
+    runId: str
+    goal: str
+    goalHash: str
+    target: str
+    baseCommit: str
+    host: str
+    repository: str
+    policyConfigHash: str
+    status: str
+    statusReason: str | None
+    disableRestart: bool
+    coordinatorId: str
+    rootTaskId: str | None
+    contractHash: str
+    contractRevision: int
+    recipeDigest: str | None
+    budget: BudgetDoc
+    createdAt: float
+    supervisorStarts: list[float]
+    lastUserResume: float | None
+    planOrder: list[str]
+    integration: JsonObject | None
+
+
+class ProcessDoc(TypedDict):
+    """A worker record's ``process``."""
+
+    pid: int
+    startTime: int
+
+
+class FailureDoc(TypedDict):
+    """A worker record's ``failures[]`` entry."""
+
+    fingerprint: str
+    code: str
+    message: str
+    generation: int
+    head: str | None
+    at: float
+    output: NotRequired[str]
+
+
+class WorkerDoc(TypedDict):
+    """``workers/<id>.json``."""
+
+    workerId: str
+    role: str
+    host: str
+    worktree: str
+    branch: str
+    taskId: str | None
+    status: str
+    generation: int
+    base: str | None
+    process: ProcessDoc | None
+    diagnostic: str | None
+    failures: list[FailureDoc]
+    startedAt: float | None
+    blockedReason: str | None
+    extra: JsonObject
+    session: NotRequired[str | None]
+    usage: NotRequired[list[JsonObject]]
+    wokenFor: NotRequired[list[str]]
+    sandbox: NotRequired[str | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Interval:
     """One stretch of active time; ``end`` is None while it is open (a supervisor runs, or crashed before closing)."""
@@ -65,7 +156,7 @@ class Interval:
     start: float
     end: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``budget.intervals[]`` entry of ``run.json``."""
         return {"start": self.start, "end": self.end}
 
@@ -112,7 +203,7 @@ class Run:
         """
         return digest({"goal": self.goal})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``run.json`` document (the ``run`` schema), ``goalHash`` included."""
         return {
             "runId": self.run_id,
@@ -146,7 +237,7 @@ class Run:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Run:
+    def from_json(cls, doc: RunDoc) -> Run:
         """Read ``run.json`` back (already validated against the ``run`` schema); absent optional keys get defaults."""
         return cls(
             run_id=doc["runId"],
@@ -172,7 +263,7 @@ class Run:
             supervisor_starts=tuple(doc.get("supervisorStarts", ())),
             last_user_resume=doc.get("lastUserResume"),
             plan_order=tuple(doc.get("planOrder", ())),
-            integration=Integration.from_json(doc["integration"]) if doc.get("integration") else None,
+            integration=Integration.from_json(record) if (record := doc.get("integration")) else None,
             review_usage=tuple(ReviewerUsage.from_json(u) for u in doc["budget"].get("reviewUsage", ())),
         )
 
@@ -206,9 +297,9 @@ class Failure:
     at: float
     output: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``failures[]`` entry of a worker record (``output`` only when the failure names one)."""
-        doc: dict[str, Any] = {
+        doc: JsonObject = {
             "fingerprint": self.fingerprint,
             "code": self.code,
             "message": self.message,
@@ -275,7 +366,7 @@ class Worker:
         """The ``sandbox`` to record once a generation ran at ``level``: the weaker of it and the one recorded."""
         return weakest((self.sandbox, level))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``workers/<id>.json`` document (the ``worker`` schema)."""
         return {
             "workerId": self.worker_id,
@@ -300,7 +391,7 @@ class Worker:
         }
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Worker:
+    def from_json(cls, doc: WorkerDoc) -> Worker:
         """Read a worker record back (already validated against the ``worker`` schema); absent optional keys get
         defaults (a failure without ``head``, a record written before levels were recorded: None)."""
         process = doc.get("process")
@@ -317,7 +408,7 @@ class Worker:
             base=doc.get("base"),
             process=ProcessRef(process["pid"], process["startTime"]) if process else None,
             diagnostic=doc.get("diagnostic"),
-            failures=tuple(Failure(**{**f, "head": f.get("head")}) for f in doc.get("failures", ())),
+            failures=tuple(_failure(f) for f in doc.get("failures", ())),
             started_at=doc.get("startedAt"),
             blocked_reason=doc.get("blockedReason"),
             session=doc.get("session"),
@@ -325,6 +416,19 @@ class Worker:
             woken_for=tuple(doc.get("wokenFor", ())),
             sandbox=doc.get("sandbox"),
         )
+
+
+def _failure(doc: FailureDoc) -> Failure:
+    """A ``failures[]`` entry back (one written before ``head`` was recorded has None)."""
+    return Failure(
+        doc["fingerprint"],
+        doc["code"],
+        doc["message"],
+        doc["generation"],
+        doc.get("head"),
+        doc["at"],
+        doc.get("output"),
+    )
 
 
 WORKER_EXTRA: Final[FieldMap[Worker]] = field_map(Worker, partial=True)
@@ -366,7 +470,7 @@ def is_restart_storm(run: Run, now: float) -> bool:
 # -- failures and progress -------------------------------------------------------------------------------------------
 
 
-def fingerprint(code: str, detail: Mapping[str, Any]) -> str:
+def fingerprint(code: str, detail: Mapping[str, JsonValue]) -> str:
     """A failure's identity: its code and normalised details (command id, failure class...), never its timing."""
     return digest({"code": code, "detail": dict(detail)})
 
@@ -386,7 +490,7 @@ def no_progress(failures: Sequence[Failure]) -> bool:
     return len({f.head for f in last}) == 1
 
 
-def ready(tasks: Mapping[str, Any], task_id: str) -> bool:
+def ready(tasks: Mapping[str, Task], task_id: str) -> bool:
     """A planned task is ready when every dependency is delivered."""
     task = tasks[task_id]
     return task.status == TaskStatus.PLANNED and all(
@@ -394,7 +498,7 @@ def ready(tasks: Mapping[str, Any], task_id: str) -> bool:
     )
 
 
-def dependents(tasks: Mapping[str, Any], task_id: str) -> list[str]:
+def dependents(tasks: Mapping[str, Task], task_id: str) -> list[str]:
     """Every task that depends on ``task_id``, directly or not (for blocking a whole subtree)."""
     found: list[str] = []
     frontier = [task_id]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from ..canonical import JsonObject, JsonValue
+from .jsonform import JsonRecord, on_disk
 
 
 class Accounted(Protocol):
@@ -17,48 +20,23 @@ class Accounted(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(JsonRecord):
     """What one generation of a worker cost, as its host reported it (tokens, and dollars where it says)."""
 
-    generation: int
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = None
-    partial: bool = False
-    """The generation was stopped before its host printed all it used: the figures are a floor."""
-    session: str | None = None
+    generation: int = on_disk("generation")
+    input_tokens: int = on_disk("inputTokens", default=0)
+    output_tokens: int = on_disk("outputTokens", default=0)
+    cost_usd: float | None = on_disk("costUsd", default=None)
+    partial: bool = on_disk("partial", absent=False)
+    """The generation was stopped before its host printed all it used: the figures are a floor (written only when
+    true, so older records read the same)."""
+    session: str | None = on_disk("session", absent=None)
     """The host session it ran in (a host that reports a resumed session's running total is charged the rest)."""
 
     @property
     def tokens(self) -> int:
         """Input and output tokens together (what a token budget counts)."""
         return self.input_tokens + self.output_tokens
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``usage[]`` entry of a worker record (``partial`` only when true, so older records read the same)."""
-        doc: dict[str, Any] = {
-            "generation": self.generation,
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "costUsd": self.cost_usd,
-        }
-        if self.partial:
-            doc["partial"] = True
-        if self.session is not None:
-            doc["session"] = self.session
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Usage:
-        """Read a ``usage[]`` entry back."""
-        return cls(
-            int(doc["generation"]),
-            int(doc["inputTokens"]),
-            int(doc["outputTokens"]),
-            doc.get("costUsd"),
-            bool(doc.get("partial", False)),
-            doc.get("session"),
-        )
 
 
 def with_usage(worker: Accounted, usage: Usage) -> tuple[Usage, ...]:
@@ -75,12 +53,12 @@ class ReviewerUsage:
     reviewer: str
     usage: Usage
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``budget.reviewUsage[]`` entry of ``run.json``."""
         return {"reviewer": self.reviewer, **{k: v for k, v in self.usage.to_json().items() if k != "session"}}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> ReviewerUsage:
+    def from_json(cls, doc: Mapping[str, JsonValue]) -> ReviewerUsage:
         """Read a ``budget.reviewUsage[]`` entry back."""
         return cls(str(doc["reviewer"]), Usage.from_json(doc))
 

@@ -29,11 +29,12 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
+from ..canonical import JsonObject
 from ..envs.project import is_python_project, pyproject
 from ..envs.pydeps import (
     SETUP_EXTRAS,
@@ -82,8 +83,8 @@ class Detected:
     shell: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        doc: JsonObject = {
             "id": self.id,
             "argv": self.argv if isinstance(self.argv, str) else list(self.argv),
             "parser": self.parser,
@@ -104,7 +105,7 @@ class Disabled:
     command: Detected
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.command.to_json(), "reason": self.reason}
 
 
@@ -129,7 +130,8 @@ def which(program: str, path: str | None) -> str | None:
 # -- candidates ----------------------------------------------------------------------------------------------
 
 
-def _has_pytest(root: Path, tool: dict[str, Any]) -> bool:
+def _has_pytest(root: Path, tool: Collection[str]) -> bool:
+    """Whether the project runs pytest; ``tool``: the names of ``pyproject.toml``'s ``[tool]`` tables."""
     text = read_text(root / "pyproject.toml")
     return (
         "pytest" in tool

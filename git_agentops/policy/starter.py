@@ -23,9 +23,10 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from .. import __version__
+from ..canonical import JsonObject
 from ..envs.tools import VENV
 from ..model.hosts import agent_clis, default_argv, default_env, default_pass_env, default_writable, registry
 from .checkmode import VENV_PYTHON
@@ -105,7 +106,7 @@ def detect_agents(path: str | None) -> list[AgentCli]:
 
 def starter_policy(
     root: Path, *, target: str, agents: Sequence[AgentCli] = (), proposal: Proposal | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """The policy ``init`` proposes: the project's own commands and setup, and a host section per agent CLI found.
 
     Each host gets its kind's default argv written out (so the user reads, and trusts, exactly what runs); the first
@@ -115,16 +116,17 @@ def starter_policy(
     proposal = proposal if proposal is not None else propose(root)
     commands = [d.to_json() for d in proposal.commands]
     # with no enabled command, an empty array would forbid the commented-out [[verify.commands]] after it
-    verify: dict[str, Any] = {"commands": commands} if commands or not proposal.disabled else {}
-    doc: dict[str, Any] = {"version": 1, "run": {"target": target, "budget": "90m", "max_workers": 3}}
+    verify: JsonObject = {"commands": commands} if commands or not proposal.disabled else {}
+    run: JsonObject = {"target": target, "budget": "90m", "max_workers": 3}
+    doc: JsonObject = {"version": 1, "run": run}
     doc["verify"] = verify
     if proposal.setup:
         doc["worktree"] = {"setup": [{"argv": list(step), "timeout": SETUP_TIMEOUT} for step in proposal.setup]}
     if agents:
-        allowed: list[Sequence[str] | str] = [c["argv"] for c in commands] + [list(s) for s in proposal.setup]
-        hosts: dict[str, Any] = {}
+        allowed: list[Sequence[str] | str] = [_argv(d) for d in proposal.commands] + [list(s) for s in proposal.setup]
+        hosts: JsonObject = {}
         for agent in agents:
-            host: dict[str, Any] = {
+            host: JsonObject = {
                 "kind": agent.kind,
                 "version": agent.version,
                 "argv": list(default_argv(agent.kind, allowed)),
@@ -135,14 +137,19 @@ def starter_policy(
             host["writable"] = list(default_writable(agent.kind))  # what the sandbox lets it write outside
             host["pass_env"] = list(default_pass_env(agent.kind))  # the person's credentials it is given
             hosts[agent.kind] = host
-        doc["run"]["default_host"] = agents[0].kind
+        run["default_host"] = agents[0].kind
         doc["hosts"] = hosts
         doc["review"] = {"required": 1, "reviewers": [agents[0].kind]}
     doc["guardrails"] = {"secret_scanning": True}
     return doc
 
 
-def render(doc: dict[str, Any], disabled: Sequence[Disabled] = ()) -> str:
+def _argv(command: Detected) -> Sequence[str] | str:
+    """A command's argv as its policy entry writes it (a list, or one string for the shell)."""
+    return command.argv if isinstance(command.argv, str) else list(command.argv)
+
+
+def render(doc: JsonObject, disabled: Sequence[Disabled] = ()) -> str:
     """The policy file: the header, the document, then each disabled command as a commented-out block.
 
     tomli_w writes no comments, so each block is rendered as TOML on its own and commented out line by line;

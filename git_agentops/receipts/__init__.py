@@ -14,11 +14,11 @@ or claim a merge history the commit does not have (merge chain vs first-parent a
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .dsse import Envelope, Signature, dump_envelope, envelope, pae, parse_envelope, sign_envelope
+from .shape import StatementDoc
 from .sshsig import NAMESPACE, sign
 from .statement import (
     PAYLOAD_TYPE,
@@ -54,7 +54,7 @@ __all__ = [
 # ``sshsig.sign``/``sshsig.verify`` are used through their module: ``verify`` here is the :mod:`.verify` module.
 
 
-def make_receipt(statement: Mapping[str, Any], *, keys: Sequence[Path] = (), ssh_keygen: str = "ssh-keygen") -> bytes:
+def make_receipt(statement: StatementDoc, *, keys: Sequence[Path] = (), ssh_keygen: str = "ssh-keygen") -> bytes:
     """The receipt note for ``statement``: its envelope signed with each of ``keys`` (none: unsigned), as bytes.
 
     Raises ``RECEIPT_SIGNING_FAILED`` when a key cannot sign.

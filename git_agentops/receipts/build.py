@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..canonical import JsonValue
 from ..errors import AgentOpsError
 from ..model.delivery import DeliveryEntry
 from ..model.sandbox import weakest_of_all
 from ..model.task import delivered
 from . import make_receipt
-from .statement import build_predicate, build_statement, evidence_summary
+from .statement import IntegrationArg, build_predicate, build_statement, evidence_summary
 
 if TYPE_CHECKING:  # pygit2 (through the store) stays out of the receipts package's imports
     from ..gitstore.repo import Store
@@ -91,7 +92,7 @@ def integration_receipt(
     keys: Sequence[Path],
     usage: Mapping[str, object] | None = None,
     base_config_hash: str | None = None,
-    policy_transitions: Sequence[Mapping[str, Any]] = (),
+    policy_transitions: Sequence[Mapping[str, JsonValue]] = (),
     delivery_evidence: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     workers: Sequence[Worker] = (),
 ) -> bytes:
@@ -110,6 +111,13 @@ def integration_receipt(
     deliveries = delivery_entries(integration, tasks, delivery_evidence, sandboxes)
     reviews = integration.reviews or ()
     agents = [*(d.sandbox for d in deliveries), *(r.sandbox for r in reviews)]
+    given = IntegrationArg(
+        target=run.target, base=integration.base, order=list(integration.order or ()), steps=integration.steps
+    )
+    if integration.unreviewed:
+        given["unreviewed"] = list(integration.unreviewed)
+    if integration.target_rewritten:
+        given["targetRewritten"] = True
     predicate = build_predicate(
         run_id=run.run_id,
         goal=run.goal,
@@ -118,14 +126,7 @@ def integration_receipt(
         tasks=list(tasks.values()),
         contract_hash=run.contract_hash,
         deliveries=deliveries,
-        integration={
-            "target": run.target,
-            "base": integration.base,
-            "order": list(integration.order or ()),
-            "steps": integration.steps,
-            **({"unreviewed": list(integration.unreviewed)} if integration.unreviewed else {}),
-            **({"targetRewritten": True} if integration.target_rewritten else {}),
-        },
+        integration=given,
         verification=[dict(v) for v in integration.verification or ()],
         reviews=reviews,
         created_at=created_at,

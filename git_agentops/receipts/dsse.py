@@ -21,11 +21,12 @@ import base64
 import binascii
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from ..canonical import canonical_bytes, jcs_bytes
+from ..canonical import JsonValue, canonical_bytes, jcs_bytes
 from ..errors import AgentOpsError
 from ..schema import documents
+from .shape import EnvelopeDoc, SignatureDoc, StatementDoc
 from .statement import PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPES, STATEMENT_TYPE
 
 MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024
@@ -39,7 +40,7 @@ class Signature:
     keyid: str
     sig: bytes
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> SignatureDoc:
         """The envelope's ``{keyid, sig}`` entry, ``sig`` in standard base64 with padding."""
         return {"keyid": self.keyid, "sig": base64.b64encode(self.sig).decode("ascii")}
 
@@ -56,7 +57,7 @@ class Envelope:
         """The bytes every signature signs: :func:`pae` of the payload type and payload."""
         return pae(self.payload_type, self.payload)
 
-    def statement(self) -> dict[str, Any]:
+    def statement(self) -> StatementDoc:
         """The payload as a receipt statement.
 
         Raises ``RECEIPT_MALFORMED`` when the payload type is not in-toto's, the payload is not strict JSON, or
@@ -75,9 +76,9 @@ class Envelope:
         if doc.get("predicateType") not in PREDICATE_TYPES:
             raise _malformed(f"the predicateType is {_show(doc.get('predicateType'))}, not {PREDICATE_TYPE!r}")
         _validate(doc, "in-toto-statement", "receipt statement")
-        return doc
+        return cast(StatementDoc, doc)  # the schema checked the shape the type declares
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EnvelopeDoc:
         """The envelope JSON, the payload in standard base64 with padding (what :func:`dump_envelope` writes)."""
         return {
             "payload": base64.b64encode(self.payload).decode("ascii"),
@@ -92,25 +93,25 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
 
 
-def statement_payload(statement: Mapping[str, Any]) -> bytes:
+def statement_payload(statement: StatementDoc) -> bytes:
     """The payload bytes of a statement: its RFC 8785 form for a version 2 receipt, its canonical JSON for a
     version 1 one (no trailing newline)."""
     jcs = PREDICATE_TYPES.get(str(statement.get("predicateType")), False)
     return jcs_bytes(statement) if jcs else canonical_bytes(statement)
 
 
-def envelope(statement: Mapping[str, Any], signatures: Sequence[Signature]) -> dict[str, Any]:
+def envelope(statement: StatementDoc, signatures: Sequence[Signature]) -> EnvelopeDoc:
     """The envelope JSON around ``statement`` with ``signatures`` (made over ``pae(PAYLOAD_TYPE, payload)``)."""
     return Envelope(PAYLOAD_TYPE, statement_payload(statement), tuple(signatures)).to_json()
 
 
-def sign_envelope(statement: Mapping[str, Any], signers: Sequence[Callable[[bytes], Signature]]) -> dict[str, Any]:
+def sign_envelope(statement: StatementDoc, signers: Sequence[Callable[[bytes], Signature]]) -> EnvelopeDoc:
     """The envelope around ``statement``, signed by each signer over the PAE (none: an unsigned envelope)."""
     data = pae(PAYLOAD_TYPE, statement_payload(statement))
     return envelope(statement, [signer(data) for signer in signers])
 
 
-def dump_envelope(doc: Mapping[str, Any]) -> bytes:
+def dump_envelope(doc: EnvelopeDoc) -> bytes:
     """The note text of an envelope: schema-checked canonical JSON plus a newline."""
     return documents.dump(doc, schema="dsse-envelope", what="receipt envelope")
 
@@ -146,7 +147,7 @@ def _validate(doc: Any, schema: str, what: str) -> None:
         raise _malformed(exc.message, details=exc.details) from exc
 
 
-def _malformed(message: str, *, details: Mapping[str, Any] | None = None) -> AgentOpsError:
+def _malformed(message: str, *, details: Mapping[str, JsonValue] | None = None) -> AgentOpsError:
     return AgentOpsError("RECEIPT_MALFORMED", message, details=details)
 
 

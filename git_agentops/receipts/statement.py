@@ -66,15 +66,27 @@ weaker than the required level. A receipt made before levels were recorded has n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict, cast
 
-from ..canonical import digest
+from ..canonical import JsonObject, JsonValue, digest
 from ..canonical import seal as make_seal
 from ..clock import iso8601
 from ..model.delivery import DeliveryEntry, MergeStep, ReviewResult
 from ..model.sandbox import weaker
 from ..model.task import Task
 from ..schema import documents
+from .shape import (
+    DeliveryDoc,
+    EvidenceDoc,
+    IntegrationDoc,
+    PolicyDoc,
+    PredicateDoc,
+    ReviewDoc,
+    SealDoc,
+    StatementDoc,
+    StepDoc,
+    TaskDoc,
+)
 
 PREDICATE_TYPE: Final = "urn:git-agentops:receipt:v2"
 """What receipts are written as: version 2, serialised and sealed with RFC 8785 (JCS)."""
@@ -112,12 +124,23 @@ _EVIDENCE_FIELDS: Final = (
 _TRANSITION_FIELDS: Final = ("transitionId", "from", "to", "approvedBy", "approver", "completedAt")
 
 
+class IntegrationArg(TypedDict):
+    """What :func:`build_predicate` is given as the integration: its steps as records or as their forms already."""
+
+    target: str
+    base: str
+    order: Sequence[str]
+    steps: Sequence[MergeStep | StepDoc]
+    unreviewed: NotRequired[list[str]]
+    targetRewritten: NotRequired[bool]
+
+
 def goal_hash(goal: str) -> str:
     """The goal hash a run records (``model.run.Run.goal_hash``): the digest of ``{"goal": goal}``."""
     return digest({"goal": goal})
 
 
-def task_record(task: Task) -> dict[str, object]:
+def task_record(task: Task) -> TaskDoc:
     """The predicate's record of one task: identity, place in the tree and status (not its full contract)."""
     return {
         "id": task.id,
@@ -139,31 +162,36 @@ def evidence_summary(record: Mapping[str, object]) -> dict[str, object]:
     return {key: record[key] for key in _EVIDENCE_FIELDS if key in record}
 
 
-def transition_record(transition: Mapping[str, Any]) -> dict[str, Any]:
+def transition_record(transition: Mapping[str, JsonValue]) -> JsonObject:
     """The predicate's record of one policy transition: its fields, approvals and capability changes.
 
     Keeps the fields the schema names (an approval's ``classification`` from the request, say, is dropped) and
     writes ``completedAt`` as RFC 3339 when given as seconds since the epoch. A missing field is left missing, for
     the schema to refuse.
     """
-    record = {key: transition[key] for key in _TRANSITION_FIELDS if key in transition}
-    if isinstance(record.get("completedAt"), int | float):
-        record["completedAt"] = iso8601(record["completedAt"])
+    record: JsonObject = {key: transition[key] for key in _TRANSITION_FIELDS if key in transition}
+    completed = record.get("completedAt")
+    if isinstance(completed, int | float):
+        record["completedAt"] = iso8601(completed)
     if "approvals" in transition:
-        record["approvals"] = [{k: a[k] for k in ("capabilityId", "reason") if k in a} for a in transition["approvals"]]
+        record["approvals"] = _cut(transition["approvals"], ("capabilityId", "reason"))
     if "capabilities" in transition:
-        record["capabilities"] = [
-            {k: c[k] for k in ("capabilityId", "change", "definitionDigest") if k in c}
-            for c in transition["capabilities"]
-        ]
+        record["capabilities"] = _cut(transition["capabilities"], ("capabilityId", "change", "definitionDigest"))
     return record
 
 
+def _cut(items: JsonValue, keys: tuple[str, ...]) -> JsonValue:
+    """Each object of the array ``items`` cut to ``keys`` (anything else left as it is, for the schema to refuse)."""
+    if not isinstance(items, Sequence) or isinstance(items, str):
+        return items
+    return [{k: item[k] for k in keys if k in item} if isinstance(item, Mapping) else item for item in items]
+
+
 def policy_record(
-    config_hash: str, toolkit_version: str, base_config_hash: str | None, transitions: Sequence[Mapping[str, Any]]
-) -> dict[str, object]:
+    config_hash: str, toolkit_version: str, base_config_hash: str | None, transitions: Sequence[Mapping[str, JsonValue]]
+) -> JsonObject:
     """The sealed ``policy`` value: ``configHash`` and ``toolkitVersion``, plus the base and transitions if any."""
-    record: dict[str, object] = {"configHash": config_hash, "toolkitVersion": toolkit_version}
+    record: JsonObject = {"configHash": config_hash, "toolkitVersion": toolkit_version}
     if base_config_hash is not None and (transitions or base_config_hash != config_hash):
         record["baseConfigHash"] = base_config_hash
     if transitions:
@@ -180,16 +208,16 @@ def build_predicate(
     tasks: Iterable[Mapping[str, object] | Task],
     contract_hash: str,
     deliveries: Sequence[DeliveryEntry | Mapping[str, object]],
-    integration: Mapping[str, Any],
+    integration: IntegrationArg,
     verification: Sequence[Mapping[str, object]],
     reviews: Sequence[ReviewResult | Mapping[str, object]],
     created_at: float | str,
     usage: Mapping[str, object] | None = None,
     version: int = 2,
     base_config_hash: str | None = None,
-    policy_transitions: Sequence[Mapping[str, Any]] = (),
+    policy_transitions: Sequence[Mapping[str, JsonValue]] = (),
     sandbox: str | None = None,
-) -> dict[str, object]:
+) -> PredicateDoc:
     """The receipt predicate (layout in the module docstring), validated against its schema.
 
     ``tasks``, ``deliveries``, ``reviews`` and ``integration["steps"]`` may be the records (:class:`Task`,
@@ -208,10 +236,10 @@ def build_predicate(
     task_records = [task_record(t) if isinstance(t, Task) else dict(t) for t in tasks]
     jcs = version >= 2
 
-    def seal(value: object) -> dict[str, object]:
-        return make_seal(value, jcs=jcs)
+    def seal(value: object) -> SealDoc:  # any JSON value: its digest refuses anything else (CANONICAL_UNSUPPORTED)
+        return cast(SealDoc, make_seal(value, jcs=jcs))
 
-    predicate: dict[str, object] = {
+    predicate: PredicateDoc = {
         "runId": run_id,
         "goal": seal(goal),
         "goalHash": goal_hash(goal),
@@ -225,7 +253,7 @@ def build_predicate(
                 "base": integration["base"],
                 "order": list(integration["order"]),
                 "steps": [_step(s) for s in integration["steps"]],
-                **{k: integration[k] for k in ("unreviewed", "targetRewritten") if integration.get(k)},
+                **_marks(integration),
             }
         ),
         "verification": seal([dict(v) for v in verification]),
@@ -241,6 +269,16 @@ def build_predicate(
     return predicate
 
 
+def _marks(integration: IntegrationArg) -> JsonObject:
+    """The integration's optional keys, each only when set (``unreviewed`` non-empty, ``targetRewritten`` true)."""
+    marks: JsonObject = {}
+    if integration.get("unreviewed"):
+        marks["unreviewed"] = integration["unreviewed"]
+    if integration.get("targetRewritten"):
+        marks["targetRewritten"] = integration["targetRewritten"]
+    return marks
+
+
 def _form(item: DeliveryEntry | ReviewResult | Mapping[str, object]) -> Mapping[str, object]:
     """A record's predicate form, or a form given already."""
     return item.to_json() if isinstance(item, DeliveryEntry | ReviewResult) else dict(item)
@@ -253,26 +291,26 @@ def _step(step: MergeStep | Mapping[str, object]) -> Mapping[str, object]:
 
 
 def build_statement(
-    *, commit: str, tree: str, subject_name: str, predicate: Mapping[str, object], version: int = 2
-) -> dict[str, object]:
+    *, commit: str, tree: str, subject_name: str, predicate: PredicateDoc, version: int = 2
+) -> StatementDoc:
     """The in-toto Statement binding ``predicate`` to ``commit`` and its ``tree``.
 
     ``subject_name`` is the target branch (``main``) or ``integration``; the subject is named ``git:<that>``.
     Raises ``SCHEMA_INVALID`` when the result is not a valid receipt statement.
     """
-    statement: dict[str, object] = {
+    statement: StatementDoc = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": SUBJECT_PREFIX + subject_name, "digest": {"gitCommit": commit, "gitTree": tree}}],
         "predicateType": PREDICATE_TYPE if version >= 2 else PREDICATE_TYPE_V1,
-        "predicate": dict(predicate),
+        "predicate": predicate.copy(),
     }
     documents.validate(statement, "in-toto-statement", what="receipt statement")
     return statement
 
 
-def completeness_problem(tasks: Sequence[Mapping[str, Any]], deliveries: Sequence[Mapping[str, Any]]) -> str | None:
+def completeness_problem(tasks: Sequence[TaskDoc], deliveries: Sequence[DeliveryDoc]) -> str | None:
     """Why the task tree and deliveries are not complete (the rule in the module docstring), or None."""
-    by_id: dict[str, Mapping[str, Any]] = {}
+    by_id: dict[str, TaskDoc] = {}
     for task in tasks:
         if task["id"] in by_id:
             return f"task {task['id']} is listed twice"
@@ -311,7 +349,7 @@ def completeness_problem(tasks: Sequence[Mapping[str, Any]], deliveries: Sequenc
     return None
 
 
-def chain_problem(integration: Mapping[str, Any], deliveries: Sequence[Mapping[str, Any]]) -> str | None:
+def chain_problem(integration: IntegrationDoc, deliveries: Sequence[DeliveryDoc]) -> str | None:
     """Why the recorded merge chain is not consistent with the deliveries (module docstring), or None."""
     order = list(integration["order"])
     delivered = [d["taskId"] for d in deliveries]
@@ -336,7 +374,7 @@ def chain_problem(integration: Mapping[str, Any], deliveries: Sequence[Mapping[s
 
 
 def policy_problem(
-    policy: Mapping[str, Any], verification: Sequence[Mapping[str, Any]], deliveries: Sequence[Mapping[str, Any]]
+    policy: PolicyDoc, verification: Sequence[EvidenceDoc], deliveries: Sequence[DeliveryDoc]
 ) -> str | None:
     """Why the policy record, its transitions and the evidence's policy hashes disagree (module docstring), or None."""
     final = policy["configHash"]
@@ -386,7 +424,7 @@ def policy_problem(
 
 
 def sandbox_problem(
-    sandbox: str | None, deliveries: Sequence[Mapping[str, Any]], reviews: Sequence[Mapping[str, Any]], required: str
+    sandbox: str | None, deliveries: Sequence[DeliveryDoc], reviews: Sequence[ReviewDoc], required: str
 ) -> str | None:
     """Why the receipt does not show every agent ran at ``required`` or stronger (module docstring), or None."""
     agents = [("its agents taken together (the coordinator included)", sandbox)]

@@ -31,20 +31,19 @@ The checks run in this order and the first failure is the verdict, each with its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ..canonical import check_seal
+from ..canonical import JsonObject, check_seal
 from ..errors import AgentOpsError
 from . import sshsig
 from .dsse import Envelope, parse_envelope
+from .shape import DeliveryDoc, IntegrationDoc, PredicateDoc, SealDoc, SealedValues, StatementDoc
 from .statement import (
-    OPTIONAL_SEALED,
     PREDICATE_TYPES,
-    SEALED,
     chain_problem,
     completeness_problem,
     goal_hash,
@@ -67,10 +66,10 @@ class Verdict:
     run_id: str | None = None  # the run a parsed receipt names
     covered_by: str | None = None  # a range's commit only an invalid receipt names: that receipt's commit
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The verdict as ``git agentops-receipt`` reports it; ``principals``: the signers whose signatures verified;
         ``coveredBy``: for a commit an invalid receipt names as a merge step, the commit carrying that receipt."""
-        doc: dict[str, Any] = {
+        doc: JsonObject = {
             "commit": self.commit,
             "ok": self.ok,
             "code": self.code,
@@ -153,15 +152,15 @@ def verify_receipt(
     return Verdict(commit, True, None, message, tuple(principals), steps, claims=steps, run_id=run_id)
 
 
-def _claims(statement: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+def _claims(statement: StatementDoc) -> tuple[tuple[str, ...], str | None]:
     """The merge steps and run a schema-valid statement names, before any of it is checked: only to say which
     receipt a range's commit was meant to be covered by when that receipt does not count, never to cover it."""
     predicate = statement["predicate"]
-    steps = predicate["integration"]["value"]["steps"]
-    return tuple(str(step["commit"]) for step in steps), str(predicate["runId"])
+    integration = cast(IntegrationDoc, predicate["integration"]["value"])  # the schema checked its shape
+    return tuple(str(step["commit"]) for step in integration["steps"]), str(predicate["runId"])
 
 
-def _parse(data: bytes) -> tuple[Envelope, dict[str, Any]]:
+def _parse(data: bytes) -> tuple[Envelope, StatementDoc]:
     try:
         env = parse_envelope(data)
         return env, env.statement()
@@ -199,7 +198,7 @@ def _check_signatures(
     return principals
 
 
-def _check_subject(statement: Mapping[str, Any], commit: str, tree: str) -> None:
+def _check_subject(statement: StatementDoc, commit: str, tree: str) -> None:
     (subject,) = statement["subject"]  # the schema allows exactly one
     claimed = subject["digest"]
     if claimed["gitCommit"] != commit:
@@ -214,22 +213,36 @@ def _check_subject(statement: Mapping[str, Any], commit: str, tree: str) -> None
         )
 
 
-def _check_seals(predicate: Mapping[str, Any], *, jcs: bool) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key in (*SEALED, *(k for k in OPTIONAL_SEALED if k in predicate)):
+def _check_seals(predicate: PredicateDoc, *, jcs: bool) -> SealedValues:
+    """The sealed values, each once its seal recomputed, checked in :data:`.statement.SEALED` order (the first
+    broken seal is the one reported), then the optional ones (:data:`.statement.OPTIONAL_SEALED`) present."""
+
+    def opened(key: str, sealed: SealDoc) -> Any:  # the schema declared the value's shape; the seal vouches for it
         try:
-            values[key] = check_seal(predicate[key], jcs=jcs)
+            return check_seal(sealed, jcs=jcs)
         except AgentOpsError as exc:
             raise _Fail("RECEIPT_SEAL_INVALID", f"predicate.{key}: {exc.message}") from exc
+
+    values = SealedValues(
+        goal=opened("goal", predicate["goal"]),
+        policy=opened("policy", predicate["policy"]),
+        tasks=opened("tasks", predicate["tasks"]),
+        deliveries=opened("deliveries", predicate["deliveries"]),
+        integration=opened("integration", predicate["integration"]),
+        verification=opened("verification", predicate["verification"]),
+        reviews=opened("reviews", predicate["reviews"]),
+    )
+    if "usage" in predicate:
+        values["usage"] = opened("usage", predicate["usage"])
     if predicate["goalHash"] != goal_hash(values["goal"]):
         raise _Fail("RECEIPT_SEAL_INVALID", "predicate.goalHash is not the hash of the recorded goal")
     return values
 
 
 def _check_chain(
-    integration: Mapping[str, Any],
+    integration: IntegrationDoc,
     *,
-    deliveries: Sequence[Mapping[str, Any]],
+    deliveries: Sequence[DeliveryDoc],
     commit: str,
     tree: str,
     parents: Sequence[str],

@@ -24,6 +24,7 @@ from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, used_seconds
+from ..model.statusdoc import StatusDoc
 from ..model.task import TaskStatus
 from ..model.transition import ApprovedBy, Stage, Transition, TransitionRefused
 from ..model.usage import total_usage, usage_partial
@@ -197,7 +198,7 @@ def refuse(store: Store, run_id: str, given: str, approver: str, reason: str, cl
     return transition
 
 
-def summary(store: Store, run_id: str, clock: Clock) -> dict[str, Any]:
+def summary(store: Store, run_id: str, clock: Clock) -> StatusDoc:
     """Everything ``git agentops-run status`` shows, as one JSON-able document."""
     view = runstate.read(store, run_id)
     run = view.run()

@@ -28,14 +28,23 @@ from datetime import datetime
 from typing import Any, Final
 
 from .. import eventkinds as kinds
-from ..canonical import digest
+from ..canonical import JsonValue, digest
 from ..clock import Clock
 from ..errors import AgentOpsError
 from ..gitstore.journal import Entry, Journal
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.repo import Store
 from ..model.integration import Integration
-from ..model.report import EventFact, EvidenceFact, Generation, Handoff, ReceiptFact, Report, ReviewFact
+from ..model.report import (
+    EventFact,
+    EvidenceFact,
+    Generation,
+    Handoff,
+    ReceiptFact,
+    RefusalFact,
+    Report,
+    ReviewFact,
+)
 from ..model.run import Role, Run, Worker, used_seconds
 from ..model.task import Task
 from ..receipts.statement import evidence_summary
@@ -92,7 +101,7 @@ def gather(store: Store, run_id: str, *, clock: Clock, environ: Mapping[str, str
         run_events=tuple(run_events),
         used_seconds=used_seconds(run.intervals, clock.now()),
         foreign_commits=sum(1 for e in entries if e.foreign),
-        transitions=tuple(t.to_json() for t in transitions.all_of(store, run.run_id)),
+        transitions=tuple(transitions.all_of(store, run.run_id)),
     )
 
 
@@ -106,7 +115,7 @@ class _Open:
     code: str | None = None
     message: str | None = None
     delivered: str | None = None
-    refusals: list[Mapping[str, Any]] = field(default_factory=list)
+    refusals: list[RefusalFact] = field(default_factory=list)
     events: list[EventFact] = field(default_factory=list)
     handoffs: list[Handoff] = field(default_factory=list)
 
@@ -178,7 +187,7 @@ def _apply(store: Store, item: _Open, entry: Entry) -> None:
         if commit is not None:
             item.handoffs.append(Handoff(commit, entry.time))
     elif code == kinds.REQUEST_REFUSED and data.get("generation") == item.start.number:
-        item.refusals.append({"code": data.get("code"), "message": data.get("message"), "at": entry.time})
+        item.refusals.append(RefusalFact(data.get("code"), data.get("message"), entry.time))
         item.answered(entry.time)
     elif code == kinds.TASK_DELIVERED and data.get("generation") == item.start.number:
         item.outcome, item.ended_at, item.delivered = "delivered", entry.time, data.get("commit")
@@ -204,7 +213,7 @@ def _freeze(item: _Open, worker: Worker | None) -> Generation:
     message = item.message
     if failure is not None and failure.code == code and message is None:
         message = failure.message
-    usage = next((u.to_json() for u in (worker.usage if worker else ()) if u.generation == number), None)
+    usage = next((u for u in (worker.usage if worker else ()) if u.generation == number), None)
     return replace(
         item.start,
         outcome=item.outcome,
@@ -299,7 +308,8 @@ def _gate_evidence(evidence: EvidenceStore, integration: Integration | None) -> 
     return facts
 
 
-def _agrees(found: dict[str, Any], summary: Mapping[str, Any]) -> bool:
+def _agrees(found: Mapping[str, object], summary: Mapping[str, JsonValue]) -> bool:
+    """Whether an evidence summary ``found`` has the values of a kept ``summary`` on the keys it has."""
     return {k: v for k, v in found.items() if k in summary} == dict(summary)
 
 
@@ -319,7 +329,7 @@ def _reviews(journal: Journal, integration: Integration | None, entries: Sequenc
     return facts
 
 
-def _added_reports(journal: Journal, commit: str, parent: str | None) -> Iterable[Mapping[str, Any]]:
+def _added_reports(journal: Journal, commit: str, parent: str | None) -> Iterable[Mapping[str, JsonValue]]:
     """The review reports among the artifacts ``commit`` added to the state."""
     after = journal.read_at(commit)
     before = journal.read_at(parent) if parent else None

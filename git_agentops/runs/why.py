@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.events import Entry
 from ..gitstore.journal import Journal
 from ..gitstore.repo import Store
+from ..model.jsonform import JsonRecord, on_disk, records_of
 from ..model.run import Failure, Role, Worker
 from ..model.task import Task, TaskStatus
 from ..verify.evidence import EvidenceStore
@@ -38,85 +39,39 @@ DEPENDENCY: Final = "dependency "
 
 
 @dataclass(frozen=True, slots=True)
-class FailedCommand:
+class FailedCommand(JsonRecord):
     """A required command that failed: its id, how it ended (``exit:1``, ``timeout``...) and its first failing
     lines."""
 
-    command_id: str
-    ended: str
-    lines: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"commandId": self.command_id, "ended": self.ended, "lines": list(self.lines)}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> FailedCommand:
-        return cls(doc["commandId"], doc["ended"], tuple(doc["lines"]))
+    command_id: str = on_disk("commandId")
+    ended: str = on_disk("ended")
+    lines: tuple[str, ...] = on_disk("lines")
 
 
 @dataclass(frozen=True, slots=True)
-class LastFailure:
+class LastFailure(JsonRecord):
     """A worker's failed generation, as shown: the failed commands when the evidence names them, else the first
     lines of the failure's message."""
 
-    generation: int
-    code: str
-    commands: tuple[FailedCommand, ...]
-    message: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "code": self.code,
-            "commands": [c.to_json() for c in self.commands],
-            "message": list(self.message),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> LastFailure:
-        commands = tuple(FailedCommand.from_json(c) for c in doc["commands"])
-        return cls(doc["generation"], doc["code"], commands, tuple(doc["message"]))
+    generation: int = on_disk("generation")
+    code: str = on_disk("code")
+    commands: tuple[FailedCommand, ...] = on_disk("commands", decode=records_of(FailedCommand.from_json))
+    message: tuple[str, ...] = on_disk("message")
 
 
 @dataclass(frozen=True, slots=True)
-class Cause:
-    """A task blocked for a reason of its own (or, with no task, the coordinator or the run itself)."""
+class Cause(JsonRecord):
+    """A task blocked for a reason of its own (or, with no task, the coordinator or the run itself); its JSON form
+    is ``run status --json``'s ``blocked`` entry (every key always written, ``lastFailure`` null when none)."""
 
-    task_id: str | None
-    title: str | None
-    worker_id: str | None
-    headline: str  # the first line of the block reason: its code and what happened
-    reason: str  # the whole reason
-    failed_generations: int
-    last: LastFailure | None
-    root: bool = False  # the root task: the coordinator's own failure
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "taskId": self.task_id,
-            "title": self.title,
-            "workerId": self.worker_id,
-            "headline": self.headline,
-            "reason": self.reason,
-            "failedGenerations": self.failed_generations,
-            "lastFailure": self.last.to_json() if self.last else None,
-            "root": self.root,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Cause:
-        """A cause back from ``run status --json``'s ``blocked``."""
-        last = doc["lastFailure"]
-        return cls(
-            doc["taskId"],
-            doc["title"],
-            doc["workerId"],
-            doc["headline"],
-            doc["reason"],
-            doc["failedGenerations"],
-            LastFailure.from_json(last) if last is not None else None,
-            doc["root"],
-        )
+    task_id: str | None = on_disk("taskId")
+    title: str | None = on_disk("title")
+    worker_id: str | None = on_disk("workerId")
+    headline: str = on_disk("headline")  # the first line of the block reason: its code and what happened
+    reason: str = on_disk("reason")  # the whole reason
+    failed_generations: int = on_disk("failedGenerations")
+    last: LastFailure | None = on_disk("lastFailure", decode=LastFailure.from_json)
+    root: bool = on_disk("root", default=False)  # the root task: the coordinator's own failure
 
 
 def failed_commands_at(store: Store, commit: str | None) -> tuple[FailedCommand, ...]:
