@@ -25,7 +25,7 @@ seal the summaries they rely on, each saying whether its result was fresh or reu
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -178,6 +178,14 @@ def parse_records(data: bytes | None, *, what: str) -> list[EvidenceRecord]:
     return records
 
 
+def _newest_first(data: bytes | None, *, what: str) -> Iterator[EvidenceRecord]:
+    """:func:`parse_records` from the last line up, each line parsed only when the one after it was not wanted: the
+    cache takes the newest record that fits, and a tree verified many times must not cost a validation per line."""
+    for line in reversed(data.splitlines() if data else []):
+        if line.strip():
+            yield from parse_records(line, what=what)
+
+
 def note_line(record: EvidenceRecord) -> bytes:
     """The line of an evidence note that holds ``record``."""
     return canonical_bytes(record.to_json()) + b"\n"
@@ -209,17 +217,16 @@ class EvidenceStore:
     ) -> EvidenceRecord | None:
         """A passing, authenticated record for this tree and exactly this command, policy and environment
         (newest first); with ``accept``, only one of those provenances."""
-        entries = parse_records(self.notes.read(tree), what=f"evidence cache of tree {tree}")
-        for entry in entries[::-1]:
+        for entry in _newest_first(self.notes.read(tree), what=f"evidence cache of tree {tree}"):
             if accept is not None and entry.provenance not in accept:
                 continue
             if (
-                authentic(entry, self.keys)
-                and entry.passed is True
+                entry.passed is True
                 and entry.tree == tree
                 and entry.argv_digest == argv_digest
                 and entry.policy_config_hash == policy_hash
                 and entry.env_digest == env_digest
+                and authentic(entry, self.keys)  # last: the MAC is the one costly check
             ):
                 return entry
         return None
