@@ -51,6 +51,23 @@ def _git(worktree: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
 
 def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> list[str]:
     """Modified, staged (and, unless ``untracked=False``, untracked-not-ignored) paths; empty when clean."""
+    return _entries(_status_v1(worktree, untracked=untracked), limit)
+
+
+def dirty_and_untracked(worktree: Path, *, limit: int = 50) -> tuple[list[str], list[str]]:
+    """(:func:`dirty_paths`, every untracked file that is not ignored) from one ``git status``.
+
+    The second list is what ``git ls-files --others --exclude-standard`` prints (``??`` entries are exactly those
+    files, in the same order), decoded with ``surrogateescape`` like :func:`git_agentops.verify.made.untracked_files`:
+    a person's verification asks both questions of the same checkout, before its commands run.
+    """
+    entries = _status_v1(worktree, untracked=True)
+    untracked = [path.decode("utf-8", "surrogateescape") for status, path in entries if status == b"??"]
+    return _entries(entries, limit), untracked
+
+
+def _status_v1(worktree: Path, *, untracked: bool) -> list[tuple[bytes, bytes]]:
+    """(status, path) of every entry of ``git status --porcelain=v1`` (a rename's source path left out)."""
     done = _git(
         worktree,
         "status",
@@ -61,19 +78,20 @@ def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> l
     )
     if done.returncode != 0:
         raise AgentOpsError("GIT_FAILED", f"git status failed in {worktree}: {done.stderr.decode(errors='replace')}")
-    entries = [e for e in done.stdout.split(b"\0") if e]
-    paths: list[str] = []
+    entries: list[tuple[bytes, bytes]] = []
     skip_next = False
-    for entry in entries:
+    for entry in (e for e in done.stdout.split(b"\0") if e):
         if skip_next:  # the source path of a rename/copy
             skip_next = False
             continue
         status, path = entry[:2], entry[3:]
         skip_next = status[0:1] in (b"R", b"C")
-        paths.append(f"{status.decode()} {path.decode(errors='replace')}")
-        if len(paths) >= limit:
-            break
-    return paths
+        entries.append((status, path))
+    return entries
+
+
+def _entries(entries: list[tuple[bytes, bytes]], limit: int) -> list[str]:
+    return [f"{status.decode()} {path.decode(errors='replace')}" for status, path in entries[:limit]]
 
 
 ARTIFACT_DIRS: Final = frozenset(

@@ -42,8 +42,7 @@ from ..canonical import JsonObject, JsonValue
 from ..clock import Clock
 from ..envs.probe import probe
 from ..errors import AgentOpsError
-from ..gitstore.checkout import Head, dirty_paths, head, head_and_changes
-from ..gitstore.clean import CleanCheckout, is_discovered
+from ..gitstore.checkout import Head, dirty_and_untracked, head, head_and_changes
 from ..model.policy import CommandSpec, Policy
 from ..policy.trust import Verdict, require_trusted
 from ..process.command import run_command, scrub_environment
@@ -62,10 +61,9 @@ from .evidence import (
     stored_tail,
 )
 from .made import MadeFiles, untracked_files
-from .parsers import parse_counts
-from .slots import verification_slot
 
 if TYPE_CHECKING:
+    from ..gitstore.clean import CleanCheckout
     from ..model.task import Task
     from ..sandbox.checkout import Wall
 
@@ -157,6 +155,7 @@ def verify_checkout(
     grace: float = 3.0,
     known_head: Head | None = None,
     provenance: Provenance = PERSON,
+    git_dir: Path | None = None,
 ) -> Outcome:
     """Run (or reuse) every planned command on the clean HEAD of the caller's ``worktree``; record evidence.
 
@@ -173,6 +172,8 @@ def verify_checkout(
     with contextlib.ExitStack() as held:
 
         def take_slot() -> None:  # only when a command must run: a cache hit waits for no one
+            from .slots import verification_slot
+
             what = f"git agentops-verify in {worktree}"
             held.enter_context(
                 verification_slot(evidence.private_dir, policy.max_verifications, what=what, waiting=progress)
@@ -190,6 +191,7 @@ def verify_checkout(
             grace=grace,
             known_head=known_head,
             provenance=provenance,
+            git_dir=git_dir,
             before_run=take_slot if provenance == PERSON else None,
         )
     outcome.notes_commit, outcome.records = evidence.record(outcome.commit, outcome.tree, outcome.records)
@@ -210,19 +212,23 @@ def check_in_place(
     known_head: Head | None = None,
     provenance: Provenance = PERSON,
     before_run: Callable[[], None] | None = None,
+    git_dir: Path | None = None,
 ) -> Outcome:
     """:func:`verify_checkout` without its trust check and without recording: the commands run (or, with an
     ``evidence`` store and not ``fresh``, are reused) on the clean HEAD of ``worktree``; nothing is written but the
     made-files record in the worktree's git dir. With ``evidence=None`` nothing is read from or written to the
-    evidence notes (a run's worker: :mod:`.worker`). The caller decides whether ``policy`` may run.
+    evidence notes (a run's worker: :mod:`.worker`). The caller decides whether ``policy`` may run. A caller that
+    already asked git where ``worktree`` is (its top) and what its HEAD is passes ``git_dir`` and ``known_head``: each
+    is one git call fewer (a person's verification asks once: :func:`git_agentops.gitstore.checkout.probe`).
 
     Raises ``VERIFY_DIRTY``, ``VERIFY_NO_COMMIT``, ``VERIFY_NO_COMMANDS``, ``TASK_RUNNER_UNKNOWN``,
     ``VERIFY_ENV_OUTSIDE``.
     """
     planned = _planned(policy, task)
     start = known_head or head(worktree)
-    made = MadeFiles.load(worktree)
-    dirty = made.not_dirt(dirty_paths(worktree))
+    made = MadeFiles.load(worktree, git_dir=git_dir)
+    changes, untracked = dirty_and_untracked(worktree)  # one git status: what is dirty, what is there already
+    dirty = made.not_dirt(changes)
     if dirty:
         raise AgentOpsError(
             "VERIFY_DIRTY",
@@ -230,7 +236,7 @@ def check_in_place(
             "evidence is about a commit: commit or clean them first",
             details={"paths": dirty},
         )
-    before = set(untracked_files(worktree))
+    before = set(untracked)
     outcome = _run_all(
         evidence,
         planned,
@@ -316,6 +322,8 @@ def verify_clean(
             details={"written": written},
         )
     if any(not r.cached for r in outcome.records):
+        from ..gitstore.clean import is_discovered
+
         drift = checkout.inspect(commit)
         if drift.changed:
             raise AgentOpsError(
@@ -428,6 +436,8 @@ def _run_one(
     provenance: Provenance,
     wall: Wall | None = None,
 ) -> EvidenceRecord:
+    from .parsers import parse_counts  # its patterns are compiled only when a command ran
+
     command = item.command
     run = wall.run if wall is not None else run_command
     result = run(command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
