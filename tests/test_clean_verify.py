@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from git_agentops.clock import FixedClock
-from git_agentops.gitstore.checkout import dirty_and_untracked, dirty_paths, is_artifact
+from git_agentops.gitstore.checkout import (
+    dirty_and_untracked,
+    dirty_paths,
+    head_and_changes,
+    head_changes_and_untracked,
+    is_artifact,
+)
 from git_agentops.gitstore.clean import CleanCheckout, collapse, discoverable_above
 from git_agentops.gitstore.keys import KEY_PATH, keyring
 from git_agentops.gitstore.objects import git_merge_tree
@@ -159,8 +165,8 @@ def test_only_tool_artifacts_are_untracked_files_a_handoff_may_leave(path: str, 
 
 def test_one_status_answers_what_dirty_paths_and_untracked_files_answer(tmp_path: Path) -> None:
     """Invariant: a person's verification asks one ``git status`` what it asked ``status`` and ``ls-files --others``
-    before -- the same dirt (renames, staged, modified, untracked) and the same untracked files, ignored ones left
-    out, in the same order."""
+    before (and, after its commands, ``status`` and ``ls-files`` again) -- the same dirt (renames, staged, modified,
+    untracked), HEAD and tracked changes, and the same untracked files, ignored ones left out, in the same order."""
     repo = make_repo(tmp_path / "repo", files={"a.txt": "a\n", "b.txt": "b\n", ".gitignore": "*.log\n"})
     git(repo, "mv", "a.txt", "renamed.txt")
     (repo / "b.txt").write_text("changed\n")
@@ -175,6 +181,9 @@ def test_one_status_answers_what_dirty_paths_and_untracked_files_answer(tmp_path
     assert "noise.log" not in untracked and "with space.txt" in untracked and len(dirty) == 6, dirty
     assert dirty_and_untracked(repo, limit=2)[0] == dirty_paths(repo, limit=2) == dirty[:2]
     assert dirty_and_untracked(repo, limit=2)[1] == untracked  # the limit is the dirt's, never the untracked files'
+    head, changed = head_and_changes(repo, untracked=False)
+    assert head_changes_and_untracked(repo) == (head, changed, untracked)  # after the commands: one status too
+    assert head_changes_and_untracked(repo, limit=1) == (head, changed[:1], untracked)
 
 
 # -- evidence --------------------------------------------------------------------------------------------------------

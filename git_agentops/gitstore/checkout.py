@@ -132,6 +132,27 @@ def head_and_changes(
 
     ``skip_artifacts`` leaves out untracked paths that :func:`is_artifact` recognises (never a tracked change).
     """
+    commit, entries = _status_v2(worktree, untracked=untracked)
+    paths: list[str] = []
+    for is_untracked, raw in entries:
+        path = raw.decode(errors="replace")
+        if not (is_untracked and skip_artifacts and is_artifact(path)):
+            paths.append(path)
+    return commit, paths[:limit]
+
+
+def head_changes_and_untracked(worktree: Path, *, limit: int = 50) -> tuple[str | None, list[str], list[str]]:
+    """(HEAD commit or None, changed tracked paths, every untracked file that is not ignored) from one ``git status``:
+    what ``head_and_changes(untracked=False)`` and ``git ls-files --others --exclude-standard`` answer (the second
+    decoded with ``surrogateescape``), asked of a checkout once after a person's verification ran its commands."""
+    commit, entries = _status_v2(worktree, untracked=True)
+    tracked = [raw.decode(errors="replace") for is_untracked, raw in entries if not is_untracked]
+    untracked = [raw.decode("utf-8", "surrogateescape") for is_untracked, raw in entries if is_untracked]
+    return commit, tracked[:limit], untracked
+
+
+def _status_v2(worktree: Path, *, untracked: bool) -> tuple[str | None, list[tuple[bool, bytes]]]:
+    """HEAD's commit (None when unborn) and every entry of ``git status --porcelain=v2`` as (untracked?, path)."""
     done = _git(
         worktree,
         "status",
@@ -144,22 +165,20 @@ def head_and_changes(
     if done.returncode != 0:
         raise AgentOpsError("GIT_FAILED", f"git status failed in {worktree}: {done.stderr.decode(errors='replace')}")
     commit: str | None = None
-    paths: list[str] = []
+    entries: list[tuple[bool, bytes]] = []
     fields = iter(done.stdout.split(b"\0"))
     for entry in fields:
         if entry.startswith(b"# branch.oid "):
             value = entry[len(b"# branch.oid ") :].decode()
             commit = None if value == "(initial)" else value
         elif entry[:2] in (b"1 ", b"u "):
-            paths.append(entry.split(b" ", 8 if entry[:1] == b"1" else 10)[-1].decode(errors="replace"))
+            entries.append((False, entry.split(b" ", 8 if entry[:1] == b"1" else 10)[-1]))
         elif entry[:2] == b"2 ":
-            paths.append(entry.split(b" ", 9)[-1].decode(errors="replace"))
+            entries.append((False, entry.split(b" ", 9)[-1]))
             next(fields, None)  # the rename's source path
         elif entry[:2] == b"? ":
-            path = entry[2:].decode(errors="replace")
-            if not (skip_artifacts and is_artifact(path)):
-                paths.append(path)
-    return commit, paths[:limit]
+            entries.append((True, entry[2:]))
+    return commit, entries
 
 
 def head(worktree: Path) -> Head:

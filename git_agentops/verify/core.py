@@ -42,7 +42,7 @@ from ..canonical import JsonObject, JsonValue
 from ..clock import Clock
 from ..envs.probe import probe
 from ..errors import AgentOpsError
-from ..gitstore.checkout import Head, dirty_and_untracked, head, head_and_changes
+from ..gitstore.checkout import Head, dirty_and_untracked, head, head_changes_and_untracked
 from ..model.policy import CommandSpec, Policy
 from ..policy.trust import Verdict, require_trusted
 from ..process.command import run_command, scrub_environment
@@ -60,7 +60,7 @@ from .evidence import (
     make_record,
     stored_tail,
 )
-from .made import MadeFiles, untracked_files
+from .made import MadeFiles
 
 if TYPE_CHECKING:
     from ..gitstore.clean import CleanCheckout
@@ -255,7 +255,8 @@ def check_in_place(
         before_run=before_run,
     )
     ran = any(not r.cached for r in outcome.records)
-    after, changed = head_and_changes(worktree, untracked=False) if ran else (start.commit, [])
+    # one git status after the commands: did HEAD or a tracked file change, and which untracked files are there now
+    after, changed, now = head_changes_and_untracked(worktree) if ran else (start.commit, [], [])
     if after != start.commit or changed:  # when nothing ran, nothing can have changed the checkout
         what = "HEAD moved" if after != start.commit else ", ".join(changed[:5])
         raise AgentOpsError(
@@ -265,7 +266,7 @@ def check_in_place(
         )
     if ran:
         with contextlib.suppress(OSError):  # a convenience (:mod:`.made`): never what decides the outcome
-            made.remember([p for p in untracked_files(worktree) if p not in before])
+            made.remember([p for p in now if p not in before])
     return outcome
 
 
