@@ -293,8 +293,9 @@ LAZY_FOR_A_PERSON = (
     "git_agentops.gitstore.clean",  # the supervisor's clean checkout
     "git_agentops.cli.env",  # the setup freshness check: only a policy with setup steps
     "git_agentops.verify.worker",  # the worker's own check: only in a worker's worktree
+    "git_agentops.verify.parsers",  # only a command whose output is counted (parser other than "none")
 )
-LAZY_ON_A_CACHE_HIT = ("git_agentops.verify.slots", "git_agentops.verify.parsers")  # only when a command runs
+LAZY_ON_A_CACHE_HIT = ("git_agentops.verify.slots",)  # only when a command runs
 
 
 @pytest.mark.parametrize("args", [(), ("--fresh",)], ids=["cache-hit", "fresh"])

@@ -437,18 +437,19 @@ def _run_one(
     provenance: Provenance,
     wall: Wall | None = None,
 ) -> EvidenceRecord:
-    from .parsers import parse_counts  # its patterns are compiled only when a command ran
-
     command = item.command
     run = wall.run if wall is not None else run_command
     result = run(command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
     tests, parse_error = None, None
-    try:
-        seen = result.output + result.tail if result.truncated else result.output
-        counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=cwd)
-        tests = counts.to_json() if counts is not None else None
-    except AgentOpsError as exc:
-        parse_error = f"{exc.code}: {exc.message}"
+    if command.parser != "none":  # "none" counts nothing: the parsers (and their patterns) only for one that does
+        from .parsers import parse_counts
+
+        try:
+            seen = result.output + result.tail if result.truncated else result.output
+            counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=cwd)
+            tests = counts.to_json() if counts is not None else None
+        except AgentOpsError as exc:
+            parse_error = f"{exc.code}: {exc.message}"
     passed = result.ok and parse_error is None and not (tests is not None and (tests["failed"] or tests["errors"]))
     tail = stored_tail(
         result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)

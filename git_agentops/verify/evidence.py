@@ -80,8 +80,8 @@ def environment_digest(env: Mapping[str, str], environment: Mapping[str, JsonVal
     return digest({"vars": dict(env), "environment": dict(environment)})
 
 
-_ORPHAN_KEY_END: Final = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
-_KEY_BEGIN: Final = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_ORPHAN_KEY_END: Final = r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"  # compiled (by re) when a tail was cut
+_KEY_BEGIN: Final = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 
 
 def stored_tail(tail: bytes, redact: Callable[[str], str], *, cut: bool) -> str:
@@ -96,8 +96,8 @@ def stored_tail(tail: bytes, redact: Callable[[str], str], *, cut: bool) -> str:
         return ""
     if cut:
         text = text[text.find("\n") + 1 :]
-        end = _ORPHAN_KEY_END.search(text)
-        if end and not _KEY_BEGIN.search(text, 0, end.start()):
+        end = re.search(_ORPHAN_KEY_END, text)
+        if end and not re.compile(_KEY_BEGIN).search(text, 0, end.start()):
             text = "[WITHHELD: part of a private key]" + text[end.end() :]
     text = redact(text)
     if len(text) <= TAIL_CHARS:
