@@ -28,7 +28,7 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
             calls.append(list(argv))
         return real(argv, **kwargs)
 
-    monkeypatch.setattr(safegit.subprocess, "run", counting)
+    monkeypatch.setattr(subprocess, "run", counting)
     return calls
 
 
@@ -65,3 +65,20 @@ def test_a_config_that_reads_other_files_is_asked_every_time(
     extra.write_text('[filter "evil"]\n\tclean = touch pwned\n')
     assert driver_overrides(repo, env) == EVIL
     assert len(asked) == 2
+
+
+def test_a_long_lived_process_keeps_answers_for_a_bounded_number_of_places(
+    tmp_path: Path, asked: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Invariant: a supervisor asks in ever new worktrees and slots; the kept answers never outgrow the bound, the
+    oldest place going first (asked of git again when it comes back)."""
+    monkeypatch.setattr(safegit, "_DRIVERS_KEPT", 2)
+    env = neutral_environment()
+    repos = [make_repo(tmp_path / f"repo{i}") for i in range(3)]
+    for repo in repos:
+        driver_overrides(repo, env)
+    assert len(safegit._DRIVERS) == 2 and len(asked) == 3
+    driver_overrides(repos[2], env)
+    assert len(asked) == 3
+    driver_overrides(repos[0], env)
+    assert len(asked) == 4 and len(safegit._DRIVERS) == 2

@@ -27,6 +27,7 @@ import functools
 import os
 import re
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -93,12 +94,14 @@ def neutral_environment(
     return env
 
 
-_DRIVER_NAME: Final = re.compile(
+_DRIVER_NAME: Final = (  # a pattern (compiled by ``re`` on first use: the hook fast path never asks)
     r"^(" + "|".join(DRIVER_KEYS) + r")\..+\.(" + "|".join(k for v in DRIVER_KEYS.values() for k in v) + ")$"
 )
 _DRIVERS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[tuple[Path, bytes], ...], tuple[str, ...]]] = {}
 """The last answer of :func:`driver_overrides` in each place: the config files it came from (and their bytes), and
-the arguments."""
+the arguments; at most :data:`_DRIVERS_KEPT` places (a supervisor's job threads share them: :data:`_DRIVERS_LOCK`)."""
+_DRIVERS_KEPT: Final = 64
+_DRIVERS_LOCK: Final = threading.Lock()
 
 
 def driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
@@ -111,7 +114,8 @@ def driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
     verification runs four neutralised git calls in one checkout.
     """
     key = (str(cwd), tuple(sorted(env.items())))
-    known = _DRIVERS.get(key)
+    with _DRIVERS_LOCK:
+        known = _DRIVERS.get(key)
     if known is not None and all(_contents(path) == data for path, data in known[0]):
         return list(known[1])
     try:
@@ -129,7 +133,7 @@ def driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
     origins = set(fields[0::2][: len(fields) // 2])
     names = {item.partition("\n")[0] for item in fields[1::2]}
     args: list[str] = []
-    for name in sorted(n for n in names if n and _DRIVER_NAME.search(n)):
+    for name in sorted(n for n in names if n and re.search(_DRIVER_NAME, n)):
         section, _, rest = name.partition(".")
         driver = rest.rpartition(".")[0]
         if section in DRIVER_KEYS and driver and "=" not in driver:
@@ -137,7 +141,10 @@ def driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
                 args += ["-c", f"{section}.{driver}.{config_key}={REPLACEMENTS.get(section, '')}"]
     sources = _sources(cwd, origins, names) if done.returncode == 0 else None
     if sources:
-        _DRIVERS[key] = (sources, tuple(args))
+        with _DRIVERS_LOCK:
+            if key not in _DRIVERS and len(_DRIVERS) >= _DRIVERS_KEPT:
+                del _DRIVERS[next(iter(_DRIVERS))]  # the oldest place
+            _DRIVERS[key] = (sources, tuple(args))
     return args
 
 
