@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from git_agentops.clock import FixedClock
-from git_agentops.gitstore.checkout import dirty_paths, is_artifact
+from git_agentops.gitstore.checkout import (
+    dirty_and_untracked,
+    dirty_paths,
+    head_and_changes,
+    head_changes_and_untracked,
+    is_artifact,
+)
 from git_agentops.gitstore.clean import CleanCheckout, collapse, discoverable_above
 from git_agentops.gitstore.keys import KEY_PATH, keyring
 from git_agentops.gitstore.objects import git_merge_tree
@@ -20,6 +26,7 @@ from git_agentops.gitstore.repo import open_store
 from git_agentops.gitstore.worktree import add_detached_worktree, remove_detached_worktree
 from git_agentops.verify.core import Outcome
 from git_agentops.verify.evidence import FOR_RUNS, EvidenceRecord, EvidenceStore, authentic, seal_record
+from git_agentops.verify.made import untracked_files
 
 from .conftest import git, make_repo
 
@@ -154,6 +161,29 @@ def test_setup_products_collapse_to_their_first_untracked_directory() -> None:
 )
 def test_only_tool_artifacts_are_untracked_files_a_handoff_may_leave(path: str, artifact: bool) -> None:
     assert is_artifact(path) is artifact
+
+
+def test_one_status_answers_what_dirty_paths_and_untracked_files_answer(tmp_path: Path) -> None:
+    """Invariant: a person's verification asks one ``git status`` what it asked ``status`` and ``ls-files --others``
+    before (and, after its commands, ``status`` and ``ls-files`` again) -- the same dirt (renames, staged, modified,
+    untracked), HEAD and tracked changes, and the same untracked files, ignored ones left out, in the same order."""
+    repo = make_repo(tmp_path / "repo", files={"a.txt": "a\n", "b.txt": "b\n", ".gitignore": "*.log\n"})
+    git(repo, "mv", "a.txt", "renamed.txt")
+    (repo / "b.txt").write_text("changed\n")
+    (repo / "deep" / "er").mkdir(parents=True)
+    (repo / "deep" / "er" / "new.txt").write_text("x")
+    (repo / "with space.txt").write_text("x")
+    (repo / "caf\u00e9.txt").write_text("x")
+    (repo / "noise.log").write_text("ignored")
+    git(repo / "deep", "init", "-q", "nested")
+    dirty, untracked = dirty_and_untracked(repo)
+    assert (dirty, untracked) == (dirty_paths(repo), untracked_files(repo))
+    assert "noise.log" not in untracked and "with space.txt" in untracked and len(dirty) == 6, dirty
+    assert dirty_and_untracked(repo, limit=2)[0] == dirty_paths(repo, limit=2) == dirty[:2]
+    assert dirty_and_untracked(repo, limit=2)[1] == untracked  # the limit is the dirt's, never the untracked files'
+    head, changed = head_and_changes(repo, untracked=False)
+    assert head_changes_and_untracked(repo) == (head, changed, untracked)  # after the commands: one status too
+    assert head_changes_and_untracked(repo, limit=1) == (head, changed[:1], untracked)
 
 
 # -- evidence --------------------------------------------------------------------------------------------------------
@@ -403,3 +433,24 @@ def test_setup_may_make_environments_and_build_products(tmp_path: Path) -> None:
     )
     outcome = _prove(tmp_path, [make], files={"tests/conftest.py": "", "pkg/index.js": ""})
     assert outcome.passed
+
+
+def test_the_cache_answers_with_the_newest_record_that_fits_and_skips_lines_that_are_not_records(
+    tmp_path: Path,
+) -> None:
+    """Invariant: read newest first and stopping at the first fit, the cache answers what reading every line did --
+    the newest authentic, fitting record; a newer one for another environment and a damaged line are passed over."""
+    repo = make_repo(tmp_path / "repo", files={"a.txt": "a\n"})
+    commit, tree = _head(repo), git(repo, "rev-parse", "HEAD^{tree}")
+    store = open_store(repo, clock=FixedClock())
+    evidence = EvidenceStore(store, store.private_dir())
+    key = {"argv_digest": "a" * 64, "policy_hash": "b" * 64, "env_digest": "c" * 64}
+    older, newer = (replace(_record(tree, commit), started_at=f"2026-12-01T00:00:0{i}Z") for i in (1, 2))
+    elsewhere = replace(_record(tree, commit), env_digest="d" * 64, started_at="2026-12-01T00:00:03Z")
+    evidence.record(commit, tree, [older, newer, elsewhere])
+    git(repo, "notes", "--ref=agentops/evidence", "append", "-m", '{"not": "a record"}', tree)
+    hit = evidence.cached(tree, **key)
+    assert hit is not None and hit.started_at == newer.started_at and authentic(hit, evidence.keys)
+    other = evidence.cached(tree, **{**key, "env_digest": "d" * 64})
+    assert other is not None and other.started_at == elsewhere.started_at
+    assert evidence.cached(tree, **{**key, "env_digest": "e" * 64}) is None

@@ -74,3 +74,23 @@ def test_schemas_load_once_per_process() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "1"
+
+
+def test_a_schema_is_read_when_first_used_with_the_schemas_it_refers_to() -> None:
+    """Invariant: validating one kind of document reads its schema and those it ``$ref``-s, once, and checks the
+    referred parts as before (a task inside worker instructions); the whole set is still there for who asks."""
+    code = (
+        "from git_agentops.schema import documents\n"
+        "S = documents.SCHEMAS\n"
+        "print(documents.schema_errors({}, 'instructions') != [], sorted(S.raw), S.load_count)\n"
+        "errors = documents.schema_errors({'task': {'id': 7}}, 'instructions')\n"
+        "print(any(e.json_path.startswith('$.task') for e in errors), sorted(S.raw), S.load_count)\n"
+        "print(len(documents.schema_names()), S.load_count)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    shipped = len(list(data_dir("schemas").glob("*.schema.json")))
+    assert out == [
+        "True ['instructions', 'task'] 1",
+        "True ['instructions', 'task'] 1",
+        f"{shipped} 2",
+    ]

@@ -285,3 +285,39 @@ def test_a_persons_verify_never_imports_pygit2(run_cli: Any, repo_path: Path, ar
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=repo_path, capture_output=True, text=True, check=False)
     assert done.stdout.splitlines()[-1] == "LOADED [] 0", done.stdout + done.stderr
+
+
+LAZY_FOR_A_PERSON = (
+    "tomllib",  # only a project with a pyproject.toml (the policy is read from its cache)
+    "git_agentops.model.hosts",  # only a policy that has hosts
+    "git_agentops.gitstore.clean",  # the supervisor's clean checkout
+    "git_agentops.cli.env",  # the setup freshness check: only a policy with setup steps
+    "git_agentops.verify.worker",  # the worker's own check: only in a worker's worktree
+    "git_agentops.verify.parsers",  # only a command whose output is counted (parser other than "none")
+)
+LAZY_ON_A_CACHE_HIT = ("git_agentops.verify.slots",)  # only when a command runs
+
+
+@pytest.mark.parametrize("args", [(), ("--fresh",)], ids=["cache-hit", "fresh"])
+def test_a_persons_verify_imports_only_what_its_path_needs(
+    run_cli: Any, repo_path: Path, args: tuple[str, ...]
+) -> None:
+    """What a person's verification of a policy without hosts or setup steps, in a project without a pyproject.toml,
+    imports: never the modules of the paths it does not take (bench/verify.py's budget is mostly imports); a cache
+    hit not even the slot or the output parsers."""
+    import subprocess
+    import sys
+
+    _project(repo_path, _cmd("noop", ["true"]))
+    _trust(run_cli, repo_path)
+    assert _verify(run_cli, repo_path)[0] == 0
+    unwanted = LAZY_FOR_A_PERSON + (LAZY_ON_A_CACHE_HIT if not args else ())
+    code = (
+        "import sys\nfrom git_agentops.cli.verify import main\n"
+        f"status = main({list(args)!r})\n"
+        f"print('LOADED', sorted(m for m in {unwanted!r} if m in sys.modules), status)"
+    )
+    for _ in range(2):  # the first records what this environment (not run_cli's) may reuse: the second is a hit
+        done = subprocess.run([sys.executable, "-c", code], cwd=repo_path, capture_output=True, text=True, check=False)
+    assert done.stdout.splitlines()[-1] == "LOADED [] 0", done.stdout + done.stderr
+    assert ("PASS (cached)" in done.stdout) == (not args), done.stdout

@@ -233,6 +233,8 @@ def _verify_here(args: argparse.Namespace, ctx: Context, where: Probe) -> int:
         fresh=args.fresh,
         progress=ctx.progress if ctx.interactive else None,
         provenance=provenance,
+        known_head=where.head,  # the probe's: HEAD and the git dir are asked of git once
+        git_dir=where.git_dir,
     )
     verdict_line = (
         f"{'PASSED' if outcome.passed else 'FAILED'}: {outcome.commit[:12]} (tree {outcome.tree[:12]}), "
@@ -264,6 +266,8 @@ def _make_environments(policy: Policy, worktree: Path, ctx: Context) -> Made:
     works in a run. Progress on a terminal; a step that cannot make its environment raises its own code
     (``ENV_SETUP_FAILED``, ``ENV_LOCK_UNUSABLE``, ``ENV_PYTHON_MISSING``), saying which step and why it ran.
     """
+    if not policy.setup:  # the freshness check, and what it imports, only for a policy that has setup steps
+        return Made()
     import shlex
     import time
 

@@ -10,7 +10,6 @@ the checkout; no subprocess.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -48,11 +47,17 @@ def pyproject(root: Path) -> dict[str, Any]:
     """The checkout's ``pyproject.toml`` as a dict (empty when there is none or it does not parse)."""
     path = root / "pyproject.toml"
     try:
-        if path.is_file() and not path.is_symlink():
-            return tomllib.loads(path.read_text("utf-8", errors="replace"))
-    except (OSError, tomllib.TOMLDecodeError):
+        if not path.is_file() or path.is_symlink():
+            return {}
+        text = path.read_text("utf-8", errors="replace")
+    except OSError:
         return {}
-    return {}
+    import tomllib  # a project that is not Python's (and a person's verify of it) never pays for the parser
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}
 
 
 def _packages_in(directory: Path) -> list[str]:

@@ -51,6 +51,23 @@ def _git(worktree: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
 
 def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> list[str]:
     """Modified, staged (and, unless ``untracked=False``, untracked-not-ignored) paths; empty when clean."""
+    return _entries(_status_v1(worktree, untracked=untracked), limit)
+
+
+def dirty_and_untracked(worktree: Path, *, limit: int = 50) -> tuple[list[str], list[str]]:
+    """(:func:`dirty_paths`, every untracked file that is not ignored) from one ``git status``.
+
+    The second list is what ``git ls-files --others --exclude-standard`` prints (``??`` entries are exactly those
+    files, in the same order), decoded with ``surrogateescape`` like :func:`git_agentops.verify.made.untracked_files`:
+    a person's verification asks both questions of the same checkout, before its commands run.
+    """
+    entries = _status_v1(worktree, untracked=True)
+    untracked = [path.decode("utf-8", "surrogateescape") for status, path in entries if status == b"??"]
+    return _entries(entries, limit), untracked
+
+
+def _status_v1(worktree: Path, *, untracked: bool) -> list[tuple[bytes, bytes]]:
+    """(status, path) of every entry of ``git status --porcelain=v1`` (a rename's source path left out)."""
     done = _git(
         worktree,
         "status",
@@ -61,19 +78,20 @@ def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> l
     )
     if done.returncode != 0:
         raise AgentOpsError("GIT_FAILED", f"git status failed in {worktree}: {done.stderr.decode(errors='replace')}")
-    entries = [e for e in done.stdout.split(b"\0") if e]
-    paths: list[str] = []
+    entries: list[tuple[bytes, bytes]] = []
     skip_next = False
-    for entry in entries:
+    for entry in (e for e in done.stdout.split(b"\0") if e):
         if skip_next:  # the source path of a rename/copy
             skip_next = False
             continue
         status, path = entry[:2], entry[3:]
         skip_next = status[0:1] in (b"R", b"C")
-        paths.append(f"{status.decode()} {path.decode(errors='replace')}")
-        if len(paths) >= limit:
-            break
-    return paths
+        entries.append((status, path))
+    return entries
+
+
+def _entries(entries: list[tuple[bytes, bytes]], limit: int) -> list[str]:
+    return [f"{status.decode()} {path.decode(errors='replace')}" for status, path in entries[:limit]]
 
 
 ARTIFACT_DIRS: Final = frozenset(
@@ -114,6 +132,27 @@ def head_and_changes(
 
     ``skip_artifacts`` leaves out untracked paths that :func:`is_artifact` recognises (never a tracked change).
     """
+    commit, entries = _status_v2(worktree, untracked=untracked)
+    paths: list[str] = []
+    for is_untracked, raw in entries:
+        path = raw.decode(errors="replace")
+        if not (is_untracked and skip_artifacts and is_artifact(path)):
+            paths.append(path)
+    return commit, paths[:limit]
+
+
+def head_changes_and_untracked(worktree: Path, *, limit: int = 50) -> tuple[str | None, list[str], list[str]]:
+    """(HEAD commit or None, changed tracked paths, every untracked file that is not ignored) from one ``git status``:
+    what ``head_and_changes(untracked=False)`` and ``git ls-files --others --exclude-standard`` answer (the second
+    decoded with ``surrogateescape``), asked of a checkout once after a person's verification ran its commands."""
+    commit, entries = _status_v2(worktree, untracked=True)
+    tracked = [raw.decode(errors="replace") for is_untracked, raw in entries if not is_untracked]
+    untracked = [raw.decode("utf-8", "surrogateescape") for is_untracked, raw in entries if is_untracked]
+    return commit, tracked[:limit], untracked
+
+
+def _status_v2(worktree: Path, *, untracked: bool) -> tuple[str | None, list[tuple[bool, bytes]]]:
+    """HEAD's commit (None when unborn) and every entry of ``git status --porcelain=v2`` as (untracked?, path)."""
     done = _git(
         worktree,
         "status",
@@ -126,22 +165,20 @@ def head_and_changes(
     if done.returncode != 0:
         raise AgentOpsError("GIT_FAILED", f"git status failed in {worktree}: {done.stderr.decode(errors='replace')}")
     commit: str | None = None
-    paths: list[str] = []
+    entries: list[tuple[bool, bytes]] = []
     fields = iter(done.stdout.split(b"\0"))
     for entry in fields:
         if entry.startswith(b"# branch.oid "):
             value = entry[len(b"# branch.oid ") :].decode()
             commit = None if value == "(initial)" else value
         elif entry[:2] in (b"1 ", b"u "):
-            paths.append(entry.split(b" ", 8 if entry[:1] == b"1" else 10)[-1].decode(errors="replace"))
+            entries.append((False, entry.split(b" ", 8 if entry[:1] == b"1" else 10)[-1]))
         elif entry[:2] == b"2 ":
-            paths.append(entry.split(b" ", 9)[-1].decode(errors="replace"))
+            entries.append((False, entry.split(b" ", 9)[-1]))
             next(fields, None)  # the rename's source path
         elif entry[:2] == b"? ":
-            path = entry[2:].decode(errors="replace")
-            if not (skip_artifacts and is_artifact(path)):
-                paths.append(path)
-    return commit, paths[:limit]
+            entries.append((True, entry[2:]))
+    return commit, entries
 
 
 def head(worktree: Path) -> Head:

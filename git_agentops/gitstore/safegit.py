@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -92,12 +94,33 @@ def neutral_environment(
     return env
 
 
+_DRIVER_NAME: Final = (  # a pattern (compiled by ``re`` on first use: the hook fast path never asks)
+    r"^(" + "|".join(DRIVER_KEYS) + r")\..+\.(" + "|".join(k for v in DRIVER_KEYS.values() for k in v) + ")$"
+)
+_DRIVERS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[tuple[Path, bytes], ...], tuple[str, ...]]] = {}
+"""The last answer of :func:`driver_overrides` in each place: the config files it came from (and their bytes), and
+the arguments; at most :data:`_DRIVERS_KEPT` places (a supervisor's job threads share them: :data:`_DRIVERS_LOCK`)."""
+_DRIVERS_KEPT: Final = 64
+_DRIVERS_LOCK: Final = threading.Lock()
+
+
 def driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
-    """``-c`` arguments that blank the command of every driver the repository's config defines."""
-    pattern = r"^(" + "|".join(DRIVER_KEYS) + r")\..+\.(" + "|".join(k for v in DRIVER_KEYS.values() for k in v) + ")$"
+    """``-c`` arguments that blank the command of every driver the repository's config defines.
+
+    One ``git config --list`` per call, unless the previous answer in the same place (``cwd``, ``env``) still holds:
+    it is kept when the config it came from is files only, none including another (``include.*``,
+    ``includeIf.*``) and no per-worktree config enabled, and it is reused while each of those files reads the same
+    bytes -- so a config a command rewrote between two calls (a driver added) is asked of git again. A person's
+    verification runs four neutralised git calls in one checkout.
+    """
+    key = (str(cwd), tuple(sorted(env.items())))
+    with _DRIVERS_LOCK:
+        known = _DRIVERS.get(key)
+    if known is not None and all(_contents(path) == data for path, data in known[0]):
+        return list(known[1])
     try:
         done = subprocess.run(
-            ["git", "config", "-z", "--name-only", "--get-regexp", pattern],
+            ["git", "config", "-z", "--show-origin", "--list"],
             cwd=cwd,
             env=dict(env),
             capture_output=True,
@@ -106,14 +129,56 @@ def driver_overrides(cwd: Path, env: Mapping[str, str]) -> list[str]:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise AgentOpsError("GIT_FAILED", f"git config could not run in {cwd}: {exc}") from exc
+    fields = done.stdout.decode("utf-8", "surrogateescape").split("\0")
+    origins = set(fields[0::2][: len(fields) // 2])
+    names = {item.partition("\n")[0] for item in fields[1::2]}
     args: list[str] = []
-    for name in sorted({n for n in done.stdout.decode("utf-8", "surrogateescape").split("\0") if n}):
+    for name in sorted(n for n in names if n and re.search(_DRIVER_NAME, n)):
         section, _, rest = name.partition(".")
         driver = rest.rpartition(".")[0]
         if section in DRIVER_KEYS and driver and "=" not in driver:
-            for key in DRIVER_KEYS[section]:
-                args += ["-c", f"{section}.{driver}.{key}={REPLACEMENTS.get(section, '')}"]
+            for config_key in DRIVER_KEYS[section]:
+                args += ["-c", f"{section}.{driver}.{config_key}={REPLACEMENTS.get(section, '')}"]
+    sources = _sources(cwd, origins, names) if done.returncode == 0 else None
+    if sources:
+        with _DRIVERS_LOCK:
+            if key not in _DRIVERS and len(_DRIVERS) >= _DRIVERS_KEPT:
+                del _DRIVERS[next(iter(_DRIVERS))]  # the oldest place
+            _DRIVERS[key] = (sources, tuple(args))
     return args
+
+
+def _sources(cwd: Path, origins: set[str], names: set[str]) -> tuple[tuple[Path, bytes], ...] | None:
+    """The config files and their bytes an answer may be kept by (see :func:`driver_overrides`), or None."""
+    if any(n.startswith(("include.", "includeif.")) or n == "extensions.worktreeconfig" for n in names):
+        return None
+    found = []
+    for origin in sorted(origins):
+        if not origin.startswith("file:") or origin == "file:":
+            return None
+        path = Path(origin[len("file:") :])
+        if not path.is_absolute():  # relative to where git settled: ``cwd`` only when it is the top or the git dir
+            top = path.parts[0] == ".git"
+            if not _is_git_dir(cwd / ".git" if top else cwd):
+                return None
+            path = cwd / path
+        data = _contents(path)
+        if data is None:
+            return None
+        found.append((path, data))
+    return tuple(found) or None
+
+
+def _is_git_dir(path: Path) -> bool:
+    """What git asks of a directory before it takes it for a git dir (so it did not walk on past ``path``)."""
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
+
+
+def _contents(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 @functools.cache

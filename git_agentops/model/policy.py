@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from ..canonical import JsonObject, JsonValue, canonical_json, digest
-from . import hosts
 from .globs import literal, normalise
 from .policydoc import CommandDoc, PolicyDoc, StepDoc
 
@@ -116,6 +115,8 @@ def _host_defaults(host: Mapping[str, Any], verify_argvs: list[Any]) -> dict[str
     """A host with its kind's default argv, resume argv, environment, writable paths and passed credential
     variables (``pass_env``) filled in (:mod:`.hosts`), so that the config hash -- and what ``policy trust`` shows --
     covers exactly what will run and which of the person's secrets it gets."""
+    from . import hosts  # every kind's module: only for a policy that has hosts, never a person's verify of none
+
     kind = host["kind"]
     argv = host.get("argv") or list(hosts.default_argv(kind, verify_argvs))
     shell = bool(host.get("shell", False))

@@ -5,8 +5,9 @@ with :func:`load` and written with :func:`dump`. Reading is strict: a size limit
 only, duplicate keys refused (the last one would silently win otherwise), NaN/Infinity refused. Both directions
 validate against ``schemas/<name>.schema.json`` and report the JSON path of the first error.
 
-Schemas are loaded once per process, on first use, and interpreted by :mod:`.schemacheck` (the subset of 2020-12
-our schemas use); the reference ``jsonschema`` costs ~110 ms to import, so only the doctor and the tests use it.
+Each schema is loaded at most once per process, on first use, and interpreted by :mod:`.schemacheck` (the subset
+of 2020-12 our schemas use); the reference ``jsonschema`` costs ~110 ms to import, so only the doctor and the tests
+use it.
 """
 
 from __future__ import annotations
@@ -26,28 +27,68 @@ SCHEMA_ID_PREFIX: Final = "urn:git-agentops:schema:"
 
 
 class _SchemaSet:
-    """Every shipped schema, read from disk at most once per process."""
+    """The shipped schemas, each read from disk at most once per process, and only when used: validating one kind of
+    document reads that schema and those it refers to (a person's ``git agentops-verify`` needs a few of the two
+    dozen, and reading and checking all of them was a tenth of its time); :meth:`get` reads every one."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.raw: dict[str, dict[str, Any]] | None = None
-        self.validator: Validator | None = None
-        self.load_count = 0  # tests assert it stays at 1
+        self.raw: dict[str, dict[str, Any]] = {}
+        self.validator = Validator({})
+        self.complete = False
+        self.load_count = 0  # passes that read schemas from disk: tests assert repeated use reads nothing again
 
     def get(self) -> tuple[dict[str, dict[str, Any]], Validator]:
+        """Every shipped schema, and the validator that holds them."""
         with self.lock:
-            if self.raw is None or self.validator is None:
-                raw: dict[str, dict[str, Any]] = {}
-                for path in sorted(data_dir("schemas").glob("*.schema.json")):
-                    name = path.name.removesuffix(".schema.json")
-                    doc = json.loads(path.read_text("utf-8"))
-                    if doc.get("$id") != SCHEMA_ID_PREFIX + name:
-                        raise RuntimeError(f"schema {path.name} must have $id {SCHEMA_ID_PREFIX + name!r}")
-                    raw[name] = doc
-                self.validator = Validator(raw)
-                self.raw = raw
-                self.load_count += 1
+            if not self.complete:
+                names = [p.name.removesuffix(".schema.json") for p in data_dir("schemas").glob("*.schema.json")]
+                self._read(sorted(names))
+                self.complete = True
             return self.raw, self.validator
+
+    def using(self, name: str) -> Validator | None:
+        """The validator, holding ``name`` and every schema it refers to; None when no schema has that name."""
+        with self.lock:
+            if name not in self.raw:
+                if self.complete or not (data_dir("schemas") / f"{name}.schema.json").is_file():
+                    return None
+                self._read([name])
+            return self.validator
+
+    def _read(self, names: list[str]) -> None:
+        """Read the named schemas not read yet, and then the ones they refer to (called with the lock held)."""
+        pending = [n for n in names if n not in self.raw]
+        if not pending:
+            return
+        while pending:
+            name = pending.pop(0)
+            if name in self.raw:
+                continue
+            path = data_dir("schemas") / f"{name}.schema.json"
+            doc = json.loads(path.read_text("utf-8"))
+            if doc.get("$id") != SCHEMA_ID_PREFIX + name:
+                raise RuntimeError(f"schema {path.name} must have $id {SCHEMA_ID_PREFIX + name!r}")
+            self.validator.add(name, doc)
+            self.raw[name] = doc
+            pending += [n for n in _referenced(doc) if n not in self.raw]
+        self.raw = dict(sorted(self.raw.items()))
+        self.load_count += 1
+
+
+def _referenced(node: Any) -> set[str]:
+    """The names of the other shipped schemas ``node`` refers to (``$ref`` to ``urn:git-agentops:schema:<name>``)."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(SCHEMA_ID_PREFIX):
+            found.add(ref[len(SCHEMA_ID_PREFIX) :].partition("#")[0])
+        for value in node.values():
+            found |= _referenced(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _referenced(value)
+    return found
 
 
 SCHEMAS = _SchemaSet()
@@ -72,8 +113,8 @@ def check_schemas() -> int:
 
 def schema_errors(doc: Any, schema: str) -> list[SchemaError]:
     """Every error of ``doc`` against ``schema`` (ordered by path); empty when valid."""
-    raw, validator = SCHEMAS.get()
-    if schema not in raw:
+    validator = SCHEMAS.using(schema)
+    if validator is None:
         raise KeyError(f"no schema named {schema!r}")  # a programming error, not a user error
     return validator.errors(doc, SCHEMA_ID_PREFIX + schema)
 

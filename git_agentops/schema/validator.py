@@ -170,8 +170,12 @@ class Validator:
         self.by_id: dict[str, Mapping[str, Any]] = {}
         self._refs: dict[tuple[str, int], tuple[Any, Mapping[str, Any]]] = {}  # resolved $refs (schemas never change)
         for name, schema in schemas.items():
-            self._check_vocabulary(schema, name)
-            self.by_id[str(schema.get("$id", name))] = schema
+            self.add(name, schema)
+
+    def add(self, name: str, schema: Mapping[str, Any]) -> None:
+        """Admit one more schema (its vocabulary checked now), so a process loads only the schemas it uses."""
+        self._check_vocabulary(schema, name)
+        self.by_id[str(schema.get("$id", name))] = schema
 
     def _check_vocabulary(self, schema: Any, where: str) -> None:
         if isinstance(schema, bool):

@@ -42,8 +42,7 @@ from ..canonical import JsonObject, JsonValue
 from ..clock import Clock
 from ..envs.probe import probe
 from ..errors import AgentOpsError
-from ..gitstore.checkout import Head, dirty_paths, head, head_and_changes
-from ..gitstore.clean import CleanCheckout, is_discovered
+from ..gitstore.checkout import Head, dirty_and_untracked, head, head_changes_and_untracked
 from ..model.policy import CommandSpec, Policy
 from ..policy.trust import Verdict, require_trusted
 from ..process.command import run_command, scrub_environment
@@ -61,11 +60,10 @@ from .evidence import (
     make_record,
     stored_tail,
 )
-from .made import MadeFiles, untracked_files
-from .parsers import parse_counts
-from .slots import verification_slot
+from .made import MadeFiles
 
 if TYPE_CHECKING:
+    from ..gitstore.clean import CleanCheckout
     from ..model.task import Task
     from ..sandbox.checkout import Wall
 
@@ -157,6 +155,7 @@ def verify_checkout(
     grace: float = 3.0,
     known_head: Head | None = None,
     provenance: Provenance = PERSON,
+    git_dir: Path | None = None,
 ) -> Outcome:
     """Run (or reuse) every planned command on the clean HEAD of the caller's ``worktree``; record evidence.
 
@@ -173,6 +172,8 @@ def verify_checkout(
     with contextlib.ExitStack() as held:
 
         def take_slot() -> None:  # only when a command must run: a cache hit waits for no one
+            from .slots import verification_slot
+
             what = f"git agentops-verify in {worktree}"
             held.enter_context(
                 verification_slot(evidence.private_dir, policy.max_verifications, what=what, waiting=progress)
@@ -190,6 +191,7 @@ def verify_checkout(
             grace=grace,
             known_head=known_head,
             provenance=provenance,
+            git_dir=git_dir,
             before_run=take_slot if provenance == PERSON else None,
         )
     outcome.notes_commit, outcome.records = evidence.record(outcome.commit, outcome.tree, outcome.records)
@@ -210,19 +212,23 @@ def check_in_place(
     known_head: Head | None = None,
     provenance: Provenance = PERSON,
     before_run: Callable[[], None] | None = None,
+    git_dir: Path | None = None,
 ) -> Outcome:
     """:func:`verify_checkout` without its trust check and without recording: the commands run (or, with an
     ``evidence`` store and not ``fresh``, are reused) on the clean HEAD of ``worktree``; nothing is written but the
     made-files record in the worktree's git dir. With ``evidence=None`` nothing is read from or written to the
-    evidence notes (a run's worker: :mod:`.worker`). The caller decides whether ``policy`` may run.
+    evidence notes (a run's worker: :mod:`.worker`). The caller decides whether ``policy`` may run. A caller that
+    already asked git where ``worktree`` is (its top) and what its HEAD is passes ``git_dir`` and ``known_head``: each
+    is one git call fewer (a person's verification asks once: :func:`git_agentops.gitstore.checkout.probe`).
 
     Raises ``VERIFY_DIRTY``, ``VERIFY_NO_COMMIT``, ``VERIFY_NO_COMMANDS``, ``TASK_RUNNER_UNKNOWN``,
     ``VERIFY_ENV_OUTSIDE``.
     """
     planned = _planned(policy, task)
     start = known_head or head(worktree)
-    made = MadeFiles.load(worktree)
-    dirty = made.not_dirt(dirty_paths(worktree))
+    made = MadeFiles.load(worktree, git_dir=git_dir)
+    changes, untracked = dirty_and_untracked(worktree)  # one git status: what is dirty, what is there already
+    dirty = made.not_dirt(changes)
     if dirty:
         raise AgentOpsError(
             "VERIFY_DIRTY",
@@ -230,7 +236,7 @@ def check_in_place(
             "evidence is about a commit: commit or clean them first",
             details={"paths": dirty},
         )
-    before = set(untracked_files(worktree))
+    before = set(untracked)
     outcome = _run_all(
         evidence,
         planned,
@@ -249,7 +255,8 @@ def check_in_place(
         before_run=before_run,
     )
     ran = any(not r.cached for r in outcome.records)
-    after, changed = head_and_changes(worktree, untracked=False) if ran else (start.commit, [])
+    # one git status after the commands: did HEAD or a tracked file change, and which untracked files are there now
+    after, changed, now = head_changes_and_untracked(worktree) if ran else (start.commit, [], [])
     if after != start.commit or changed:  # when nothing ran, nothing can have changed the checkout
         what = "HEAD moved" if after != start.commit else ", ".join(changed[:5])
         raise AgentOpsError(
@@ -259,7 +266,7 @@ def check_in_place(
         )
     if ran:
         with contextlib.suppress(OSError):  # a convenience (:mod:`.made`): never what decides the outcome
-            made.remember([p for p in untracked_files(worktree) if p not in before])
+            made.remember([p for p in now if p not in before])
     return outcome
 
 
@@ -316,6 +323,8 @@ def verify_clean(
             details={"written": written},
         )
     if any(not r.cached for r in outcome.records):
+        from ..gitstore.clean import is_discovered
+
         drift = checkout.inspect(commit)
         if drift.changed:
             raise AgentOpsError(
@@ -432,12 +441,15 @@ def _run_one(
     run = wall.run if wall is not None else run_command
     result = run(command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
     tests, parse_error = None, None
-    try:
-        seen = result.output + result.tail if result.truncated else result.output
-        counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=cwd)
-        tests = counts.to_json() if counts is not None else None
-    except AgentOpsError as exc:
-        parse_error = f"{exc.code}: {exc.message}"
+    if command.parser != "none":  # "none" counts nothing: the parsers (and their patterns) only for one that does
+        from .parsers import parse_counts
+
+        try:
+            seen = result.output + result.tail if result.truncated else result.output
+            counts = parse_counts(command.parser, seen.decode(errors="replace"), worktree=cwd)
+            tests = counts.to_json() if counts is not None else None
+        except AgentOpsError as exc:
+            parse_error = f"{exc.code}: {exc.message}"
     passed = result.ok and parse_error is None and not (tests is not None and (tests["failed"] or tests["errors"]))
     tail = stored_tail(
         result.tail, lambda text: _redact(text, policy.deny_patterns), cut=result.output_size > len(result.tail)

@@ -25,7 +25,7 @@ seal the summaries they rely on, each saying whether its result was fresh or reu
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -80,8 +80,8 @@ def environment_digest(env: Mapping[str, str], environment: Mapping[str, JsonVal
     return digest({"vars": dict(env), "environment": dict(environment)})
 
 
-_ORPHAN_KEY_END: Final = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
-_KEY_BEGIN: Final = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_ORPHAN_KEY_END: Final = r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"  # compiled (by re) when a tail was cut
+_KEY_BEGIN: Final = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 
 
 def stored_tail(tail: bytes, redact: Callable[[str], str], *, cut: bool) -> str:
@@ -96,8 +96,8 @@ def stored_tail(tail: bytes, redact: Callable[[str], str], *, cut: bool) -> str:
         return ""
     if cut:
         text = text[text.find("\n") + 1 :]
-        end = _ORPHAN_KEY_END.search(text)
-        if end and not _KEY_BEGIN.search(text, 0, end.start()):
+        end = re.search(_ORPHAN_KEY_END, text)
+        if end and not re.compile(_KEY_BEGIN).search(text, 0, end.start()):
             text = "[WITHHELD: part of a private key]" + text[end.end() :]
     text = redact(text)
     if len(text) <= TAIL_CHARS:
@@ -178,6 +178,14 @@ def parse_records(data: bytes | None, *, what: str) -> list[EvidenceRecord]:
     return records
 
 
+def _newest_first(data: bytes | None, *, what: str) -> Iterator[EvidenceRecord]:
+    """:func:`parse_records` from the last line up, each line parsed only when the one after it was not wanted: the
+    cache takes the newest record that fits, and a tree verified many times must not cost a validation per line."""
+    for line in reversed(data.splitlines() if data else []):
+        if line.strip():
+            yield from parse_records(line, what=what)
+
+
 def note_line(record: EvidenceRecord) -> bytes:
     """The line of an evidence note that holds ``record``."""
     return canonical_bytes(record.to_json()) + b"\n"
@@ -209,17 +217,16 @@ class EvidenceStore:
     ) -> EvidenceRecord | None:
         """A passing, authenticated record for this tree and exactly this command, policy and environment
         (newest first); with ``accept``, only one of those provenances."""
-        entries = parse_records(self.notes.read(tree), what=f"evidence cache of tree {tree}")
-        for entry in entries[::-1]:
+        for entry in _newest_first(self.notes.read(tree), what=f"evidence cache of tree {tree}"):
             if accept is not None and entry.provenance not in accept:
                 continue
             if (
-                authentic(entry, self.keys)
-                and entry.passed is True
+                entry.passed is True
                 and entry.tree == tree
                 and entry.argv_digest == argv_digest
                 and entry.policy_config_hash == policy_hash
                 and entry.env_digest == env_digest
+                and authentic(entry, self.keys)  # last: the MAC is the one costly check
             ):
                 return entry
         return None

@@ -67,12 +67,17 @@ class MadeFiles:
     files: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, worktree: Path) -> MadeFiles:
-        done = run_git(worktree, "rev-parse", "--path-format=absolute", "--git-dir", "--show-toplevel")
-        lines = done.stdout.decode().splitlines()
-        if done.returncode != 0 or len(lines) != 2:
-            return cls(None, worktree)
-        git_dir, top = Path(lines[0]), Path(lines[1])
+    def load(cls, worktree: Path, *, git_dir: Path | None = None) -> MadeFiles:
+        """The record of ``worktree``; ``git_dir``: its git dir when the caller already asked git (``worktree``
+        is then the top of the checkout), which saves asking again."""
+        if git_dir is not None:
+            top = worktree
+        else:
+            done = run_git(worktree, "rev-parse", "--path-format=absolute", "--git-dir", "--show-toplevel")
+            lines = done.stdout.decode().splitlines()
+            if done.returncode != 0 or len(lines) != 2:
+                return cls(None, worktree)
+            git_dir, top = Path(lines[0]), Path(lines[1])
         try:
             data = read_private(git_dir, RECORD, max_bytes=8 * 1024 * 1024)
             doc = documents.parse_json(data, what=str(git_dir / RECORD)) if data else {}
