@@ -321,3 +321,14 @@ def test_a_persons_verify_imports_only_what_its_path_needs(
         done = subprocess.run([sys.executable, "-c", code], cwd=repo_path, capture_output=True, text=True, check=False)
     assert done.stdout.splitlines()[-1] == "LOADED [] 0", done.stdout + done.stderr
     assert ("PASS (cached)" in done.stdout) == (not args), done.stdout
+
+
+def test_files_earlier_verifications_made_never_hide_dirt_listed_after_them(run_cli: Any, repo_path: Path) -> None:
+    """A person's verify drops the untracked files its earlier runs made from what counts as dirt. With more than 50
+    of them, a planted file listed after them was cut off before that filter and the dirty checkout verified."""
+    _project(repo_path, _cmd("make", ["sh", "-c", "for i in $(seq 10 70); do echo x > made$i.txt; done"]))
+    _trust(run_cli, repo_path)
+    assert _verify(run_cli, repo_path)[0] == 0  # 61 files made, recorded as made by verification
+    (repo_path / "zz_planted.py").write_text("planted\n")  # untracked, sorts after every made file
+    done = run_cli("git", "agentops-verify", "--fresh", cwd=repo_path)
+    assert done.returncode == 3 and "error[VERIFY_DIRTY]" in done.stderr and "zz_planted.py" in done.stderr

@@ -54,8 +54,9 @@ def dirty_paths(worktree: Path, *, untracked: bool = True, limit: int = 50) -> l
     return _entries(_status_v1(worktree, untracked=untracked), limit)
 
 
-def dirty_and_untracked(worktree: Path, *, limit: int = 50) -> tuple[list[str], list[str]]:
-    """(:func:`dirty_paths`, every untracked file that is not ignored) from one ``git status``.
+def dirty_and_untracked(worktree: Path, *, limit: int | None = 50) -> tuple[list[str], list[str]]:
+    """(:func:`dirty_paths`, every untracked file that is not ignored) from one ``git status``; ``limit=None``: every
+    dirty path (a caller that filters them must see all of them, or the first 50 it drops hide the 51st).
 
     The second list is what ``git ls-files --others --exclude-standard`` prints (``??`` entries are exactly those
     files, in the same order), decoded with ``surrogateescape`` like :func:`git_agentops.verify.made.untracked_files`:
@@ -90,7 +91,7 @@ def _status_v1(worktree: Path, *, untracked: bool) -> list[tuple[bytes, bytes]]:
     return entries
 
 
-def _entries(entries: list[tuple[bytes, bytes]], limit: int) -> list[str]:
+def _entries(entries: list[tuple[bytes, bytes]], limit: int | None) -> list[str]:
     return [f"{status.decode()} {path.decode(errors='replace')}" for status, path in entries[:limit]]
 
 

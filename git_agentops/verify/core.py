@@ -227,14 +227,16 @@ def check_in_place(
     planned = _planned(policy, task)
     start = known_head or head(worktree)
     made = MadeFiles.load(worktree, git_dir=git_dir)
-    changes, untracked = dirty_and_untracked(worktree)  # one git status: what is dirty, what is there already
+    # one git status: what is dirty, what is there already -- every entry: the files earlier verifications made are
+    # dropped from it, and a cut taken before that would let them hide the dirt behind them
+    changes, untracked = dirty_and_untracked(worktree, limit=None)
     dirty = made.not_dirt(changes)
     if dirty:
         raise AgentOpsError(
             "VERIFY_DIRTY",
             f"{worktree} has uncommitted changes ({', '.join(dirty[:5])}{' ...' if len(dirty) > 5 else ''}); "
             "evidence is about a commit: commit or clean them first",
-            details={"paths": dirty},
+            details={"paths": dirty[:50]},
         )
     before = set(untracked)
     outcome = _run_all(
