@@ -30,7 +30,7 @@ from git_agentops.gitstore.repo import open_store
 from git_agentops.gitstore.safegit import set_base_environment
 from git_agentops.policy.load import cache_dir_for, load_policy
 from git_agentops.policy.trust import TrustStore, Verdict, repo_identity
-from git_agentops.runs.proof import slots_dir
+from git_agentops.runs.confined_setup import slots_dir
 from git_agentops.verify.core import verify_checkout, verify_clean
 from git_agentops.verify.evidence import EvidenceStore
 

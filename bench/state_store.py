@@ -36,6 +36,7 @@ from pathlib import Path
 import pygit2
 from benchenv import EMAIL, ENV, NAME, git
 
+from git_agentops import eventkinds as kinds
 from git_agentops.clock import SystemClock
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.journal import Change, Event, Journal
@@ -65,7 +66,7 @@ def ours_latency(repo: Path, n: int, fsync: bool) -> list[float]:
     store = open_store(repo, clock=SystemClock(), identity=IDENTITY, fsync=fsync)
     pygit2.settings.enable_fsync_gitdir(fsync)
     journal = Journal(store, "refs/agentops/runs/lat/state")
-    event = Event("BENCH_MUTATION", "one mutation")
+    event = Event(kinds.STATE_CHANGED, "one mutation")
     for _ in range(10):
         journal.mutate(bump, event)
     times = []
@@ -100,7 +101,7 @@ def worker(repo: str, ref: str, count: int) -> None:
     """Child process: wait for the go file, then do ``count`` mutations on ``ref``."""
     store = open_store(repo, clock=SystemClock(), identity=IDENTITY)
     journal = Journal(store, ref)
-    event = Event("BENCH_MUTATION", "one mutation")
+    event = Event(kinds.STATE_CHANGED, "one mutation")
     go = Path(repo) / "go"
     while not go.exists():
         time.sleep(0.001)
@@ -140,7 +141,7 @@ def scaling_latency(root: Path, entries: int, n: int) -> float:
             key = f"{i:08x}{'0' * 56}"
             change.put(f"items/{key[:2]}/{key}", b'{"seed": true}')
 
-    journal.mutate(seed, Event("BENCH_SEED", f"{entries} records"))
+    journal.mutate(seed, Event(kinds.STATE_CHANGED, f"{entries} records"))
     counter = [entries]
 
     def record(change: Change) -> None:
@@ -150,11 +151,11 @@ def scaling_latency(root: Path, entries: int, n: int) -> float:
         change.put(f"items/{key[:2]}/{key}", b'{"request": true}')
 
     for _ in range(10):
-        journal.mutate(record, Event("BENCH_MUTATION", "record"))
+        journal.mutate(record, Event(kinds.STATE_CHANGED, "record"))
     times = []
     for _ in range(n):
         start = time.perf_counter()
-        journal.mutate(record, Event("BENCH_MUTATION", "record"))
+        journal.mutate(record, Event(kinds.STATE_CHANGED, "record"))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

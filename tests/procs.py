@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from git_agentops.clock import SystemClock
+from git_agentops.eventkinds import EventCode
 from git_agentops.gitstore.identity import Identity
 from git_agentops.gitstore.journal import Journal
 from git_agentops.gitstore.notes import Notes
@@ -46,7 +47,7 @@ def journal_increment(repo: Path, worker: int, count: int, ref: str) -> dict[str
 
     _wait_for_go(repo)
     for i in range(count):
-        result = journal.mutate(bump, Event("COUNTER_INCREMENTED", f"worker {worker} increment {i}"))
+        result = journal.mutate(bump, Event(EventCode("COUNTER_INCREMENTED"), f"worker {worker} increment {i}"))
         attempts += result.attempts
     return {"worker": worker, "done": count, "attempts": attempts}
 

@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .conftest import git, make_repo
 from .golden import checked
@@ -181,7 +181,7 @@ def peek(repo: Path, run_id: str) -> dict[str, Any] | None:
 
     clock = SystemClock()
     try:
-        return summary(open_store(repo, clock=clock), run_id, clock)
+        return cast(dict[str, Any], summary(open_store(repo, clock=clock), run_id, clock))  # a StatusDoc
     except Exception:  # a hint only: see above
         return None
 
