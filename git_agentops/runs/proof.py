@@ -184,10 +184,9 @@ def _prove_in(
                 details={"extra": made},
             )
         checkout.kept = tuple(collapse(drift.extra, _tracked_dirs(checkout, commit)))
-        _save_setup(checkout, key)
         ctx.log(f"set up the verification checkout {slot} ({len(checkout.kept)} path(s) made by setup kept)")
-    kept_before = kept_state(checkout)
-    if key is not None:  # re-saved below only if the commands left it whole: a crash during them leaves none
+    kept_before = kept_state(checkout) if key is not None else ""
+    if key is not None:  # saved below only if the commands left it whole: a crash before or during them leaves none
         _forget_setup(checkout)
     outcome = verify_clean(
         EvidenceStore(store, store.private_dir()),
