@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from git_agentops import eventkinds as kinds
@@ -140,16 +139,7 @@ class FakeLoop:
 
     def snapshot(self) -> Snapshot:
         self.state.refresh()
-        return Snapshot(
-            run_id=self.run_id,
-            run=self.state.run(),
-            tasks=MappingProxyType(self.state.tasks()),
-            workers=MappingProxyType(self.state.workers()),
-            binding=self.bound,
-            busy=frozenset(self.jobs),
-            transition=self.transition,
-            store=self.store,
-        )
+        return Snapshot.of(self.state, self.bound, busy=self.jobs, transition=self.transition)
 
     def respond(self, worker: Worker, answer: Answered) -> AgentOpsError | None:
         """As the supervisor's: the one writer of ``response.json``."""

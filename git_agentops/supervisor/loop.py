@@ -164,16 +164,7 @@ class Supervisor:
         return self.state.journal
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(
-            run_id=self.run_id,
-            run=self.state.run(),
-            tasks=MappingProxyType(self.state.tasks()),
-            workers=MappingProxyType(self.state.workers()),
-            binding=self.bound,
-            busy=frozenset(self.jobs),
-            transition=self.transition,
-            store=self.store,
-        )
+        return Snapshot.of(self.state, self.bound, busy=self.jobs, transition=self.transition)
 
     def log(self, message: str) -> None:
         self._log(message)

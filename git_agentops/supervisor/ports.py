@@ -13,8 +13,9 @@ the jobs' context and the confinement of new generations can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from ..errors import AgentOpsError
@@ -63,6 +64,20 @@ class Snapshot:
     @property
     def ctx(self) -> JobContext:
         return self.binding.ctx
+
+    @classmethod
+    def of(cls, state: StateCache, binding: Binding, *, busy: Iterable[str], transition: str | None) -> Snapshot:
+        """What the loop's state cache says now (read-only views), with ``binding`` in force."""
+        return cls(
+            run_id=state.run_id,
+            run=state.run(),
+            tasks=MappingProxyType(state.tasks()),
+            workers=MappingProxyType(state.workers()),
+            binding=binding,
+            busy=frozenset(busy),
+            transition=transition,
+            store=state.store,
+        )
 
 
 class Loop(Protocol):
