@@ -1,5 +1,12 @@
 """The package's layers: each top-level package or module ranked; a module imports only its own package or lower.
 
+Two kinds of package sit on the layers. A *layer package* (``gitstore``, ``runs``...) holds one kind of work, and
+all of it at one layer. A *feature package* (:data:`FEATURES`) is one room per concept -- the policy transition,
+say, from its record to the supervisor's driving of it -- and ranks each of its modules at the layer of what that
+module does: the record with the values, the journal with the runs, the drive with the supervisor. A feature's
+module imports lower layers and its own feature's modules of the same rank or lower, never upward, so a room does
+not let a value reach the supervisor through the back door.
+
 ``tests/test_architecture.py`` checks every import against this list (at module level, in functions and under
 ``TYPE_CHECKING``, so a cycle cannot hide), and README's architecture table is generated from it and from each
 package's docstring (``python -m git_agentops.cli.docgen``): the ranking and the description cannot drift apart.
@@ -26,3 +33,27 @@ LAYERS: Final[dict[str, int]] = {
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
 canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments and walls, 5 policy, 6
 verification/protocol/receipts, 7 hosts and hooks, 8 runs, 9 integration, 10 the supervisor, 11 the CLI."""
+
+
+FEATURES: Final[dict[str, dict[str, int]]] = {}
+"""Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
+ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
+README table lists it once, where a reader looking for its entry point finds it."""
+
+
+def rank(module: str) -> int:
+    """The layer of a module named below ``git_agentops`` (``"runs.state"``, ``"transition.drive"``, ``"errors"``):
+    its own rank in a feature package, its package's rank otherwise."""
+    top, _, rest = module.partition(".")
+    if top in FEATURES:
+        return FEATURES[top][rest.partition(".")[0] or "__init__"]
+    return LAYERS[top]
+
+
+def may_import(importer: str, imported: str) -> bool:
+    """Whether ``importer`` may import ``imported`` (both named below ``git_agentops``): anything in its own layer
+    package; in its own feature, a module of the same rank or lower; elsewhere, only a lower layer."""
+    mine, theirs = importer.partition(".")[0], imported.partition(".")[0]
+    if mine == theirs:
+        return mine not in FEATURES or rank(imported) <= rank(importer)
+    return rank(imported) < rank(importer)

@@ -182,12 +182,60 @@ def test_layers_import_downward_only() -> None:
     offences = []
     assert {_layer(path) for path in MODULES} == set(LAYERS), "every top-level package needs a layer"
     for module, targets in graph.items():
-        mine = module.split(".")[1] if "." in module else "__init__"
+        mine = module.partition(".")[2] or "__init__"
         for target in targets:
-            theirs = target.split(".")[1] if "." in target else "__init__"
-            if theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
-                offences.append(f"{module} ({mine}, layer {LAYERS[mine]}) imports {target} (layer {LAYERS[theirs]})")
+            theirs = target.partition(".")[2] or "__init__"
+            if not layers.may_import(mine, theirs):
+                offences.append(f"{module} (layer {layers.rank(mine)}) imports {target} (layer {layers.rank(theirs)})")
     assert sorted(offences) == []
+
+
+def test_every_module_of_a_feature_package_is_ranked() -> None:
+    """Invariant: a feature package (``layers.FEATURES``) ranks each of its modules, no more and no fewer, and
+    ``LAYERS`` lists the feature at its highest module's rank."""
+    for feature, ranks in layers.FEATURES.items():
+        modules = {p.stem for p in (PACKAGE / feature).glob("*.py")}
+        assert set(ranks) == modules, feature
+        assert LAYERS[feature] == max(ranks.values()), feature
+
+
+def test_a_feature_module_at_the_values_layer_does_no_io() -> None:
+    """Invariant: a feature's module ranked with the values (layer 3 or lower) keeps ``model``'s rule -- it imports
+    no I/O module and only values below it -- so a record kept in a feature room stays a pure value."""
+    offences = []
+    for feature, ranks in layers.FEATURES.items():
+        for stem, at in ranks.items():
+            if at > LAYERS["model"]:
+                continue
+            tree = ast.parse((PACKAGE / feature / f"{stem}.py").read_text("utf-8"))
+            for node in ast.walk(tree):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                offences += [f"{feature}/{stem}.py imports {n}" for n in names if n.split(".")[0] in IO_MODULES]
+    assert offences == []
+
+
+def test_feature_ranks_are_enforced() -> None:
+    """The rule itself, on names that need not exist: a feature's module may import its own feature's lower or
+    equal ranks and lower layers, never a higher rank of its own feature nor a layer package of its own rank."""
+    saved = dict(layers.FEATURES)
+    layers.FEATURES["room"] = {"__init__": 3, "record": 3, "journal": 8, "drive": 10}
+    layers.LAYERS["room"] = 10
+    try:
+        assert layers.may_import("room.drive", "room.journal")
+        assert layers.may_import("room.journal", "room.record")
+        assert layers.may_import("room.drive", "runs.state")
+        assert not layers.may_import("room.record", "room.journal")
+        assert not layers.may_import("room.journal", "runs.state")  # same layer, other package
+        assert not layers.may_import("room.record", "gitstore.refs")
+        assert layers.may_import("supervisor.loop", "room.journal")
+        assert not layers.may_import("runs.state", "room.journal")
+        assert layers.may_import("runs.state", "room.record")
+    finally:
+        layers.FEATURES.clear()
+        layers.FEATURES.update(saved)
+        del layers.LAYERS["room"]
 
 
 def test_every_raised_code_is_registered() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import CODES
 from ..eventkinds import EVENTS
-from ..layers import LAYERS
+from ..layers import FEATURES, LAYERS
 from .completion import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,13 +94,19 @@ def architecture_table() -> str:
     for layer in sorted(set(LAYERS.values()), reverse=True):
         for name in sorted(n for n, rank in LAYERS.items() if rank == layer and n != "__init__"):
             module = importlib.import_module(f"git_agentops.{name}")
-            if (package / name).is_dir():
+            cell = str(layer)
+            if name in FEATURES:  # a feature room: its modules with their ranks, lowest first
+                ranks = FEATURES[name]
+                cell = f"{min(ranks.values())}-{layer} (feature)"
+                parts = [f"{p} ({r})" for p, r in sorted(ranks.items(), key=lambda i: (i[1], i[0])) if p != "__init__"]
+                where, modules = f"`{name}/`", f" Modules: {', '.join(f'`{p}`' for p in parts)}."
+            elif (package / name).is_dir():
                 parts = sorted(p.stem for p in (package / name).glob("*.py") if p.stem != "__init__")
                 parts += sorted(p.name for p in (package / name).iterdir() if (p / "__init__.py").is_file())
                 where, modules = f"`{name}/`", f" Modules: {', '.join(f'`{p}`' for p in parts)}."
             else:
                 where, modules = f"`{name}`", ""
-            rows.append(f"| {layer} | {where} | {_summary(module.__doc__)}{modules} |")
+            rows.append(f"| {cell} | {where} | {_summary(module.__doc__)}{modules} |")
     return "\n".join(rows)
 
 
