@@ -148,6 +148,17 @@ def test_only_gitstore_writes_refs_and_objects() -> None:
     assert offences == []
 
 
+PURE = {"git_agentops.errors", "git_agentops.canonical", "git_agentops.clock"}
+"""The foundations a value may import: they do no I/O either."""
+
+
+def _is_value_module(module: str) -> bool:
+    """``model`` and a feature's modules ranked with it: values, which do no I/O."""
+    below = module.partition(".")[2]
+    top = below.partition(".")[0]
+    return top == "model" or (top in layers.FEATURES and layers.rank(below) <= LAYERS["model"])
+
+
 def test_model_does_no_io() -> None:
     offences = []
     for path, tree in _trees():
@@ -162,12 +173,9 @@ def test_model_does_no_io() -> None:
                     offences.append(f"{_rel(path)} imports from {node.module}")
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
                 offences.append(f"{_rel(path)}:{node.lineno} calls open()")
-    pure = {"git_agentops.errors", "git_agentops.canonical", "git_agentops.clock"}
     for module, targets in _import_graph().items():
         if module.startswith("git_agentops.model"):
-            offences += [
-                f"{module} imports {t}" for t in targets if not t.startswith("git_agentops.model") and t not in pure
-            ]
+            offences += [f"{module} imports {t}" for t in targets if not _is_value_module(t) and t not in PURE]
     assert offences == []
 
 
@@ -201,8 +209,12 @@ def test_every_module_of_a_feature_package_is_ranked() -> None:
 
 def test_a_feature_module_at_the_values_layer_does_no_io() -> None:
     """Invariant: a feature's module ranked with the values (layer 3 or lower) keeps ``model``'s rule -- it imports
-    no I/O module and only values below it -- so a record kept in a feature room stays a pure value."""
+    no I/O module and only values (``model``, the pure foundations, value modules of features) -- so a record kept
+    in a feature room stays a pure value."""
     offences = []
+    for module, targets in _import_graph().items():
+        if _is_value_module(module):
+            offences += [f"{module} imports {t}" for t in targets if not _is_value_module(t) and t not in PURE]
     for feature, ranks in layers.FEATURES.items():
         for stem, at in ranks.items():
             if at > LAYERS["model"]:
@@ -223,19 +235,24 @@ def test_feature_ranks_are_enforced() -> None:
     layers.FEATURES["room"] = {"__init__": 3, "record": 3, "journal": 8, "drive": 10}
     layers.LAYERS["room"] = 10
     try:
+        layers.FEATURES["other"] = {"__init__": 8, "journal": 8}
+        layers.LAYERS["other"] = 8
         assert layers.may_import("room.drive", "room.journal")
         assert layers.may_import("room.journal", "room.record")
         assert layers.may_import("room.drive", "runs.state")
-        assert not layers.may_import("room.record", "room.journal")
-        assert not layers.may_import("room.journal", "runs.state")  # same layer, other package
-        assert not layers.may_import("room.record", "gitstore.refs")
-        assert layers.may_import("supervisor.loop", "room.journal")
-        assert not layers.may_import("runs.state", "room.journal")
+        assert not layers.may_import("room.record", "room.journal")  # upward inside the room
+        assert layers.may_import("room.journal", "runs.state")  # a member of layer 8 and a layer-8 package
+        assert layers.may_import("runs.state", "room.journal")
+        assert layers.may_import("supervisor.loop", "room.drive")
+        assert not layers.may_import("room.journal", "supervisor.loop")
+        assert not layers.may_import("room.journal", "other.journal")  # two rooms at one layer: neither above
+        assert not layers.may_import("runs.state", "room.drive")
+        assert not layers.may_import("verify.core", "protocol.client")  # layer packages: strictly lower, as before
         assert layers.may_import("runs.state", "room.record")
     finally:
         layers.FEATURES.clear()
         layers.FEATURES.update(saved)
-        del layers.LAYERS["room"]
+        del layers.LAYERS["room"], layers.LAYERS["other"]
 
 
 def test_every_raised_code_is_registered() -> None:
