@@ -3,7 +3,7 @@ place, on a repository of many files, and the final gate's overhead on a small o
 
 The library is called in this process, as the supervisor calls it (it is already running when a handoff or the
 final gate is proved, so no interpreter start-up is in these figures). Each clean verification is the sequence of
-:func:`git_agentops.runs.proof.prove` without setup: ``populate``, ``inspect`` (must be clean), the guard above
+:func:`git_agentops.verify.proof.prove` without setup: ``populate``, ``inspect`` (must be clean), the guard above
 (:func:`~git_agentops.gitstore.clean.discoverable_above`), then :func:`~git_agentops.verify.core.verify_clean`,
 which runs the commands and re-inspects the tracked files after them. Every clean verification is of a commit
 whose tree nobody verified before (one file changed), so evidence is never reused.
@@ -30,7 +30,7 @@ from git_agentops.gitstore.repo import open_store
 from git_agentops.gitstore.safegit import set_base_environment
 from git_agentops.policy.load import cache_dir_for, load_policy
 from git_agentops.policy.trust import TrustStore, Verdict, repo_identity
-from git_agentops.runs.confined_setup import slots_dir
+from git_agentops.verify.confined_setup import slots_dir
 from git_agentops.verify.core import verify_checkout, verify_clean
 from git_agentops.verify.evidence import EvidenceStore
 

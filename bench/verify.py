@@ -11,7 +11,7 @@ In a small scratch repository whose trusted policy has one trivial command (``tr
 The overhead is p50(verify --fresh) - p50(direct). Targets: overhead under 150 ms, cache hit under 200 ms.
 
 The supervisor never verifies in an agent's worktree: each handoff and the final gate run in a clean checkout it
-owns (``git_agentops.runs.proof``). Its figures call the library in this process, as the running supervisor does
+owns (``git_agentops.verify.proof``). Its figures call the library in this process, as the running supervisor does
 (no interpreter start-up), each one ``populate`` + ``inspect`` + the guard above + ``verify_clean`` (the commands,
 then the tracked files re-hashed) of a commit whose tree nobody verified (one file changed: evidence is never
 reused); see ``bench/_clean_checkout.py``. On a repository of ``--files`` small files (default 20,000: directories

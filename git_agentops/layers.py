@@ -24,19 +24,28 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("gitstore", "model"), 3),
     **dict.fromkeys(("envs", "sandbox"), 4),
     "policy": 5,
-    **dict.fromkeys(("verify", "protocol", "receipts"), 6),
+    **dict.fromkeys(("protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),
-    "runs": 8,
+    **dict.fromkeys(("runs", "verify"), 8),
     "integrate": 9,
     "supervisor": 10,
     "cli": 11,
 }
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
 canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments and walls, 5 policy, 6
-verification/protocol/receipts, 7 hosts and hooks, 8 runs, 9 integration, 10 the supervisor, 11 the CLI."""
+verification's commands and evidence/protocol/receipts, 7 hosts and hooks, 8 runs (and a run's proofs), 9
+integration, 10 the supervisor, 11 the CLI."""
 
 
-FEATURES: Final[dict[str, dict[str, int]]] = {}
+FEATURES: Final[dict[str, dict[str, int]]] = {
+    "verify": {
+        **dict.fromkeys(("__init__", "confined_setup", "workspaces"), 4),
+        **dict.fromkeys(
+            ("core", "credentials", "evidence", "failing", "held", "made", "parsers", "redact", "slots", "worker"), 6
+        ),
+        "proof": 8,
+    },
+}
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
 README table lists it once, where a reader looking for its entry point finds it."""

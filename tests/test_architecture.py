@@ -247,7 +247,7 @@ def test_feature_ranks_are_enforced() -> None:
         assert not layers.may_import("room.journal", "supervisor.loop")
         assert not layers.may_import("room.journal", "other.journal")  # two rooms at one layer: neither above
         assert not layers.may_import("runs.state", "room.drive")
-        assert not layers.may_import("verify.core", "protocol.client")  # layer packages: strictly lower, as before
+        assert not layers.may_import("receipts.check", "protocol.client")  # layer packages: strictly lower, as before
         assert layers.may_import("runs.state", "room.record")
     finally:
         layers.FEATURES.clear()

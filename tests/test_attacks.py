@@ -4,7 +4,7 @@ the same run still delivers.
 
 Every attacker here commits ``calc_<x>.py`` with ``add`` returning ``a - b`` -- the same size as the correct file --
 and then arranges its worktree, its git config or the notes so that a verification which trusted any of them would
-pass. The supervisor verifies each handoff in a clean checkout of its own (``runs/proof.py``), with git config the
+pass. The supervisor verifies each handoff in a clean checkout of its own (``verify/proof.py``), with git config the
 agents cannot touch, re-hashing the files, and reuses only evidence it can authenticate.
 """
 

@@ -5,7 +5,7 @@ building one asks the project's build backend what an editable build needs (``se
 commit's code), and a setup step runs that code again. Before, both ran with the shared dir writable: a commit could
 fill the base it caused to be built with a ``pytest`` that always passes, or plant the base of another key with a
 forged completion marker, and a later honest commit on those dependencies verified against it. Real proofs
-(:func:`git_agentops.runs.proof.prove`), real pip from the offline wheelhouse of ``test_envs.py``, the build backend
+(:func:`git_agentops.verify.proof.prove`), real pip from the offline wheelhouse of ``test_envs.py``, the build backend
 and setup confined by the real launcher.
 """
 
@@ -28,8 +28,8 @@ from git_agentops.envs.python import default_python
 from git_agentops.envs.tools import unconfined
 from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.repo import open_store
-from git_agentops.runs.proof import prove, slot_checkout
 from git_agentops.sandbox.plan import kernel_abi, namespace_problem
+from git_agentops.verify.proof import prove, slot_checkout
 
 from . import test_envs
 from .conftest import commit_files, make_repo

@@ -21,7 +21,7 @@ from git_agentops.gitstore.repo import open_store
 from git_agentops.model.policy import Policy, effective
 from git_agentops.policy.trust import RepoIdentity, TrustStatus, Verdict
 from git_agentops.runs.jobs import JobContext
-from git_agentops.runs.proof import prove, slot_checkout
+from git_agentops.verify.proof import prove, slot_checkout
 
 from . import test_envs
 from .conftest import commit_files, git, make_repo

@@ -354,7 +354,7 @@ def _prove(tmp_path: Path, setup: list[list[str]], *, files: dict[str, str] | No
     from git_agentops.model.policy import Policy, effective
     from git_agentops.policy.trust import RepoIdentity, TrustStatus, Verdict
     from git_agentops.runs.jobs import JobContext
-    from git_agentops.runs.proof import prove
+    from git_agentops.verify.proof import prove
 
     repo = make_repo(
         tmp_path / "repo",

@@ -370,8 +370,8 @@ def test_the_uv_export_of_a_commits_lock_runs_confined_writing_only_its_output(t
     beside it, or into the repository, is refused by the kernel, and the export itself is still made."""
     from git_agentops.clock import FixedClock
     from git_agentops.envs.uv import export_uv_lock
-    from git_agentops.runs.confined_setup import runner
     from git_agentops.sandbox.checkout import Scratch, wall
+    from git_agentops.verify.confined_setup import runner
 
     repo = _uv_project(tmp_path / "repo")  # the repository, whose shared dir holds the bases
     checkout = _uv_project(tmp_path / "slot")  # the supervisor's clean checkout of a commit

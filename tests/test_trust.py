@@ -32,8 +32,8 @@ from git_agentops.policy.trust import (
     repo_identity,
     require_trusted,
 )
-from git_agentops.runs.proof import slots_dir
-from git_agentops.runs.workspaces import RECORD, Placement, ensure_worktree, placement
+from git_agentops.verify.proof import slots_dir
+from git_agentops.verify.workspaces import RECORD, Placement, ensure_worktree, placement
 
 from .conftest import git
 
@@ -247,7 +247,7 @@ def test_untrust_only_lowers_trust_and_is_allowed_in_an_agents_environment(run_c
 
 
 def test_agent_signs_name_the_variables_the_run_worktree_record_and_the_fenced_roots(tmp_path: Path) -> None:
-    assert WORKTREE_RECORD == RECORD  # the record runs/workspaces writes is the one trust looks for
+    assert WORKTREE_RECORD == RECORD  # the record verify/workspaces writes is the one trust looks for
     git_dir = tmp_path / "admin"
     (git_dir / "agentops").mkdir(parents=True)
     assert agent_signs({}, cwd=tmp_path) == []

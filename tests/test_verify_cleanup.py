@@ -12,7 +12,7 @@ from pathlib import Path
 
 from git_agentops.clock import FixedClock
 from git_agentops.gitstore.repo import open_store
-from git_agentops.runs.proof import slots_dir, sweep_slots
+from git_agentops.verify.proof import slots_dir, sweep_slots
 
 from .helpers import simple_child
 from .runkit import (

@@ -1,7 +1,7 @@
 """The supervisor's clean-checkout verification runs the agent's code confined: its tests write the checkout, their
 own TMPDIR and the slot's cache, and nothing else -- never the repository's shared dependency base, the
 supervisor's private dir, refs, trust store, the person's HOME or the checkout's own ``.git``. Real proofs
-(:func:`git_agentops.runs.proof.prove`) of real repositories, the commands real processes under the real launcher.
+(:func:`git_agentops.verify.proof.prove`) of real repositories, the commands real processes under the real launcher.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Proof:
         from git_agentops.model.policy import Policy, effective
         from git_agentops.policy.trust import RepoIdentity, TrustStatus, Verdict
         from git_agentops.runs.jobs import JobContext
-        from git_agentops.runs.proof import prove
+        from git_agentops.verify.proof import prove
 
         doc: dict[str, Any] = {
             "verify": {"commands": [{"timeout": 120, **c} for c in commands]},
@@ -90,7 +90,7 @@ class Proof:
         return prove(ctx, self.store, slot=slot, commit=git(self.repo, "rev-parse", "HEAD"), task=None)
 
     def checkout(self, slot: str = "w1") -> Path:
-        from git_agentops.runs.proof import slots_dir
+        from git_agentops.verify.proof import slots_dir
 
         return slots_dir(dict(os.environ), self.store, "run-confined") / slot
 
@@ -391,7 +391,7 @@ def test_confinement_overhead_on_a_trivial_command_is_small(proof: Proof) -> Non
     README's figure is this test's printout: ``-s`` shows it)."""
     from git_agentops.gitstore.clean import CleanCheckout
     from git_agentops.process.command import run_command
-    from git_agentops.runs.proof import confinement
+    from git_agentops.verify.proof import confinement
 
     proof.prove([_py("pass")])
     checkout = CleanCheckout(proof.checkout(), proof.repo / ".git" / "objects")

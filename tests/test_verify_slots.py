@@ -22,8 +22,8 @@ from git_agentops.gitstore.repo import open_store
 from git_agentops.model.policy import Policy, effective
 from git_agentops.policy.trust import RepoIdentity, TrustStatus, Verdict
 from git_agentops.runs.jobs import JobContext
-from git_agentops.runs.proof import prove
 from git_agentops.verify.core import Outcome
+from git_agentops.verify.proof import prove
 from git_agentops.verify.slots import verification_slot
 
 from .conftest import commit_files, git, make_repo

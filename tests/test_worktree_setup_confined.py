@@ -2,7 +2,7 @@
 the worktree holds what the agent wrote -- its ``setup.py``, its build backend -- and the supervisor runs the
 policy's ``[[worktree.setup]]`` there. Those steps write the worktree, their own TMPDIR and cache, and nothing
 else: never the repository's refs, the supervisor's private dir, a shared dependency base or the person's HOME.
-Real worktrees, real setup processes under the real launcher (:func:`git_agentops.runs.workspaces.ensure_setup`).
+Real worktrees, real setup processes under the real launcher (:func:`git_agentops.verify.workspaces.ensure_setup`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from git_agentops.errors import AgentOpsError
 from git_agentops.gitstore.checkout import admin_dir
 from git_agentops.gitstore.repo import Store, open_store
 from git_agentops.policy.load import policy_from_bytes
-from git_agentops.runs.workspaces import SETUP_ATTEMPT, ensure_setup, ensure_worktree, placement
 from git_agentops.sandbox.plan import kernel_abi, namespace_problem
+from git_agentops.verify.workspaces import SETUP_ATTEMPT, ensure_setup, ensure_worktree, placement
 
 from .conftest import git, make_repo
 

@@ -16,7 +16,7 @@ from git_agentops.gitstore.repo import Store
 from git_agentops.model.policy import Policy
 from git_agentops.model.run import Interval, Run, close_intervals, is_restart_storm, open_interval, used_seconds
 from git_agentops.policy.load import policy_from_bytes
-from git_agentops.runs.workspaces import ensure_setup, ensure_worktree, placement, read_record
+from git_agentops.verify.workspaces import ensure_setup, ensure_worktree, placement, read_record
 
 from .conftest import git
 from .helpers import child, write_step

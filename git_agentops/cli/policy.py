@@ -199,7 +199,7 @@ def _refuse_agent(ctx: Context, policy: Any = None, repository: str | None = Non
     from ..model.globs import normalise
     from ..model.policy import DEFAULT_WORKTREE_ROOT
     from ..policy.trust import agent_signs, refuse_agent
-    from ..runs.confined_setup import verify_root
+    from ..verify.confined_setup import verify_root
 
     fenced = [verify_root(ctx.env)]
     git_dir = None

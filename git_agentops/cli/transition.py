@@ -66,7 +66,7 @@ def _refuse_agent(ctx: Context) -> None:
     person's decision. (A sandboxed agent cannot write the run's journals anyway: it cannot read their key.)"""
     from ..errors import AgentOpsError
     from ..policy.trust import agent_signs
-    from ..runs.confined_setup import verify_root
+    from ..verify.confined_setup import verify_root
 
     signs = agent_signs(ctx.env, cwd=ctx.cwd, git_dir=ctx.store().git_dir, fenced=[verify_root(ctx.env)])
     if signs:

@@ -12,7 +12,7 @@ A handoff is a pipeline that only goes downward:
    encoding (:mod:`.secrets`) -- and changes no protected path -- the policy, ``allowed_signers``, CI, hooks
    (:mod:`.guards`, ``RUN_DELIVERY_PROTECTED_PATH``);
 4. **verify** -- the run's *bound* policy (not whatever policy file the worker's branch holds) on that commit, in
-   the supervisor's own clean checkout of it (:mod:`git_agentops.runs.proof`): nothing the agent left in its
+   the supervisor's own clean checkout of it (:mod:`git_agentops.verify.proof`): nothing the agent left in its
    worktree -- ignored files, ``--skip-worktree`` entries, a daemon swapping files -- can reach the commands. With
    ``[run] squash`` the commit is first squashed onto the task's base (:mod:`.squash`), and the squash is what is
    verified, recorded and frozen below;
@@ -56,10 +56,10 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Answered, Delivered, JobContext, Refused, Request
-from ..runs.proof import prove
-from ..runs.workspaces import mirror_branch
 from ..verify.core import Outcome
 from ..verify.failing import failed_commands
+from ..verify.proof import prove
+from ..verify.workspaces import mirror_branch
 from . import custody
 from .custody import seal_note
 from .guards import protected_refusal

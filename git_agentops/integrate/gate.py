@@ -1,7 +1,7 @@
 """The candidate's gate: its verification in the supervisor's clean checkout of it, then the required reviews.
 
 Steps 2 (**verified**) and 3 (**reviewed**) of the integration (:mod:`.pipeline`). The candidate is verified like
-every handoff (:func:`git_agentops.runs.proof.prove`, slot ``candidate``): its own setup, exactly its files, and
+every handoff (:func:`git_agentops.verify.proof.prove`, slot ``candidate``): its own setup, exactly its files, and
 reuse only of evidence the supervisor produced in a clean checkout and can authenticate -- so a single delivery
 onto an unchanged target, whose tree is the delivery's, costs nothing, and a forged evidence note costs the
 forger nothing but a re-run. The reviewers then read the same checkout.
@@ -30,9 +30,9 @@ from ..model.usage import ReviewerUsage
 from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refused
-from ..runs.proof import prove, slot_checkout
 from ..sandbox.plan import Sandbox, choose_mode, for_reviewer
 from ..verify.failing import failed_commands
+from ..verify.proof import prove, slot_checkout
 from .guards import candidate_breach
 from .record import advance, fail
 from .reviews import Confine, Review, diff_text, review_input, run_reviews

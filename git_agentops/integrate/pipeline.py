@@ -58,8 +58,8 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs import transitions
 from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
-from ..runs.proof import remove_slots
 from ..verify.evidence import EvidenceStore
+from ..verify.proof import remove_slots
 from . import custody
 from .gate import gate
 from .merge import ChainResult, merge_chain

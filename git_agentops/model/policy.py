@@ -206,7 +206,7 @@ class CommandSpec:
     def to_json(self) -> JsonObject:
         """The fields that decide what runs and how it is judged (``description`` is left out).
 
-        :func:`~git_agentops.runs.workspaces.setup_hash` digests it, so a worktree's setup is redone when it changes.
+        :func:`~git_agentops.verify.workspaces.setup_hash` digests it, so a worktree's setup is redone when it changes.
         """
         return {
             "id": self.id,

@@ -62,7 +62,7 @@ AGENT_VARIABLES: Final = (
 """Set by the supervisor for the agents it starts (workers and reviewers; :mod:`git_agentops.hosts.launch`) and
 stripped from what it inherits, so none of them is ever set in a person's own shell."""
 WORKTREE_RECORD: Final = "agentops/worktree.json"
-"""The ownership record in a run worktree's git dir (:data:`git_agentops.runs.workspaces.RECORD`)."""
+"""The ownership record in a run worktree's git dir (:data:`git_agentops.verify.workspaces.RECORD`)."""
 _DEFAULT_PORTS: Final = {"ssh": "22", "https": "443", "http": "80", "git": "9418"}
 _CASE_INSENSITIVE_HOSTS: Final = frozenset({"github.com", "gitlab.com", "bitbucket.org"})
 _SCP_LIKE: Final = re.compile(r"(?:[^@/]+@)?([^:/]+):(?!//)(.+)")

@@ -1,1 +1,1 @@
-"""A run in Git: its state journal, task book, worker workspaces, creation and controls, and its job types."""
+"""A run in Git: its state journal, task book, creation and controls, and its job types."""

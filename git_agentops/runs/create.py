@@ -30,8 +30,8 @@ from ..model.policy import Policy, duration_seconds
 from ..model.run import Role, Run, Worker
 from ..model.task import contract_hash
 from ..policy.trust import Verdict, require_trusted
+from ..verify.workspaces import ensure_setup, ensure_worktree, placement
 from . import state as runstate
-from .workspaces import ensure_setup, ensure_worktree, placement
 
 
 def repo_root(store: Store) -> Path:

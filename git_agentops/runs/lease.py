@@ -41,9 +41,9 @@ from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..model.lease import Lease, claimed
 from ..model.run import RunStatus, WorkerStatus
+from ..verify.workspaces import ensure_setup, ensure_worktree, mirror_branch, placement
 from . import state as runstate
 from . import tamper
-from .workspaces import ensure_setup, ensure_worktree, mirror_branch, placement
 
 MACHINE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

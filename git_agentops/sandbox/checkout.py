@@ -21,7 +21,7 @@ gives agents (:func:`git_agentops.sandbox.plan.choose_mode`), with rules compute
 Setup steps see the shared environments (``$GIT_COMMON_DIR/agentops/envs``: the Python bases, the toolkit's uv)
 read-only too, but for npm's cache there (content-addressed, each entry checked against its integrity on read, and
 ``npm ci`` checks each package against the lockfile's). A base a setup step needs is built before the step, by the
-supervisor (:func:`git_agentops.runs.proof.confinement`, :func:`git_agentops.envs.pybase.ensure_base`), with only
+supervisor (:func:`git_agentops.verify.proof.confinement`, :func:`git_agentops.envs.pybase.ensure_base`), with only
 the parts the commit can steer run here: pip, installing registry packages, may write the one base it builds
 (:meth:`Wall.granting`), and the project's build backend, asked what an editable build needs, writes nothing of
 it. So no code of the commit writes where a complete base, its marker or a base of another key lives, and a later

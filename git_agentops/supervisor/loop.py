@@ -69,8 +69,8 @@ from ..runs import state as runstate
 from ..runs import transitions
 from ..runs.controls import Stopped
 from ..runs.jobs import Answered, Block, Delivered, Integrated, JobContext, JobResult, Refused, Wait
-from ..runs.proof import remove_ended_slots, sweep_slots
 from ..verify.credentials import HeldSecrets
+from ..verify.proof import remove_ended_slots, sweep_slots
 from . import requests, scheduler, tenure, transition
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing

@@ -29,7 +29,7 @@ from ..model.task import TaskStatus, delivered
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
-from ..runs.workspaces import Placement, ensure_setup, ensure_worktree, mirror_branch, placement
+from ..verify.workspaces import Placement, ensure_setup, ensure_worktree, mirror_branch, placement
 from .effects import ChangeState, Effect, Submit
 from .ports import Snapshot
 

@@ -54,7 +54,7 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs import transitions
 from ..runs.transitions import awaiting_reason
-from ..runs.workspaces import ensure_setup
+from ..verify.workspaces import ensure_setup
 from .ports import Loop
 from .proposal import validated
 

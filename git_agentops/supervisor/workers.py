@@ -63,8 +63,8 @@ from ..protocol import instructions, mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.controls import Stopped, run_processes, stop_group, stop_stray
-from ..runs.workspaces import mirror_branch
 from ..verify.failing import output_of
+from ..verify.workspaces import mirror_branch
 from .briefing import Briefing
 from .cache import StateCache
 from .confine import Confinement

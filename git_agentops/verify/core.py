@@ -292,7 +292,7 @@ def verify_clean(
     The checkout must hold exactly ``commit`` (:meth:`CleanCheckout.inspect` was clean); afterwards its tracked
     files are re-hashed and must be unchanged (``VERIFY_CHECKOUT_CHANGED``, nothing recorded). Only records the
     supervisor produced in a clean checkout are reused. The commands' git reads no global or system config.
-    With ``wall`` (a run's proofs always give one: :func:`git_agentops.runs.proof.confinement`) the commands -- and
+    With ``wall`` (a run's proofs always give one: :func:`git_agentops.verify.proof.confinement`) the commands -- and
     the pre-flight, which starts the checkout's interpreter and so its ``.pth`` files -- run confined
     (:mod:`git_agentops.sandbox.checkout`): they write the checkout, their TMPDIR and the slot's cache, nothing else.
     """

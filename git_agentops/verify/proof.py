@@ -39,7 +39,7 @@ registry packages, runs confined with that one base writable; the project's buil
 build needs, runs confined with nothing of it writable, and what it asks for is installed only into a base made
 for that answer (:func:`git_agentops.envs.pybase.ensure_base`). The marker saying a base is complete is written
 last, by the supervisor, where no commit's code can write. Setup in a worker's worktree is confined the same way
-(:func:`git_agentops.runs.workspaces.ensure_setup`).
+(:func:`git_agentops.verify.workspaces.ensure_setup`).
 
 Why the cache is safe: what setup installs depends on the setup steps and on the files that declare dependencies,
 which are all in the key; the project's own code is installed editable, so its changes need no new setup. A
@@ -71,15 +71,15 @@ from ..model.policy import CommandSpec
 from ..model.run import RunStatus
 from ..model.sandbox import Level
 from ..model.task import Task
+from ..runs import state as runstate
+from ..runs.jobs import JobContext
 from ..sandbox.checkout import Wall, scratch_for, wall
 from ..sandbox.plan import choose_mode
 from ..schema import documents
-from ..verify.core import Outcome, verify_clean
-from ..verify.evidence import EvidenceStore
-from ..verify.slots import verification_slot
-from . import state as runstate
 from .confined_setup import build_bases, slots_dir
-from .jobs import JobContext
+from .core import Outcome, verify_clean
+from .evidence import EvidenceStore
+from .slots import verification_slot
 from .workspaces import run_setup_steps, setup_hash
 
 MANIFESTS: Final = (

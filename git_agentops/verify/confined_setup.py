@@ -1,8 +1,8 @@
 """Setup steps run confined: where the supervisor keeps what runs in its checkouts, the shared Python bases built
 before the steps, and the sandbox of a worker worktree's setup (:func:`setup_wall`).
 
-Setup steps -- in a clean verification checkout (:mod:`git_agentops.runs.proof`) or a worker's worktree
-(:func:`git_agentops.runs.workspaces.ensure_setup`) -- run the commit's code under a :class:`Wall` that keeps the
+Setup steps -- in a clean verification checkout (:mod:`git_agentops.verify.proof`) or a worker's worktree
+(:func:`git_agentops.verify.workspaces.ensure_setup`) -- run the commit's code under a :class:`Wall` that keeps the
 repository's shared environments read-only: a step that planted a base of another key, with its completion marker,
 would hand every later run on those dependencies what it put there. So :func:`build_bases` finds or builds the base
 of each ``git agentops-env python`` step first, as the supervisor, with only what the commit's files steer run under

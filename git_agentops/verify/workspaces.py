@@ -15,11 +15,11 @@ without completion, and such a setup is not replayed until the user resumes the 
 
 Setup runs the worktree's code -- its ``setup.py`` or build backend, a ``.pth`` or ``sitecustomize`` it plants --
 and after a policy transition, a resume or a takeover that is what the agent wrote. So it runs **confined**, as the
-supervisor's clean checkouts do (:func:`~git_agentops.runs.confined_setup.setup_wall`, at the level the policy's
+supervisor's clean checkouts do (:func:`~git_agentops.verify.confined_setup.setup_wall`, at the level the policy's
 ``[sandbox]`` gives agents): it writes the worktree, a TMPDIR and cache of its own and npm's cache, never the refs,
 the supervisor's private dir, the trust store, the person's HOME or a shared dependency base. The base a
 ``git agentops-env python`` step stands on is built first, by the supervisor, with only pip and the build backend
-confined (:func:`~git_agentops.runs.confined_setup.build_bases`).
+confined (:func:`~git_agentops.verify.confined_setup.build_bases`).
 """
 
 from __future__ import annotations
