@@ -29,6 +29,7 @@ LAYERS: Final[dict[str, int]] = {
     "runs": 8,
     "integrate": 9,
     "supervisor": 10,
+    "transition": 10,
     "cli": 11,
 }
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
@@ -36,7 +37,9 @@ canonical JSON, 2 documents and processes, 3 the store and the values, 4 environ
 verification/protocol/receipts, 7 hosts and hooks, 8 runs, 9 integration, 10 the supervisor, 11 the CLI."""
 
 
-FEATURES: Final[dict[str, dict[str, int]]] = {}
+FEATURES: Final[dict[str, dict[str, int]]] = {
+    "transition": {"__init__": 3, "record": 3, "journal": 8, "propose": 10, "drive": 10},
+}
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
 README table lists it once, where a reader looking for its entry point finds it."""

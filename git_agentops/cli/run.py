@@ -133,8 +133,8 @@ def _supervisor(ctx: Context, run_id: str, *, echo: bool = True) -> Supervisor:
     from ..runs.create import bound_policy
     from ..runs.lease import machine_id
     from ..runs.state import run_dir
-    from ..runs.transitions import base_policy
     from ..supervisor.loop import Supervisor
+    from ..transition.journal import base_policy
 
     store = ctx.store()
     policy = bound_policy(store, run_id)

@@ -56,9 +56,9 @@ from ..protocol import mailbox
 from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
-from ..runs import transitions
 from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
 from ..runs.proof import remove_slots
+from ..transition import journal as transitions
 from ..verify.evidence import EvidenceStore
 from . import custody
 from .gate import gate
