@@ -370,7 +370,7 @@ POLICY_STAGE: Final[Mapping[str | None, EventCode]] = {
     "refused": POLICY_REFUSED,
     None: POLICY_UPDATED,
 }
-"""The event a transition's move to a stage (a :class:`~git_agentops.model.transition.Stage` value) is recorded
+"""The event a transition's move to a stage (a :class:`~git_agentops.transition.record.Stage` value) is recorded
 with; ``None``: a change of its fields only."""
 
 

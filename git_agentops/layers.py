@@ -29,6 +29,8 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("runs", "verify"), 8),
     "integrate": 9,
     "supervisor": 10,
+    "transition": 10,
+    "lease": 10,
     "cli": 11,
 }
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
@@ -45,6 +47,8 @@ FEATURES: Final[dict[str, dict[str, int]]] = {
         ),
         "proof": 8,
     },
+    "transition": {"__init__": 3, "record": 3, "journal": 8, "propose": 10, "drive": 10},
+    "lease": {"__init__": 3, "record": 3, "claim": 8, "tenure": 10},
 }
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the

@@ -15,9 +15,9 @@ from git_agentops.hooks.install import HookState, Kind
 from git_agentops.model.policy import Finalize, effective
 from git_agentops.model.sandbox import LEVELS, Level
 from git_agentops.model.status import RunStatus, WorkerStatus
-from git_agentops.model.transition import POLICY_CHANGES, ChangeMode, policy_changes
 from git_agentops.sandbox.spec import Mode
 from git_agentops.schema import documents
+from git_agentops.transition.record import POLICY_CHANGES, ChangeMode, policy_changes
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

@@ -10,7 +10,7 @@ import pytest
 from git_agentops import eventkinds as kinds
 from git_agentops.cli import docgen
 from git_agentops.gitstore.events import QUARANTINED, Event
-from git_agentops.model.transition import Stage
+from git_agentops.transition.record import Stage
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

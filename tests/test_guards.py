@@ -360,7 +360,7 @@ def test_after_a_transition_only_the_bound_policy_file_may_ride_along(store: Sto
     """Invariant: a transition lets ``.agentops/policy.toml`` change to exactly the file it bound (the supervisor
     committed it in the workers' checkouts); any other content there -- or the bound bytes made executable, or
     anything else under ``.agentops/`` -- is still a protected change."""
-    from git_agentops.runs.transitions import blob_id
+    from git_agentops.transition.journal import blob_id
 
     bound = POLICY + '[[verify.runners]]\nid = "acceptance"\nargv = ["true"]\n'
     base = commit_files(repo_path, {".agentops/policy.toml": POLICY, "a.txt": "a\n"})

@@ -115,7 +115,7 @@ def test_the_supervisor_commits_the_bound_policy_on_top_of_a_head_only_the_quara
     still in its quarantine (``fatal: could not parse HEAD``, once, under a kill -9 test): it is taken first."""
     from types import SimpleNamespace
 
-    from git_agentops.supervisor.transition import _sync_worktree
+    from git_agentops.transition.drive import _sync_worktree
 
     repo = make_repo(tmp_path / "repo", files={"a.txt": "a\n", ".agentops/policy.toml": "version = 1\n"})
     worktree = tmp_path / "wt"

@@ -17,7 +17,9 @@ import pytest
 from git_agentops.canonical import canonical_bytes
 from git_agentops.clock import FixedClock
 from git_agentops.model.policy import Policy, effective
-from git_agentops.model.transition import (
+from git_agentops.policy.trust import Grantor, TrustGrant, TrustStore, repo_identity
+from git_agentops.schema import documents
+from git_agentops.transition.record import (
     Approval,
     ApprovedBy,
     CapabilityChange,
@@ -28,8 +30,6 @@ from git_agentops.model.transition import (
     Transition,
     TransitionRefused,
 )
-from git_agentops.policy.trust import Grantor, TrustGrant, TrustStore, repo_identity
-from git_agentops.schema import documents
 
 FIXTURE = Path(__file__).parent / "fixtures" / "transition"
 SHAPES = ("prepared", "complete", "refused")

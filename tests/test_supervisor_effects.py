@@ -29,7 +29,6 @@ from git_agentops.protocol import mailbox
 from git_agentops.protocol.client import build_request
 from git_agentops.runs import state as runstate
 from git_agentops.runs import tasks as taskbook
-from git_agentops.runs import transitions
 from git_agentops.runs.jobs import Answered, Integrated, JobContext, Provisioned, Request
 from git_agentops.supervisor import actions, requests, scheduler
 from git_agentops.supervisor.effects import (
@@ -45,6 +44,7 @@ from git_agentops.supervisor.effects import (
     execute,
 )
 from git_agentops.supervisor.loop import Supervisor
+from git_agentops.transition import journal as transitions
 
 from .conftest import commit_files, git
 from .fakes import RUN, FakeLoop, fake_policy, new_run

@@ -10,7 +10,7 @@ import pytest
 
 from git_agentops.model.judge import budget_raises, person_decisions, weakenings
 from git_agentops.model.policy import effective
-from git_agentops.model.transition import (
+from git_agentops.transition.record import (
     ORDER,
     RequestedBy,
     Stage,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from ..canonical import JsonValue
     from ..model.report import Generation, Report
-    from ..model.transition import Transition
+    from ..transition.record import Transition
 
 _MD_SPECIAL: Final = re.compile(r"([\\`*_\[\]<>|~&])")
 
@@ -158,7 +158,7 @@ def _generation_row(facts: Report, gen: Generation) -> list[str]:
 
 def _policy_changes(transitions: Sequence[Transition]) -> list[str]:
     """The run's policy transitions: from and to, who approved, what each added or changed."""
-    from ..model.transition import describe_changes
+    from ..transition.record import describe_changes
 
     if not transitions:
         return []

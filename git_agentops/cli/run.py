@@ -129,12 +129,12 @@ def _logger(ctx: Context, run_dir: Path, *, echo: bool = True) -> Any:
 
 def _supervisor(ctx: Context, run_id: str, *, echo: bool = True) -> Supervisor:
     """The run's supervisor, not serving yet; it refuses an untrusted policy itself, after stopping leftovers."""
+    from ..lease.claim import machine_id
     from ..policy.trust import TrustStore
     from ..runs.create import bound_policy
-    from ..runs.lease import machine_id
     from ..runs.state import run_dir
-    from ..runs.transitions import base_policy
     from ..supervisor.loop import Supervisor
+    from ..transition.journal import base_policy
 
     store = ctx.store()
     policy = bound_policy(store, run_id)
@@ -155,7 +155,7 @@ def _supervisor(ctx: Context, run_id: str, *, echo: bool = True) -> Supervisor:
 
 def _lease_ttl(ctx: Context) -> float:
     """``AGENTOPS_LEASE_TTL`` (seconds a lease lasts unrenewed; tests shorten it), else the default."""
-    from ..model.lease import DEFAULT_TTL
+    from ..lease.record import DEFAULT_TTL
 
     text = ctx.env.get("AGENTOPS_LEASE_TTL")
     try:
@@ -165,9 +165,9 @@ def _lease_ttl(ctx: Context) -> float:
 
 
 def _take_over(ctx: Context, args: argparse.Namespace) -> None:
-    """``supervise --take-over``: the run fetched from the remote and moved to this machine (runs.lease)."""
+    """``supervise --take-over``: the run fetched from the remote and moved to this machine (lease.claim)."""
+    from ..lease.claim import machine_id, take_over
     from ..runs.create import repo_root
-    from ..runs.lease import machine_id, take_over
     from .sync import default_remote
 
     store = ctx.store()

@@ -110,7 +110,7 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
         lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")
         if task["blockedReason"]:
             lines.append(f"{'':<42}{_blocked_note(task, doc)}")
-    from ..model.transition import Transition
+    from ..transition.record import Transition
     from .transition import change_lines
 
     for record in doc["policy"]["transitions"]:

@@ -45,7 +45,7 @@ def approver(ctx: Context) -> str:
 
 def change_lines(transition: Any) -> list[str]:
     """What a person sees: the old and new policy and every added or changed capability with its full argv."""
-    from ..model.transition import describe_changes
+    from ..transition.record import describe_changes
 
     lines = [
         f"policy transition {transition.transition_id} ({transition.stage}): "

@@ -139,7 +139,7 @@ def protected_changes(
 
     With ``also_unchanged_from`` (the current target tip), a path whose entry at the head is the one there is left
     out. ``hooks_path`` is the in-repository hooks directory (:func:`in_repo_hooks`). ``bound_policy`` is the blob
-    id of the policy file a transition bound to the run (:mod:`git_agentops.runs.transitions`): the supervisor
+    id of the policy file a transition bound to the run (:mod:`git_agentops.transition.journal`): the supervisor
     committed it in the workers' checkouts, so ``.agentops/policy.toml`` holding exactly it (as a regular file) is
     left out. ``OBJECT_MISSING`` when a revision names no commit.
     """

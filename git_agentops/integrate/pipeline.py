@@ -56,8 +56,8 @@ from ..protocol import mailbox
 from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
-from ..runs import transitions
 from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
+from ..transition import journal as transitions
 from ..verify.evidence import EvidenceStore
 from ..verify.proof import remove_slots
 from . import custody

@@ -1,6 +1,6 @@
 """Judging a proposed policy against the one in force: what no approval makes acceptable, and what only a person's.
 
-A mid-run policy change (:mod:`.transition`) is one of three kinds, and this module, purely, sorts it:
+A mid-run policy change (:mod:`git_agentops.transition`) is one of three kinds, and this module, purely, sorts it:
 
 * :func:`weakenings` -- what it removes or weakens that must stay: a required command dropped, made optional, its
   timeout cut, its argv, shell, environment or parser changed; ``require_signature`` turned off, the signer list
@@ -23,7 +23,7 @@ A mid-run policy change (:mod:`.transition`) is one of three kinds, and this mod
   person approving the transition decides them.
 
 Everything else the proposal adds or changes is an ordinary capability change
-(:func:`~.transition.capability_changes`), which the approver ``policy_changes`` names may approve.
+(:func:`~git_agentops.transition.record.capability_changes`), which the approver ``policy_changes`` names may approve.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..canonical import digest
+from ..transition.record import policy_changes
 from . import hosts as hostkinds
 from .policy import DEFAULT_BUDGET, DEFAULT_PROTECTED_PATHS, DEFAULT_SECRET_PATHS, duration_seconds
 from .policydoc import Argv, HostDoc, PolicyDoc
-from .transition import policy_changes
 
 # -- what may not change -----------------------------------------------------------------------------------------------
 

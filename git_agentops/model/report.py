@@ -12,11 +12,11 @@ from typing import Any, Final, TypedDict
 
 from ..canonical import JsonValue
 from ..clock import iso8601
+from ..transition.record import Transition
 from .integration import Integration
 from .jsonform import JsonRecord, on_disk
 from .run import Run, Worker
 from .task import Task
-from .transition import Transition
 from .usage import Usage, total_usage, usage_partial
 
 TAIL_KEPT: Final = 2000

@@ -26,7 +26,6 @@ from ..gitstore.repo import Store
 from ..model.run import ProcessRef, Role, Run, RunStatus, WorkerStatus, used_seconds
 from ..model.statusdoc import StatusDoc
 from ..model.task import TaskStatus
-from ..model.transition import ApprovedBy, Stage, Transition, TransitionRefused
 from ..model.usage import total_usage, usage_partial
 from ..process.groups import (
     ProcessIdentity,
@@ -36,8 +35,10 @@ from ..process.groups import (
     terminate_group,
     terminate_process,
 )
+from ..transition import journal as transitions
+from ..transition.record import ApprovedBy, Stage, Transition, TransitionRefused
 from . import state as runstate
-from . import tamper, transitions
+from . import tamper
 from . import tasks as taskbook
 from .why import causes
 

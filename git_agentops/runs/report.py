@@ -49,9 +49,9 @@ from ..model.run import Role, Run, Worker, used_seconds
 from ..model.task import Task
 from ..receipts.statement import evidence_summary
 from ..schema import documents
+from ..transition import journal as transitions
 from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
 from . import state as runstate
-from . import transitions
 
 ENDINGS: Final[Mapping[str, str]] = {
     kinds.WORKER_FAILED: "failed",

@@ -30,7 +30,7 @@ from ..gitstore.private import read_private, write_private
 from ..gitstore.refnames import check_component
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
-from ..model.lease import Lease
+from ..lease.record import Lease
 from ..model.request import RequestRecord
 from ..model.run import Run, Worker
 from ..model.task import Task, contract_hash
@@ -141,7 +141,7 @@ class RunView:
         return RequestRecord.from_json(doc) if doc is not None else None
 
     def lease(self) -> Lease | None:
-        """Which machine's supervisor serves the run (:mod:`git_agentops.model.lease`); None before any did."""
+        """Which machine's supervisor serves the run (:mod:`git_agentops.lease.record`); None before any did."""
         doc = self.view.json("lease.json", schema="lease")
         return Lease.from_json(doc) if doc is not None else None
 

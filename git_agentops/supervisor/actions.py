@@ -7,7 +7,7 @@
 | ``question`` | anyone                    | records the question, stops every writer, the run awaits input            |
 | ``handoff``  | a child                   | checks the checkout, stops the worker, verifies and freezes in a job      |
 | ``finalize`` | the coordinator           | every child delivered: stops the writers and integrates in a job          |
-| ``policy``   | the coordinator           | records a policy transition (:mod:`.proposal`, :mod:`.transition`)        |
+| ``policy``   | the coordinator           | records a policy transition (:mod:`git_agentops.transition`)              |
 
 Each action reads a :class:`~.ports.Snapshot` and returns the effects to carry out (:mod:`.effects`): the loop
 executes them, in order, and a test can assert them without a supervisor. An action refuses by raising
@@ -42,7 +42,7 @@ from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Request
-from . import proposal
+from ..transition import propose as proposal
 from .effects import (
     Answer,
     ChangeState,

@@ -32,10 +32,10 @@ from ..eventkinds import EventCode
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
 from ..model.run import Worker, WorkerStatus
-from ..model.transition import Transition
 from ..runs import state as runstate
-from ..runs import transitions
 from ..runs.jobs import Answered, JobResult, Request
+from ..transition import journal as transitions
+from ..transition.record import Transition
 from .ports import Loop
 from .requests import answer
 

@@ -48,7 +48,8 @@ from ..gitstore.private import file_lock, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import clean_up, integrate
-from ..model.lease import DEFAULT_TTL
+from ..lease import tenure
+from ..lease.record import DEFAULT_TTL
 from ..model.lifecycle import wake_events
 from ..model.policy import Finalize, Policy
 from ..model.run import (
@@ -62,16 +63,17 @@ from ..model.run import (
     is_restart_storm,
     open_interval,
 )
-from ..model.transition import policy_changes
 from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
-from ..runs import transitions
 from ..runs.controls import Stopped
 from ..runs.jobs import Answered, Block, Delivered, Integrated, JobContext, JobResult, Refused, Wait
+from ..transition import drive as transition
+from ..transition import journal as transitions
+from ..transition.record import policy_changes
 from ..verify.credentials import HeldSecrets
 from ..verify.proof import remove_ended_slots, sweep_slots
-from . import requests, scheduler, tenure, transition
+from . import requests, scheduler
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
 from .cache import StateCache
@@ -128,9 +130,9 @@ class Supervisor:
             held=HeldSecrets.from_environ(self.environ),  # what agents never get, and deliveries never carry
         )
         self.bound = Binding(policy, ctx, Confinement(store, policy, self.environ, self.dir, self.log))
-        self.transition: str | None = None  # the pending policy transition (supervisor.transition)
+        self.transition: str | None = None  # the pending policy transition (transition.drive)
         self.refusals = Refusals()  # refusals held back per worker and code (supervisor.requests)
-        self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (supervisor.tenure)
+        self.machine, self.lease_ttl = machine, lease_ttl  # the lease of a run on a remote (lease.tenure)
         self.lease_renewed, self.lease_retry_at, self.lease_lost = 0.0, 0.0, False
         self.briefing = Briefing(self.state, runstate.recipe_path(store, run_id), self.log)
         self.workers = Workers(

@@ -90,7 +90,7 @@ class Loop(Protocol):
 
     @property
     def transition(self) -> str | None:
-        """The pending policy transition's id (:mod:`.transition`), or None."""
+        """The pending policy transition's id (:mod:`git_agentops.transition.drive`), or None."""
         ...
 
     @property

@@ -2,7 +2,7 @@
 
 Each transition is a journal of its own, ``refs/agentops/runs/<run>/journal/<transition>``, one commit per stage
 (its tree: ``transition.json``, ``schemas/transition.schema.json``, and ``proposal.toml``, the proposed policy's
-bytes). Stages move strictly forward (:meth:`~git_agentops.model.transition.Transition.advanced`); marking the
+bytes). Stages move strictly forward (:meth:`~git_agentops.transition.record.Transition.advanced`); marking the
 stage a journal is already at again is a no-op, so a supervisor that crashed between doing a stage's work and
 marking it simply marks it. At most one transition of a run is pending (not ``complete`` or ``refused``); the
 supervisor finds it with :func:`pending`.
@@ -30,9 +30,9 @@ from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
 from ..model.policy import Policy
 from ..model.run import RunStatus, WorkerStatus
-from ..model.transition import TRANSITION_PREFIX, Stage, Transition
+from ..runs import state as runstate
 from ..schema import documents
-from . import state as runstate
+from .record import TRANSITION_PREFIX, Stage, Transition
 
 RECORD: Final = "transition.json"
 PROPOSAL: Final = "proposal.toml"

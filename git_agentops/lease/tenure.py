@@ -3,7 +3,7 @@
 * :func:`refuse` -- a supervisor that will not serve the run (untrusted policy, run not active...) still stops the
   agent processes a dead one left, records that, and says so in its refusal.
 * :func:`claim` / :func:`renew` -- with ``[run] remote`` the supervisor serves under a lease
-  (:mod:`git_agentops.runs.lease`), claimed before anything else at its start and renewed with its heartbeat every
+  (:mod:`git_agentops.lease.claim`), claimed before anything else at its start and renewed with its heartbeat every
   third of the lease's life. When the lease is held by another machine (``RUN_LEASE_HELD``) or was lost to one
   (``RUN_LEASE_LOST``: this machine's state diverged from the remote's), the supervisor stops the agent processes
   of the run on this machine and exits **without writing anything**: the run is the other machine's now.
@@ -21,11 +21,11 @@ from ..gitstore.journal import Event, Journal
 from ..gitstore.repo import Store
 from ..model.policy import Policy
 from ..process.groups import process_identity, terminate_group
-from ..runs import lease as leases
 from ..runs import state as runstate
 from ..runs.controls import Stopped, run_processes, stop_group, stop_stray, stopped_note
-from .cache import StateCache
-from .workers import Workers
+from ..supervisor.cache import StateCache
+from ..supervisor.workers import Workers
+from . import claim as leases
 
 
 class Supervisor(Protocol):

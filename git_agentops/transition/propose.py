@@ -12,7 +12,7 @@ run awaits a person -- ``git agentops-run approve RUN TRANSITION`` or ``refuse``
 question; with ``"coordinator"`` the coordinator's approvals stand, recorded as authorizations that expire with the
 run -- except for a person's decision (a setup step, what a required reviewer's host runs), which the coordinator
 cannot approve for itself: refused ``RUN_POLICY_PERSON_REQUIRED`` whatever approvals it carries.
-:mod:`.transition` applies it.
+:mod:`.drive` applies it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from ..integrate.secrets import clean_text
 from ..model.judge import Weakening, budget_raises, person_decisions, weakenings
 from ..model.policy import Policy
 from ..model.run import Role, RunStatus, Worker, WorkerStatus
-from ..model.transition import (
+from ..policy.load import policy_from_bytes
+from ..runs import state as runstate
+from ..runs.jobs import Request
+from ..supervisor.effects import Answer, BeginTransition, Effect, Log, StopWorkers
+from ..supervisor.ports import Snapshot
+from . import journal as transitions
+from .journal import awaiting_reason
+from .record import (
     MAX_PROPOSAL_BYTES,
     Approval,
     ApprovedBy,
@@ -45,13 +52,6 @@ from ..model.transition import (
     policy_changes,
     transition_id,
 )
-from ..policy.load import policy_from_bytes
-from ..runs import state as runstate
-from ..runs import transitions
-from ..runs.jobs import Request
-from ..runs.transitions import awaiting_reason
-from .effects import Answer, BeginTransition, Effect, Log, StopWorkers
-from .ports import Snapshot
 
 
 def request(snap: Snapshot, worker: Worker, req: Request) -> tuple[Effect, ...]:

@@ -1,6 +1,6 @@
 """Claiming, renewing and taking over a run's lease across machines that share one remote.
 
-A run that publishes to a remote (``[run] remote``) is served under a lease (:mod:`git_agentops.model.lease`):
+A run that publishes to a remote (``[run] remote``) is served under a lease (:mod:`git_agentops.lease.record`):
 
 * :func:`claim` -- at a supervisor's start and with its heartbeat: fetch the run's refs (a run continued elsewhere
   arrives here), refuse while another machine's lease is unexpired (``RUN_LEASE_HELD``, naming the holder) or when
@@ -8,8 +8,8 @@ A run that publishes to a remote (``[run] remote``) is served under a lease (:mo
   last state it saw), write the lease, and push the run's refs and worker branches -- a CAS on the remote's state
   ref: of two machines claiming at once, one push lands and the other is ``RUN_LEASE_HELD``. A state commit on
   the remote that no supervisor wrote (pushed by anyone with write access: the server cannot tell) is quarantined
-  by the fetch and gone past (``RUN_STATE_QUARANTINED``, :func:`.tamper.supersede`): the run keeps its own state
-  and its lease, and its next push is a fast-forward over the forged commit;
+  by the fetch and gone past (``RUN_STATE_QUARANTINED``, :func:`git_agentops.runs.tamper.supersede`): the run
+  keeps its own state and its lease, and its next push is a fast-forward over the forged commit;
 * :func:`take_over` -- ``git agentops-run supervise RUN --take-over`` on another machine: fetch the run, wait out an
   unexpired lease (or refuse), then move the run to this machine: its repository path, every worker's worktree
   re-created here from the worker's last pushed commit (deliveries are frozen refs already), the scripted recipe
@@ -39,11 +39,11 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.private import read_private, write_private
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
-from ..model.lease import Lease, claimed
 from ..model.run import RunStatus, WorkerStatus
+from ..runs import state as runstate
+from ..runs import tamper
 from ..verify.workspaces import ensure_setup, ensure_worktree, mirror_branch, placement
-from . import state as runstate
-from . import tamper
+from .record import Lease, claimed
 
 MACHINE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -84,7 +84,7 @@ def claim(
 ) -> Lease | None:
     """Claim or renew the run's lease, through the remote (see the module docstring); a run completed here already
     needs none, and keeps the lease it had. A state on the remote that no supervisor wrote is quarantined and gone
-    past (:func:`.tamper.supersede`; ``log`` hears of it), never adopted."""
+    past (:func:`git_agentops.runs.tamper.supersede`; ``log`` hears of it), never adopted."""
     state_ref = runstate.state_ref(run_id)
     timeout = max(5.0, ttl / 2)  # a hanging remote must not outlive the lease it is renewing
     fetched = sync.fetch(store, remote, namespaces(run_id), timeout=timeout)
@@ -134,8 +134,9 @@ def claim(
 
 
 def _go_past(store: Store, run_id: str, remote: str, synced: sync.Outcome, log: Callable[[str], None] | None) -> bool:
-    """Go on past the forged journal tips of the run a sync quarantined (:func:`.tamper.supersede`); True when it
-    did. ``RUN_LEASE_LOST`` when the remote's state below the forged tip is not this machine's history."""
+    """Go on past the forged journal tips of the run a sync quarantined
+    (:func:`git_agentops.runs.tamper.supersede`); True when it did. ``RUN_LEASE_LOST`` when the remote's state below
+    the forged tip is not this machine's history."""
     gone_past = False
     for quarantine in tamper.supersede(store, run_id, remote, synced.quarantined):
         if log is not None:
@@ -214,7 +215,7 @@ def relocate(store: Store, run_id: str, *, root: Path, clock: Clock, environ: Ma
     """The run's paths on this machine, and a worktree for every worker that has not delivered, at its branch,
     with the policy's setup done there (``RUN_SETUP_FAILED`` stops the takeover: fix it and take over again)."""
     from ..policy.starter import add_excludes, missing_excludes
-    from .create import bound_policy
+    from ..runs.create import bound_policy
 
     policy = bound_policy(store, run_id)
     view = runstate.read(store, run_id)

@@ -2,17 +2,17 @@
 
 A run's coordinator may ask to change what the run executes -- a new verification command, an acceptance runner, a
 setup step, a host -- without stopping the run (``git agentops-request policy``). The proposal is a complete policy;
-:mod:`.judge` says what no approval makes acceptable (a weakening, a raised budget) and what only a person's does;
-this module, purely, what is left to approve:
+:mod:`git_agentops.model.judge` says what no approval makes acceptable (a weakening, a raised budget) and what only
+a person's does; this module, purely, what is left to approve:
 
 * :func:`capability_changes` -- every capability (``command:<id>``, ``runner:<id>``, ``setup:<index>``,
   ``host:<name>``) the proposal adds or changes, with its full definition, each of which needs one approval with a
   reason (``RUN_POLICY_UNAPPROVED`` otherwise; an approval of anything else is ``RUN_POLICY_INVALID``). Who may
   approve is ``[run] policy_changes``: a person (``user``, the default) or the coordinator itself.
 
-The journal of one transition (``refs/agentops/runs/<run>/journal/<transition>``, :mod:`git_agentops.runs.
-transitions`) moves strictly through :class:`Stage`: ``prepared -> fenced -> bound -> synchronized -> complete``, or
-ends ``refused`` -- only before ``bound``: once the new policy is bound the transition can only roll forward.
+The journal of one transition (``refs/agentops/runs/<run>/journal/<transition>``, :mod:`.journal`) moves strictly
+through :class:`Stage`: ``prepared -> fenced -> bound -> synchronized -> complete``, or ends ``refused`` -- only
+before ``bound``: once the new policy is bound the transition can only roll forward.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..canonical import JsonObject, JsonValue, digest
-from .jsonform import JsonRecord, json_value, on_disk, records_of
-from .policydoc import PolicyDoc
+from ..model.jsonform import JsonRecord, json_value, on_disk, records_of
+from ..model.policydoc import PolicyDoc
 
 TRANSITION_PREFIX: Final = "policy-"
 
@@ -186,8 +186,9 @@ def approval_problems(
 
 
 # -- the journal's record ---------------------------------------------------------------------------------------------
-# Each part of ``transition.json`` is a record whose JSON form its field map generates (:mod:`.jsonform`); the
-# schema (``schemas/transition.schema.json``) validates the document once, where the journal is read.
+# Each part of ``transition.json`` is a record whose JSON form its field map generates
+# (:mod:`git_agentops.model.jsonform`); the schema (``schemas/transition.schema.json``) validates the document once,
+# where the journal is read.
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Changing the execution policy mid-run: the journaled transition the loop drives, once :mod:`.proposal` recorded it.
+"""Changing the execution policy mid-run: the journaled transition the loop drives, once :mod:`.propose` recorded it.
 
 The transition (:func:`drive`, each tick while one is pending; nothing else happens meanwhile: no generation
 starts, nothing is provisioned, no coordinator is woken). Every stage is re-entrant, and a supervisor that starts
@@ -11,7 +11,7 @@ with a pending transition finishes it before anything else:
   clean (``RUN_POLICY_DIRTY``). Any of these refuses the transition, which ends ``refused``, and the writers go on
   under the old policy. Otherwise -> ``fenced``, recording the deliveries frozen so far (they keep their proof
   under the old policy; the final gate re-verifies the merged candidate under the new one);
-* ``fenced``: the new policy is bound by CAS (:func:`git_agentops.runs.transitions.bind`) -> ``bound``. From here
+* ``fenced``: the new policy is bound by CAS (:func:`git_agentops.transition.journal.bind`) -> ``bound``. From here
   the transition only rolls forward: a failure blocks the run with ``RUN_POLICY_RECOVERY_REQUIRED`` and ``git
   agentops-run resume`` continues it;
 * ``bound``: the supervisor adopts the new policy; the run records its hash, and every task not yet delivered is
@@ -42,7 +42,14 @@ from ..integrate.secrets import clean_text
 from ..model.policy import POLICY_PATH
 from ..model.run import RunStatus, Worker, WorkerStatus
 from ..model.task import TaskStatus, task_contract_hash
-from ..model.transition import (
+from ..runs import state as runstate
+from ..runs import tasks as taskbook
+from ..supervisor.ports import Loop
+from ..verify.workspaces import ensure_setup
+from . import journal as transitions
+from .journal import awaiting_reason
+from .propose import validated
+from .record import (
     MAX_PROPOSAL_BYTES,
     FrozenDelivery,
     Stage,
@@ -50,13 +57,6 @@ from ..model.transition import (
     TransitionRefused,
     describe_changes,
 )
-from ..runs import state as runstate
-from ..runs import tasks as taskbook
-from ..runs import transitions
-from ..runs.transitions import awaiting_reason
-from ..verify.workspaces import ensure_setup
-from .ports import Loop
-from .proposal import validated
 
 # -- the transition --------------------------------------------------------------------------------------------------
 
