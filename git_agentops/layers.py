@@ -27,6 +27,7 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("verify", "protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),
     "runs": 8,
+    "report": 8,
     "integrate": 9,
     "supervisor": 10,
     "cli": 11,
@@ -36,7 +37,9 @@ canonical JSON, 2 documents and processes, 3 the store and the values, 4 environ
 verification/protocol/receipts, 7 hosts and hooks, 8 runs, 9 integration, 10 the supervisor, 11 the CLI."""
 
 
-FEATURES: Final[dict[str, dict[str, int]]] = {}
+FEATURES: Final[dict[str, dict[str, int]]] = {
+    "report": {"__init__": 3, "record": 3, "graph": 3, "html": 3, "markdown": 3, "collect": 8},
+}
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
 README table lists it once, where a reader looking for its entry point finds it."""

@@ -1,4 +1,4 @@
-"""What a run did, as values: the facts ``git agentops-run report`` shows (gathered by :mod:`git_agentops.runs.report`).
+"""What a run did, as values: the facts ``git agentops-run report`` shows (gathered by :mod:`.collect`).
 
 Frozen values with their ``--json`` form; the renderers (Markdown, HTML) read them. Everything agents wrote --
 titles, findings, messages, output tails -- is carried as it is: escaping it is the renderer's job.
@@ -12,12 +12,12 @@ from typing import Any, Final, TypedDict
 
 from ..canonical import JsonValue
 from ..clock import iso8601
-from .integration import Integration
-from .jsonform import JsonRecord, on_disk
-from .run import Run, Worker
-from .task import Task
-from .transition import Transition
-from .usage import Usage, total_usage, usage_partial
+from ..model.integration import Integration
+from ..model.jsonform import JsonRecord, on_disk
+from ..model.run import Run, Worker
+from ..model.task import Task
+from ..model.transition import Transition
+from ..model.usage import Usage, total_usage, usage_partial
 
 TAIL_KEPT: Final = 2000
 """How much of a failed command's (already redacted) output tail the report carries."""
@@ -241,7 +241,7 @@ class UsageSummary(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """Everything :func:`git_agentops.runs.report.gather` found; :meth:`to_json` is ``report --json``."""
+    """Everything :func:`git_agentops.report.collect.gather` found; :meth:`to_json` is ``report --json``."""
 
     run: Run
     tasks: tuple[Task, ...]

@@ -35,7 +35,14 @@ from ..gitstore.journal import Entry, Journal
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.repo import Store
 from ..model.integration import Integration
-from ..model.report import (
+from ..model.run import Role, Run, Worker, used_seconds
+from ..model.task import Task
+from ..receipts.statement import evidence_summary
+from ..runs import state as runstate
+from ..runs import transitions
+from ..schema import documents
+from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
+from .record import (
     EventFact,
     EvidenceFact,
     Generation,
@@ -45,13 +52,6 @@ from ..model.report import (
     Report,
     ReviewFact,
 )
-from ..model.run import Role, Run, Worker, used_seconds
-from ..model.task import Task
-from ..receipts.statement import evidence_summary
-from ..schema import documents
-from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
-from . import state as runstate
-from . import transitions
 
 ENDINGS: Final[Mapping[str, str]] = {
     kinds.WORKER_FAILED: "failed",
