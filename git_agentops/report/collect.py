@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from .. import eventkinds as kinds
 from ..canonical import JsonValue, digest
@@ -282,7 +282,7 @@ def _evidence(
     return out, facts
 
 
-def _within(stamp: Any, low: float, high: float) -> bool:
+def _within(stamp: object, low: float, high: float) -> bool:
     if not isinstance(stamp, str):
         return False
     try:

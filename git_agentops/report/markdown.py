@@ -7,14 +7,13 @@ punctuation is backslash-escaped, so a title holding ``<script>`` reads as text 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
-    from ..canonical import JsonValue
     from ..model.transition import Transition
-    from .record import Generation, Report
+    from .record import EvidenceDoc, Generation, Report
 
 _MD_SPECIAL: Final = re.compile(r"([\\`*_\[\]<>|~&])")
 
@@ -41,7 +40,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines if rows else ["(none)"]
 
 
-def _result(e: Mapping[str, JsonValue]) -> str:
+def _result(e: EvidenceDoc) -> str:
     if e["missing"]:
         return "MISSING"
     if e["passed"]:
@@ -49,7 +48,7 @@ def _result(e: Mapping[str, JsonValue]) -> str:
     return "timed out" if e["timedOut"] else f"FAILED (exit {e['exitCode']})"
 
 
-def _tests(tests: Any) -> str:
+def _tests(tests: object) -> str:
     if not isinstance(tests, dict):
         return "-"
     failed = tests.get("failed", 0) + tests.get("errors", 0)
