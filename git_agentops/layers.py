@@ -4,9 +4,10 @@ Two kinds of package sit on the layers. A *layer package* (``gitstore``, ``runs`
 all of it at one layer. A *feature package* (:data:`FEATURES`) is one room per concept -- the policy transition,
 say, from its record to the supervisor's driving of it -- and ranks each of its modules at the layer of what that
 module does: the record with the values, the journal with the runs, the drive with the supervisor. A feature's
-module ranked at a layer is a member of that layer: it and the layer's packages may import each other (the graph
-staying acyclic, which the architecture test checks separately); it imports its own feature's modules of the same
-rank or lower, never upward, so a room does not let a value reach the supervisor through the back door.
+module ranked at a layer is a member of that layer: it, the layer's packages and other rooms' modules of that rank
+may import each other (the graph staying acyclic, which the architecture test checks separately); it imports its
+own feature's modules of the same rank or lower, never upward, so a room does not let a value reach the supervisor
+through the back door.
 
 ``tests/test_architecture.py`` checks every import against this list (at module level, in functions and under
 ``TYPE_CHECKING``, so a cycle cannot hide), and README's architecture table is generated from it and from each
@@ -27,6 +28,7 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),
     **dict.fromkeys(("runs", "verify"), 8),
+    "report": 8,
     "integrate": 9,
     "supervisor": 10,
     "transition": 10,
@@ -49,6 +51,7 @@ FEATURES: Final[dict[str, dict[str, int]]] = {
     },
     "transition": {"__init__": 3, "record": 3, "journal": 8, "propose": 10, "drive": 10},
     "lease": {"__init__": 3, "record": 3, "claim": 8, "tenure": 10},
+    "report": {"__init__": 3, "record": 3, "graph": 3, "html": 3, "markdown": 3, "collect": 8},
 }
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
@@ -66,11 +69,11 @@ def rank(module: str) -> int:
 
 def may_import(importer: str, imported: str) -> bool:
     """Whether ``importer`` may import ``imported`` (both named below ``git_agentops``): anything in its own layer
-    package; in its own feature, a module of the same rank or lower; elsewhere a lower layer, or -- between a
-    feature's module and a layer package of its rank, either way -- the same layer."""
+    package; in its own feature, a module of the same rank or lower; elsewhere a lower layer, or -- when either
+    side is a feature's module -- the same layer."""
     mine, theirs = importer.partition(".")[0], imported.partition(".")[0]
     if mine == theirs:
         return mine not in FEATURES or rank(imported) <= rank(importer)
     if rank(imported) < rank(importer):
         return True
-    return rank(imported) == rank(importer) and (mine in FEATURES) != (theirs in FEATURES)
+    return rank(imported) == rank(importer) and (mine in FEATURES or theirs in FEATURES)

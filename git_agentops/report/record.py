@@ -1,4 +1,4 @@
-"""What a run did, as values: the facts ``git agentops-run report`` shows (gathered by :mod:`git_agentops.runs.report`).
+"""What a run did, as values: the facts ``git agentops-run report`` shows (gathered by :mod:`.collect`).
 
 Frozen values with their ``--json`` form; the renderers (Markdown, HTML) read them. Everything agents wrote --
 titles, findings, messages, output tails -- is carried as it is: escaping it is the renderer's job.
@@ -8,36 +8,98 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict
+from typing import Final, TypedDict
 
-from ..canonical import JsonValue
+from ..canonical import JsonObject, JsonValue
 from ..clock import iso8601
+from ..model.integration import Integration
+from ..model.jsonform import JsonRecord, on_disk
+from ..model.run import Run, Worker
+from ..model.task import Task
+from ..model.usage import Usage, total_usage, usage_partial
 from ..transition.record import Transition
-from .integration import Integration
-from .jsonform import JsonRecord, on_disk
-from .run import Run, Worker
-from .task import Task
-from .usage import Usage, total_usage, usage_partial
 
 TAIL_KEPT: Final = 2000
 """How much of a failed command's (already redacted) output tail the report carries."""
-EVIDENCE_FIELDS: Final = (
-    "commandId",
-    "kind",
-    "passed",
-    "required",
-    "exitCode",
-    "timedOut",
-    "durationMs",
-    "tests",
-    "cached",
-    "cachedFrom",
-    "producer",
-    "checkout",
-    "commit",
-    "tree",
-    "startedAt",
-)
+
+
+class EvidenceDoc(TypedDict):
+    """An evidence record as the report shows it: where it belongs, whether its MAC checks, the record's judged
+    fields (as the record holds them: JSON values, its schema's types), and the tail of its output when it failed."""
+
+    id: str
+    digest: str
+    group: str
+    taskId: str | None
+    generationId: str | None
+    missing: bool
+    authentic: bool
+    commandId: JsonValue
+    kind: JsonValue
+    passed: JsonValue
+    required: JsonValue
+    exitCode: JsonValue
+    timedOut: JsonValue
+    durationMs: int | float | None
+    tests: JsonValue
+    cached: JsonValue
+    cachedFrom: JsonValue
+    producer: JsonValue
+    checkout: JsonValue
+    commit: JsonValue
+    tree: JsonValue
+    startedAt: JsonValue
+    tail: str | None
+
+
+class ReviewDoc(TypedDict):
+    """A reviewer's verdict, with its report's summary, findings and per-criterion results (as the review report
+    holds them; empty without a report)."""
+
+    reviewer: str
+    verdict: str
+    reportDigest: str
+    summary: JsonValue
+    findings: list[JsonObject]
+    criteria: list[JsonObject]
+
+
+class ReceiptDoc(TypedDict):
+    """The receipt of the published commit and CI's verdict on it."""
+
+    commit: str | None
+    verdict: str
+    ok: bool | None
+    code: str | None
+    message: str
+    principals: list[str]
+    signatures: list[str]
+    verification: list[JsonObject]
+    usage: JsonObject | None
+
+
+class RootDoc(TypedDict):
+    """The root task and its acceptance criteria (``None`` and empty when the run has none)."""
+
+    taskId: str | None
+    title: str | None
+    criteria: list[dict[str, object]]
+
+
+class TaskDoc(TypedDict):
+    """A task as the report shows it: its contract, status, and delivery."""
+
+    taskId: str
+    title: str
+    intent: str
+    status: str
+    parent: str | None
+    dependencies: list[str]
+    criteria: list[dict[str, object]]
+    revision: int
+    blockedReason: str | None
+    workerId: str | None
+    delivery: JsonObject | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +139,11 @@ class EvidenceFact:
         """``ev-<digest>``: the record's id in the report (its digest is what a delivery note names)."""
         return f"ev-{self.digest}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EvidenceDoc:
         """The record's judged fields, and the tail of its output when it failed."""
         r = self.record or {}
-        doc: dict[str, Any] = {
+        duration = r.get("durationMs")  # an integer in every record and summary (their schemas say so)
+        return {
             "id": self.id,
             "digest": self.digest,
             "group": self.group,
@@ -88,11 +151,23 @@ class EvidenceFact:
             "generationId": self.generation_id,
             "missing": self.record is None,
             "authentic": self.authentic,
+            "commandId": r.get("commandId"),
+            "kind": r.get("kind"),
+            "passed": r.get("passed"),
+            "required": r.get("required"),
+            "exitCode": r.get("exitCode"),
+            "timedOut": r.get("timedOut"),
+            "durationMs": duration if isinstance(duration, int | float) else None,
+            "tests": r.get("tests"),
+            "cached": r.get("cached"),
+            "cachedFrom": r.get("cachedFrom"),
+            "producer": r.get("producer"),
+            "checkout": r.get("checkout"),
+            "commit": r.get("commit"),
+            "tree": r.get("tree"),
+            "startedAt": r.get("startedAt"),
+            "tail": str(r.get("tail") or "")[-TAIL_KEPT:] if r and not r.get("passed") else None,
         }
-        for key in EVIDENCE_FIELDS:
-            doc[key] = r.get(key)
-        doc["tail"] = str(r.get("tail") or "")[-TAIL_KEPT:] if r and not r.get("passed") else None
-        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +256,7 @@ class ReviewFact:
     report_digest: str
     report: Mapping[str, JsonValue] | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReviewDoc:
         """The verdict, and the report's summary, findings and per-criterion results (empty without a report)."""
         report = self.report or {}
         return {
@@ -212,7 +287,7 @@ class ReceiptFact:
         """``valid``, ``invalid`` or ``none``."""
         return "none" if self.ok is None else "valid" if self.ok else "invalid"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ReceiptDoc:
         """As the report's JSON shows it."""
         return {
             "commit": self.commit,
@@ -239,9 +314,34 @@ class UsageSummary(TypedDict):
     limitSeconds: int
 
 
+class ReportDoc(TypedDict):
+    """The facts document ``git agentops-run report --json`` prints; the records' own JSON forms (a generation, an
+    event, the integration, a transition) inside it as those records write them."""
+
+    runId: str
+    status: str
+    statusReason: str | None
+    goal: str
+    target: str
+    base: str
+    host: str
+    createdAt: float
+    root: RootDoc
+    tasks: list[TaskDoc]
+    generations: list[dict[str, object]]
+    evidence: list[EvidenceDoc]
+    integration: JsonObject | None
+    reviews: list[ReviewDoc]
+    receipt: ReceiptDoc
+    usage: UsageSummary
+    runEvents: list[dict[str, object]]
+    foreignCommits: int
+    policyTransitions: list[JsonObject]
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
-    """Everything :func:`git_agentops.runs.report.gather` found; :meth:`to_json` is ``report --json``."""
+    """Everything :func:`git_agentops.report.collect.gather` found; :meth:`to_json` is ``report --json``."""
 
     run: Run
     tasks: tuple[Task, ...]
@@ -279,7 +379,7 @@ class Report:
             "limitSeconds": self.run.budget_seconds,
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReportDoc:
         """The facts document ``git agentops-run report --json`` prints."""
         run = self.run
         root = next((t for t in self.tasks if t.id == run.root_task_id), None)
@@ -313,14 +413,15 @@ class Report:
         }
 
 
-def _copies(items: JsonValue) -> JsonValue:
-    """A (schema-valid) array of objects, each copied: what the report shows of a document it read."""
+def _copies(items: JsonValue) -> list[JsonObject]:
+    """A (schema-valid) array of objects, each copied: what the report shows of a document it read (the review
+    report's schema makes ``findings`` and ``criteria`` arrays of objects)."""
     if not isinstance(items, Sequence) or isinstance(items, str):
-        return items
-    return [dict(item) if isinstance(item, Mapping) else item for item in items]
+        return []
+    return [dict(item) for item in items if isinstance(item, Mapping)]
 
 
-def task_json(task: Task) -> dict[str, Any]:
+def task_json(task: Task) -> TaskDoc:
     """A task as the report shows it: its contract, status, and delivery."""
     return {
         "taskId": task.id,

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from .. import eventkinds as kinds
 from ..canonical import JsonValue, digest
@@ -35,7 +35,14 @@ from ..gitstore.journal import Entry, Journal
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.repo import Store
 from ..model.integration import Integration
-from ..model.report import (
+from ..model.run import Role, Run, Worker, used_seconds
+from ..model.task import Task
+from ..receipts.statement import evidence_summary
+from ..runs import state as runstate
+from ..schema import documents
+from ..transition import journal as transitions
+from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
+from .record import (
     EventFact,
     EvidenceFact,
     Generation,
@@ -45,13 +52,6 @@ from ..model.report import (
     Report,
     ReviewFact,
 )
-from ..model.run import Role, Run, Worker, used_seconds
-from ..model.task import Task
-from ..receipts.statement import evidence_summary
-from ..schema import documents
-from ..transition import journal as transitions
-from ..verify.evidence import SUPERVISOR, EvidenceStore, authentic
-from . import state as runstate
 
 ENDINGS: Final[Mapping[str, str]] = {
     kinds.WORKER_FAILED: "failed",
@@ -282,7 +282,7 @@ def _evidence(
     return out, facts
 
 
-def _within(stamp: Any, low: float, high: float) -> bool:
+def _within(stamp: object, low: float, high: float) -> bool:
     if not isinstance(stamp, str):
         return False
     try:

@@ -7,7 +7,7 @@ messages, output tails) goes through :func:`html.escape` with quotes, in text an
 
 Stable ids, for people linking into a report and for tests: ``task-<taskId>`` (a node of the dependency graph),
 ``gen-<workerId>-<n>`` (a generation), ``ev-<digest>`` (an evidence record, by the digest delivery notes name),
-``receipt-verdict``; the graph's edges are described in :mod:`.report_graph`.
+``receipt-verdict``; the graph's edges are described in :mod:`.graph`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import html
 from collections.abc import Mapping
 from typing import Final
 
-from .. import __version__
 from ..clock import iso8601
-from ..model.report import Generation, Report
-from .report_graph import graph_svg
+from .graph import graph_svg
+from .record import Generation, Report
 
 CSP: Final = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -97,8 +96,9 @@ def _offset(facts: Report, at: float | None) -> str:
     return f"+{at - facts.run.created_at:.1f}s" if at is not None else "-"
 
 
-def render(facts: Report) -> str:
-    """The whole page."""
+def render(facts: Report, *, version: str) -> str:
+    """The whole page; its footer names the toolkit's ``version`` (the command passes ``git_agentops.__version__``:
+    a page is rendered from values only)."""
     run = facts.run
     parts = [
         "<!DOCTYPE html>",
@@ -120,7 +120,7 @@ def render(facts: Report) -> str:
         _section("reviews", "Reviews", _reviews(facts)),
         _section("receipt", "Receipt", _receipt(facts)),
         _section("cost", "Cost", _cost(facts)),
-        f"<footer>git-agentops {e(__version__)} -- read from the refs and notes of run {e(run.run_id)}; "
+        f"<footer>git-agentops {e(version)} -- read from the refs and notes of run {e(run.run_id)}; "
         "this page loads nothing and runs no script.</footer>",
         "</main></body></html>",
     ]
