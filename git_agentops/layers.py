@@ -22,7 +22,7 @@ LAYERS: Final[dict[str, int]] = {
     "canonical": 1,
     **dict.fromkeys(("schema", "process"), 2),
     **dict.fromkeys(("gitstore", "model"), 3),
-    **dict.fromkeys(("envs", "sandbox"), 4),
+    **dict.fromkeys(("envs", "sandbox", "service"), 4),
     "policy": 5,
     **dict.fromkeys(("verify", "protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),

@@ -1,4 +1,4 @@
-"""Supervisors the OS keeps alive (``cli/service.py``, ``cli/spawn.py``).
+"""Supervisors the OS keeps alive (``service/manager.py``, ``cli/spawn.py``).
 
 First what is pure: the ``systemd-run`` command, the equivalent unit file (checked by ``systemd-analyze
 verify``), the restart rule against every exit status ``supervise`` has, the launchd plist, the choice of
@@ -25,9 +25,13 @@ from typing import Any
 
 import pytest
 
-from git_agentops.cli import keepalive, service
+from git_agentops.cli import keepalive
 from git_agentops.cli.run import _exit_for
-from git_agentops.cli.service import (
+from git_agentops.cli.spawn import Spawned, _wait
+from git_agentops.errors import CODES, EXIT_INTERNAL, AgentOpsError
+from git_agentops.model.run import STORM_STARTS, STORM_WINDOW, RunStatus
+from git_agentops.service import manager as service
+from git_agentops.service.manager import (
     CLEAN_EXITS,
     RESTART_SEC,
     START_LIMIT_BURST,
@@ -51,9 +55,6 @@ from git_agentops.cli.service import (
     unit_file,
     unit_properties,
 )
-from git_agentops.cli.spawn import Spawned, _wait
-from git_agentops.errors import CODES, EXIT_INTERNAL, AgentOpsError
-from git_agentops.model.run import STORM_STARTS, STORM_WINDOW, RunStatus
 
 from .helpers import HANDOFF, Part, child, commit_step, require_tool, write_step
 from .runkit import cli, events, project, recipe, status, stop, supervisor_log, supervisor_running, wait_for

@@ -2,7 +2,8 @@
 
 The supervisor is handed to the user's service manager where one is available -- a transient systemd user unit,
 a launchd agent -- which starts it again after a crash; elsewhere (or with ``AGENTOPS_SUPERVISOR_MANAGER=process``)
-it is a process in a session of its own, as before. :mod:`.service` says which, and why those restart rules.
+it is a process in a session of its own, as before. :mod:`git_agentops.service.manager` says which, and why those
+restart rules.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Any, Protocol
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError, LockHeld, ServiceFailed, SupervisorActive
-from .common import Context
-from .service import (
+from ..service.manager import (
     RECORD,
     Liveness,
     Manager,
@@ -28,6 +28,7 @@ from .service import (
     start_systemd,
     supervisor_spec,
 )
+from .common import Context
 
 
 def _coded(output: str) -> AgentOpsError | None:
