@@ -26,7 +26,7 @@ LAYERS: Final[dict[str, int]] = {
     "policy": 5,
     **dict.fromkeys(("verify", "protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),
-    "runs": 8,
+    **dict.fromkeys(("runs", "diagnose"), 8),
     "integrate": 9,
     "supervisor": 10,
     "cli": 11,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from git_agentops.canonical import canonical_json
-from git_agentops.cli.diagnose import CheckStatus
+from git_agentops.diagnose.checks import CheckStatus
 from git_agentops.hooks.install import HookState, Kind
 from git_agentops.model.policy import Finalize, effective
 from git_agentops.model.sandbox import LEVELS, Level

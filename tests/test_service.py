@@ -273,7 +273,7 @@ def test_detection_finds_launchd_in_a_gui_login_domain(tmp_path: Path) -> None:
 
 
 def test_the_doctor_says_which_manager_detached_supervisors_run_under() -> None:
-    from git_agentops.cli.diagnose import _service
+    from git_agentops.diagnose.checks import _service
 
     check = _service({SWITCH: "process"})
     assert check.id == "service" and check.status == "ok" and check.value == {"manager": "process", "forced": True}
