@@ -28,7 +28,7 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("hosts", "hooks"), 7),
     **dict.fromkeys(("runs", "diagnose"), 8),
     "integrate": 9,
-    "supervisor": 10,
+    **dict.fromkeys(("supervisor", "demo"), 10),
     "cli": 11,
 }
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1

@@ -366,7 +366,7 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
     import shutil
     import tempfile
 
-    from .demo import recipe, run_demo
+    from ..demo.scenario import recipe, run_demo
 
     if args.print_recipe:  # a complete, working recipe to start one's own from
         text = recipe()
