@@ -21,7 +21,7 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files", "layers"), 0),
     "canonical": 1,
     **dict.fromkeys(("schema", "process"), 2),
-    **dict.fromkeys(("gitstore", "model"), 3),
+    **dict.fromkeys(("gitstore", "model", "watch"), 3),
     **dict.fromkeys(("envs", "sandbox", "service"), 4),
     "policy": 5,
     **dict.fromkeys(("verify", "protocol", "receipts"), 6),
@@ -36,7 +36,9 @@ canonical JSON, 2 documents and processes, 3 the store and the values, 4 environ
 verification/protocol/receipts, 7 hosts and hooks, 8 runs, 9 integration, 10 the supervisor, 11 the CLI."""
 
 
-FEATURES: Final[dict[str, dict[str, int]]] = {}
+FEATURES: Final[dict[str, dict[str, int]]] = {
+    "watch": {"__init__": 3, "view": 3},
+}
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
 README table lists it once, where a reader looking for its entry point finds it."""

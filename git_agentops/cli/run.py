@@ -220,7 +220,7 @@ def _ended(ctx: Context, run_id: str, status: str) -> int:
     if status == RunStatus.BLOCKED and not ctx.json:
         from ..runs import state as runstate
         from ..runs.why import cause_lines, causes
-        from .watchview import clean
+        from ..watch.view import clean
 
         try:
             found = causes(ctx.store(), runstate.read(ctx.store(), run_id))
