@@ -32,8 +32,9 @@ LAYERS: Final[dict[str, int]] = {
     "cli": 11,
 }
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
-canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments and walls, 5 policy, 6
-verification/protocol/receipts, 7 hosts and hooks, 8 runs, 9 integration, 10 the supervisor, 11 the CLI."""
+canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments, walls and service managers,
+5 policy, 6 verification/protocol/receipts, 7 hosts and hooks, 8 runs and health checks, 9 integration, 10 the
+supervisor and the demo, 11 the CLI."""
 
 
 FEATURES: Final[dict[str, dict[str, int]]] = {
