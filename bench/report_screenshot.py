@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from git_agentops.cli.demo import environment, run_demo
+from git_agentops.demo.scenario import environment, run_demo
 
 
 def main() -> int:

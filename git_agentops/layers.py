@@ -22,23 +22,21 @@ LAYERS: Final[dict[str, int]] = {
     **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files", "layers"), 0),
     "canonical": 1,
     **dict.fromkeys(("schema", "process"), 2),
-    **dict.fromkeys(("gitstore", "model"), 3),
-    **dict.fromkeys(("envs", "sandbox"), 4),
+    **dict.fromkeys(("gitstore", "model", "watch"), 3),
+    **dict.fromkeys(("envs", "sandbox", "service"), 4),
     "policy": 5,
     **dict.fromkeys(("protocol", "receipts"), 6),
     **dict.fromkeys(("hosts", "hooks"), 7),
-    **dict.fromkeys(("runs", "verify"), 8),
+    **dict.fromkeys(("runs", "verify", "diagnose"), 8),
     "report": 8,
     "integrate": 9,
-    "supervisor": 10,
-    "transition": 10,
-    "lease": 10,
+    **dict.fromkeys(("supervisor", "demo", "transition", "lease"), 10),
     "cli": 11,
 }
 """Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
-canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments and walls, 5 policy, 6
-verification's commands and evidence/protocol/receipts, 7 hosts and hooks, 8 runs (and a run's proofs), 9
-integration, 10 the supervisor, 11 the CLI."""
+canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments, walls and service managers,
+5 policy, 6 verification's commands and evidence/protocol/receipts, 7 hosts and hooks, 8 runs (and a run's proofs)
+and health checks, 9 integration, 10 the supervisor and the demo, 11 the CLI."""
 
 
 FEATURES: Final[dict[str, dict[str, int]]] = {
@@ -52,6 +50,7 @@ FEATURES: Final[dict[str, dict[str, int]]] = {
     "transition": {"__init__": 3, "record": 3, "journal": 8, "propose": 10, "drive": 10},
     "lease": {"__init__": 3, "record": 3, "claim": 8, "tenure": 10},
     "report": {"__init__": 3, "record": 3, "graph": 3, "html": 3, "markdown": 3, "collect": 8},
+    "watch": {"__init__": 3, "view": 3},
 }
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
 ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the

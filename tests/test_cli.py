@@ -220,7 +220,7 @@ def test_doctor_is_healthy_without_the_optional_dulwich_and_jsonschema(repo_path
         "            raise ImportError(f'{name} blocked by the test')\n"
         "sys.meta_path.insert(0, Block())\n"
         "from pathlib import Path\n"
-        "from git_agentops.cli.diagnose import diagnose\n"
+        "from git_agentops.diagnose.checks import diagnose\n"
         "report = diagnose(Path('.'), path=None)\n"
         "import json; print(json.dumps(report.to_json()))\n"
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from git_agentops.canonical import canonical_json
-from git_agentops.cli.diagnose import CheckStatus
+from git_agentops.diagnose.checks import CheckStatus
 from git_agentops.hooks.install import HookState, Kind
 from git_agentops.model.policy import Finalize, effective
 from git_agentops.model.sandbox import LEVELS, Level
@@ -77,8 +77,8 @@ def test_hook_kinds_and_states_are_the_strings_doctor_reports() -> None:
 
 def test_the_service_manager_switch_says_auto_or_a_manager() -> None:
     """``AGENTOPS_SUPERVISOR_MANAGER``'s words are ``auto`` and every manager's name, and nothing else is taken."""
-    from git_agentops.cli.service import Manager, Wanted, detect
     from git_agentops.errors import AgentOpsError
+    from git_agentops.service.manager import Manager, Wanted, detect
 
     assert sorted(Wanted) == sorted(["auto", *Manager])
     assert detect({"AGENTOPS_SUPERVISOR_MANAGER": " Process "}, system="Linux").manager is Manager.PROCESS

@@ -54,7 +54,7 @@ def finished(repo: Path, run_id: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_golden_state_of_the_demo_run(tmp_path: Path) -> None:
-    from git_agentops.cli.demo import run_demo
+    from git_agentops.demo.scenario import run_demo
 
     summary = run_demo(tmp_path, environ=os.environ, say=lambda _line: None)
     repo = Path(summary["repository"])

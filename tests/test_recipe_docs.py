@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from git_agentops.cli import demo
+from git_agentops.demo import scenario as demo
 from git_agentops.hosts.recipe import parse_recipe
 from git_agentops.policy.load import load_policy
 from git_agentops.schema import documents

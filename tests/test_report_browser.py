@@ -124,7 +124,7 @@ def test_the_demo_runs_html_report_in_a_headless_browser(tmp_path: Path) -> None
     """The issue's own scenario: ``git agentops-run demo``'s run, its ``report --html``, opened in chromium."""
     import subprocess
 
-    from git_agentops.cli.demo import environment, run_demo
+    from git_agentops.demo.scenario import environment, run_demo
 
     require_browser()
     summary = run_demo(tmp_path, environ=os.environ, say=lambda line: None)

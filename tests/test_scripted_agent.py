@@ -682,7 +682,7 @@ def test_recipes_written_by_the_helpers_keep_any_text_exactly(tmp_path: Path) ->
 
 
 def test_the_demo_recipe_and_policy_are_valid_toml_that_loads(tmp_path: Path) -> None:
-    from git_agentops.cli import demo
+    from git_agentops.demo import scenario as demo
     from git_agentops.policy.load import policy_from_bytes
 
     assert len(load_recipe(write_recipe(tmp_path, demo.recipe())).tasks) == 3

@@ -1,4 +1,4 @@
-"""Supervisors the OS keeps alive (``cli/service.py``, ``cli/spawn.py``).
+"""Supervisors the OS keeps alive (``service/manager.py``, ``supervisor/spawn.py``).
 
 First what is pure: the ``systemd-run`` command, the equivalent unit file (checked by ``systemd-analyze
 verify``), the restart rule against every exit status ``supervise`` has, the launchd plist, the choice of
@@ -25,9 +25,12 @@ from typing import Any
 
 import pytest
 
-from git_agentops.cli import keepalive, service
+from git_agentops.cli import keepalive
 from git_agentops.cli.run import _exit_for
-from git_agentops.cli.service import (
+from git_agentops.errors import CODES, EXIT_INTERNAL, AgentOpsError
+from git_agentops.model.run import STORM_STARTS, STORM_WINDOW, RunStatus
+from git_agentops.service import manager as service
+from git_agentops.service.manager import (
     CLEAN_EXITS,
     RESTART_SEC,
     START_LIMIT_BURST,
@@ -51,9 +54,7 @@ from git_agentops.cli.service import (
     unit_file,
     unit_properties,
 )
-from git_agentops.cli.spawn import Spawned, _wait
-from git_agentops.errors import CODES, EXIT_INTERNAL, AgentOpsError
-from git_agentops.model.run import STORM_STARTS, STORM_WINDOW, RunStatus
+from git_agentops.supervisor.spawn import Spawned, _wait
 
 from .helpers import HANDOFF, Part, child, commit_step, require_tool, write_step
 from .runkit import cli, events, project, recipe, status, stop, supervisor_log, supervisor_running, wait_for
@@ -272,7 +273,7 @@ def test_detection_finds_launchd_in_a_gui_login_domain(tmp_path: Path) -> None:
 
 
 def test_the_doctor_says_which_manager_detached_supervisors_run_under() -> None:
-    from git_agentops.cli.diagnose import _service
+    from git_agentops.diagnose.checks import _service
 
     check = _service({SWITCH: "process"})
     assert check.id == "service" and check.status == "ok" and check.value == {"manager": "process", "forced": True}
@@ -391,10 +392,10 @@ def test_a_failed_start_job_reports_what_the_supervisor_did_instead(
     error line) -- and only without either the manager's failure."""
     import io
 
-    from git_agentops.cli import spawn
     from git_agentops.cli.common import Context
     from git_agentops.gitstore.events import Event
     from git_agentops.runs.state import journal
+    from git_agentops.supervisor import spawn
 
     repo = project(tmp_path)
     ctx = Context(env=dict(os.environ), cwd=repo, stdout=io.StringIO(), stderr=io.StringIO())
@@ -416,14 +417,14 @@ def test_a_failed_start_job_reports_what_the_supervisor_did_instead(
         raise failure
 
     monkeypatch.setattr(spawn, "start_systemd", served_then_failed)
-    assert spawn.spawn_supervisor(ctx, RUN) == Spawned(4242, Manager.SYSTEMD)
+    assert spawn.spawn_supervisor(ctx.store(), RUN, cwd=ctx.cwd, env=ctx.env) == Spawned(4242, Manager.SYSTEMD)
     monkeypatch.setattr(spawn, "start_systemd", refused_then_failed)
     with pytest.raises(AgentOpsError) as caught:
-        spawn.spawn_supervisor(ctx, RUN)
+        spawn.spawn_supervisor(ctx.store(), RUN, cwd=ctx.cwd, env=ctx.env)
     assert caught.value.code == "RUN_LEASE_HELD" and "m2" in caught.value.message
     monkeypatch.setattr(spawn, "start_systemd", just_failed)
     with pytest.raises(AgentOpsError) as caught:
-        spawn.spawn_supervisor(ctx, RUN)
+        spawn.spawn_supervisor(ctx.store(), RUN, cwd=ctx.cwd, env=ctx.env)
     assert caught.value is failure and said
 
 

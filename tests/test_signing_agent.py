@@ -73,7 +73,7 @@ def test_agents_are_not_told_where_the_key_agents_are(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("private", "sock", "status"), [(True, "", "warn"), (False, "/s", "ok"), (False, "", "warn")])
 def test_doctor_says_where_receipts_are_signed_from(tmp_path: Path, private: bool, sock: str, status: str) -> None:
-    from git_agentops.cli.diagnose import _signing
+    from git_agentops.diagnose.checks import _signing
 
     repo = make_repo(tmp_path / "repo")
     key = ssh_key(tmp_path / "key")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from git_agentops.cli.watchview import Frame, LastEvent, LogTail, clean, fit, plain, screen
+from git_agentops.watch.view import Frame, LastEvent, LogTail, clean, fit, plain, screen
 
 from .conftest import git
 from .helpers import HANDOFF, Part, child, commit_step, simple_child, write_step

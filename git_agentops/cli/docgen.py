@@ -97,7 +97,8 @@ def architecture_table() -> str:
             cell = str(layer)
             if name in FEATURES:  # a feature room: its modules with their ranks, lowest first
                 ranks = FEATURES[name]
-                cell = f"{min(ranks.values())}-{layer} (feature)"
+                low = min(ranks.values())
+                cell = f"{low}-{layer} (feature)" if low < layer else f"{layer} (feature)"
                 parts = [f"{p} ({r})" for p, r in sorted(ranks.items(), key=lambda i: (i[1], i[0])) if p != "__init__"]
                 where, modules = f"`{name}/`", f" Modules: {', '.join(f'`{p}`' for p in parts)}."
             elif (package / name).is_dir():

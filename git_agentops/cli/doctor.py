@@ -18,7 +18,7 @@ def build_parser() -> Parser:
 
 
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
-    from .diagnose import CheckStatus, diagnose
+    from ..diagnose.checks import CheckStatus, diagnose
 
     marks = {CheckStatus.OK: "ok  ", CheckStatus.WARN: "warn", CheckStatus.FAIL: "FAIL"}
 

@@ -3,7 +3,7 @@
 It is ``git agentops-run supervise RUN`` whose deliberate ends (complete, blocked, paused, stopped, refused,
 SIGTERM) all exit 0, because launchd restarts a ``KeepAlive = {SuccessfulExit = false}`` job after any other exit
 and has no list of statuses to leave alone (systemd's ``RestartPreventExitStatus=``). Only a crash -- an internal
-error, death by a signal -- is restarted. See :mod:`.service`.
+error, death by a signal -- is restarted. See :mod:`git_agentops.service.manager`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_USAGE
-from .service import launchd_exit
+from ..service.manager import launchd_exit
 
 
 def main(argv: Sequence[str] | None = None) -> int:

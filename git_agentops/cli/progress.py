@@ -8,7 +8,8 @@ failing command and first failing lines, read from the evidence the supervisor r
 why`). What ``--json`` prints on stdout is unchanged; the human result line is followed, for a blocked run, by why
 (the task blocked first and its last failure).
 
-Every line goes through :func:`~.watchview.clean`: nothing an agent wrote reaches the terminal as an escape sequence.
+Every line goes through :func:`~git_agentops.watch.view.clean`: nothing an agent wrote reaches the terminal as an
+escape sequence.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class Follower:
         """The lines that say ``entry`` (none for an event not in :data:`SHOWN` or a foreign commit)."""
         from ..runs.state import RunView
         from ..runs.why import event_cause
-        from .watchview import clean
+        from ..watch.view import clean
 
         if entry.foreign or entry.code not in SHOWN:
             return []

@@ -220,7 +220,7 @@ def _ended(ctx: Context, run_id: str, status: str) -> int:
     if status == RunStatus.BLOCKED and not ctx.json:
         from ..runs import state as runstate
         from ..runs.why import cause_lines, causes
-        from .watchview import clean
+        from ..watch.view import clean
 
         try:
             found = causes(ctx.store(), runstate.read(ctx.store(), run_id))
@@ -288,9 +288,10 @@ def _start(args: argparse.Namespace, ctx: Context) -> int:
             "run as an ordinary user where you can",
         )
     if args.detach:
-        from .spawn import spawn_supervisor  # the service managers: imported by the commands that start one
+        # the service managers: imported by the commands that start one
+        from ..supervisor.spawn import spawn_supervisor
 
-        spawned = spawn_supervisor(ctx, run_id)
+        spawned = spawn_supervisor(store, run_id, cwd=ctx.cwd, env=ctx.env)
         ctx.emit(
             {"runId": run_id, "detached": True, **spawned.to_json()},
             [run_id, f"supervising in the background ({spawned.describe()}); 'git agentops-run status {run_id}'"],
@@ -342,9 +343,10 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
     if args.command in ("pause", "stop"):
         stopped = _stop_agents(ctx, args.run_id, f"the run was {'paused' if args.command == 'pause' else 'stopped'}")
         doc["stoppedProcesses"] = [s.to_json() for s in stopped] if stopped is not None else None
-        from .spawn import release_supervisor  # its systemd unit or launchd job goes too: nothing restarts it
+        # its systemd unit or launchd job goes too: nothing restarts it
+        from ..supervisor.spawn import release_supervisor
 
-        doc["supervisorUnitRemoved"] = release_supervisor(ctx, args.run_id)
+        doc["supervisorUnitRemoved"] = release_supervisor(store, args.run_id, ctx.env)
         if stopped is None:
             lines.append("its supervisor is still finishing a job; it stops the rest of the run when the job ends")
         elif stopped:
@@ -364,7 +366,7 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
     import shutil
     import tempfile
 
-    from .demo import recipe, run_demo
+    from ..demo.scenario import recipe, run_demo
 
     if args.print_recipe:  # a complete, working recipe to start one's own from
         text = recipe()

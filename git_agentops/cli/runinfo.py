@@ -133,7 +133,7 @@ def why_lines(doc: StatusDoc) -> list[str]:
     """``why:`` and the causes of a blocked run or task (:mod:`git_agentops.runs.why`), each said once and whole,
     without control characters; nothing when nothing is blocked."""
     from ..runs.why import Cause, cause_lines
-    from .watchview import clean
+    from ..watch.view import clean
 
     found = [Cause.from_json(c) for c in doc.get("blocked") or ()]
     if not found:
@@ -184,7 +184,7 @@ def log(args: argparse.Namespace, ctx: Context) -> int:
     from ..clock import iso8601
     from ..runs import state as runstate
     from ..runs.why import event_cause
-    from .watchview import clean
+    from ..watch.view import clean
 
     run_id = args.run_id or latest(ctx)
     store = ctx.store()

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..gitstore.repo import Store
     from ..model.statusdoc import WorkerRowDoc
-    from .watchview import Frame, LastEvent, LogTail
+    from ..watch.view import Frame, LastEvent, LogTail
 
 POLL: Final = 0.25  # how often the state ref is looked at (and keys, when no key arrives sooner)
 TICK: Final = 1.0  # how often the screen is redrawn when nothing changed (ages, the budget clock)
@@ -102,7 +102,7 @@ class Source:
 
         from ..runs import state as runstate
         from ..runs.controls import summary
-        from .watchview import Frame
+        from ..watch.view import Frame
 
         tip = self.tip()
         try:
@@ -119,7 +119,7 @@ class Source:
     def _scan(self) -> None:
         """Each worker's latest event: the journal walked from its tip down to the commit the last scan began at."""
         from ..runs import state as runstate
-        from .watchview import LastEvent
+        from ..watch.view import LastEvent
 
         fresh: dict[str, LastEvent] = {}
         first: str | None = None
@@ -176,7 +176,7 @@ class Source:
 
     def log_tail(self, frame: Frame) -> LogTail:
         """The selected worker's log: the lines of its last generation, re-read only when the file changed."""
-        from .watchview import LogTail
+        from ..watch.view import LogTail
 
         worker_id = self.selected(frame)
         if worker_id is None:
@@ -203,7 +203,7 @@ class Source:
 def read_tail(path: Path) -> tuple[str | None, tuple[str, ...]]:
     """The last generation in a host log: ``generation N`` from its header line, and its last non-empty lines."""
     from ..hosts.launch import HEADER
-    from .watchview import clean
+    from ..watch.view import clean
 
     try:
         with path.open("rb") as handle:
@@ -317,7 +317,7 @@ class Session:
         return True
 
     def plain(self, interval: float) -> int:
-        from .watchview import plain
+        from ..watch.view import plain
 
         def snapshot() -> None:
             self.log = self.source.log_tail(self.frame)
@@ -360,7 +360,7 @@ class Session:
                 finally:
                     with suppress(OSError):  # a terminal that hung up cannot leave the alternate screen
                         live.stop()
-        from .watchview import screen
+        from ..watch.view import screen
 
         console.print(
             screen(self.frame, self.source.log_tail(self.frame), self.ctx.clock.now(), height=None, live=False)
@@ -392,7 +392,7 @@ class Session:
 
     def _loop(self, live: Live, keys: Keys) -> bool:
         """Draw until the run ends (False) or ``q`` is pressed (True)."""
-        from .watchview import screen
+        from ..watch.view import screen
 
         due = 0.0
         self.redraw = True

@@ -11,7 +11,7 @@ real supervisor:
   and a fixed second one rehearse the supervisor's restart path.
 
 Every effect outside this process (the supervisor, git and commands, sleeping, logging) is passed in, so tests
-drive it with fakes (:mod:`git_agentops.cli.agent` wires the real ones). Files are written through
+drive it with fakes (:mod:`git_agentops.hosts.scripted_process` wires the real ones). Files are written through
 :func:`resolve_contained`, so a planted symlink cannot redirect them. ``exit`` ends it with its code. The
 supervisor stops it while it waits for a handoff's or a question's answer: that is the protocol working.
 """

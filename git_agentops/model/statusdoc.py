@@ -1,7 +1,7 @@
 """The run status document's shape, as typed dictionaries: what ``git agentops-run status --json`` prints.
 
 :func:`git_agentops.runs.controls.summary` builds it from the run's records, and the status line, ``run status``
-and ``run watch`` (:mod:`git_agentops.cli.runinfo`, :mod:`git_agentops.cli.watchview`) read it -- in-process, or
+and ``run watch`` (:mod:`git_agentops.cli.runinfo`, :mod:`git_agentops.watch.view`) read it -- in-process, or
 from another process's JSON. It is an output format (scripts read ``--json``), so it stays a document; its shape
 is declared here once, so that its builder and its readers are type-checked against the same keys instead of
 reading ``Any``. The parts that are other records' JSON forms (a worker's usage, the integration, a transition, a

@@ -389,7 +389,7 @@ def _signing(store: Any, environ: Mapping[str, str]) -> Check:
 def _service(environ: Mapping[str, str]) -> Check:
     """Which service manager keeps detached supervisors alive (``run start --detach``, ``resume``)."""
     from ..errors import AgentOpsError
-    from .service import SWITCH, Manager, detect, linger
+    from ..service.manager import SWITCH, Manager, detect, linger
 
     try:
         found = detect(environ)

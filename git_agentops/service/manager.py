@@ -13,7 +13,7 @@ the user's service manager where there is one, and it starts the supervisor agai
   not restarted after a crash.
 
 Which exits are restarted, and why. ``supervise`` exits 0 (complete), 1 (blocked, budget-limited, paused, stopped:
-``_exit_for`` in :mod:`.run`), 2 (usage), 3 (refused: ``RUN_RESTART_STORM``, ``RUN_NOT_ACTIVE``,
+``_exit_for`` in :mod:`git_agentops.cli.run`), 2 (usage), 3 (refused: ``RUN_RESTART_STORM``, ``RUN_NOT_ACTIVE``,
 ``RUN_SUPERVISOR_ACTIVE``, an untrusted policy), 130 (SIGTERM or SIGINT: it stopped its workers first), 4 (an
 internal error) or dies by a signal. Only the last two are crashes: ``Restart=on-failure`` with
 ``RestartPreventExitStatus=1 2 3 130`` (launchd has no such list, so its agent runs ``python -m
@@ -287,7 +287,8 @@ def launchd_label(spec: ServiceSpec) -> str:
 
 def launchd_plist(spec: ServiceSpec) -> bytes:
     """The launchd agent running ``spec``: restarted when it exits non-zero or dies by a signal, so its program is
-    the exit-mapping wrapper :mod:`.keepalive`; started when bootstrapped; its agents left alone when it exits."""
+    the exit-mapping wrapper :mod:`git_agentops.cli.keepalive`; started when bootstrapped; its agents left alone
+    when it exits."""
     run_id = spec.argv[-1]
     doc: dict[str, Any] = {
         "Label": launchd_label(spec),

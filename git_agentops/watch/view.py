@@ -1,10 +1,11 @@
 """What ``git agentops-run watch`` shows: a frame of a run's state, laid out as plain text or as a ``rich`` screen.
 
-:mod:`.watch` reads the run (only when its state ref moves) into a :class:`Frame` and the selected worker's host log
-into a :class:`LogTail`; this module turns them into lines. Both layouts come from the same rows (:func:`task_rows`,
-:func:`worker_rows`) so the pipe and the terminal say the same things. Everything shown that an agent or a person
-wrote -- the goal, titles, questions, event summaries, log lines -- goes through :func:`clean` first: no control
-character or escape sequence of theirs reaches the terminal, and ``rich`` gets :class:`~rich.text.Text`, never markup.
+:mod:`git_agentops.cli.watch` reads the run (only when its state ref moves) into a :class:`Frame` and the selected
+worker's host log into a :class:`LogTail`; this module turns them into lines. Both layouts come from the same rows
+(:func:`task_rows`, :func:`worker_rows`) so the pipe and the terminal say the same things. Everything shown that an
+agent or a person wrote -- the goal, titles, questions, event summaries, log lines -- goes through :func:`clean`
+first: no control character or escape sequence of theirs reaches the terminal, and ``rich`` gets
+:class:`~rich.text.Text`, never markup.
 
 The screen fits the terminal it is given (80x24 included): the header, budget, questions and section rules always
 show; the task tree, the worker table and the log share the rest, the log keeping at least a few lines, and a list
