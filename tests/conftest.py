@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     Why: the suite starts thousands of Python processes from this checkout -- every ``git agentops-*`` command, the
     supervisors, the stand-in agents -- and with ``PYTHONDONTWRITEBYTECODE`` set (as in the shell CI runs in) and a
     fresh clone, none of them finds a ``.pyc``: each compiles every module it imports from source again, 0.2-0.6 s
-    of CPU per process. Measured on ``tests/test_run.py`` (2 workers, 2 cores): 75 s of CPU without, 55 s with.
+    of CPU per process. Measured on ``tests/runs/test_run.py`` (2 workers, 2 cores): 75 s of CPU without, 55 s with.
     This writes exactly what one run without that variable would have written (``__pycache__``, ignored by git);
     Python checks each file's mtime and size, so a module edited later is compiled again, never run stale. The
     fixture projects are left alone: tests copy them into repositories, where a ``__pycache__`` would be a change.
@@ -118,7 +118,7 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     # detached supervisors stay plain processes: never units in a developer's own user manager (which would also
-    # restart the ones tests kill on purpose); tests/test_service.py brings its own systemd
+    # restart the ones tests kill on purpose); tests/cli/test_service.py brings its own systemd
     monkeypatch.setenv("AGENTOPS_SUPERVISOR_MANAGER", "process")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     for who in ("AUTHOR", "COMMITTER"):

@@ -59,7 +59,7 @@ def trust(repo: Path) -> None:
     """``git agentops-policy trust --yes`` in ``repo``, run in this process: the command's own ``main`` (parsing,
     the agent refusal, the grant, its output), without a process start-up and the imports of a fresh interpreter
     (~0.4 s of CPU, paid by every test that makes a project). The command as a process is what
-    ``tests/test_trust.py`` runs; what it writes does not depend on which process runs it: the grantor's login,
+    ``tests/policy/test_trust.py`` runs; what it writes does not depend on which process runs it: the grantor's login,
     git identity and terminal (none: stdin is not one under pytest, nor in the subprocess it replaces)."""
     done = in_process(repo, "git_agentops.cli.policy", "trust", "--yes")
     assert done.returncode == 0, done.stderr
@@ -117,7 +117,7 @@ def status(repo: Path, run_id: str) -> dict[str, Any]:
     Why in-process: every wait of every run test ends with it, and as a process it was ~0.35 s of CPU (a fresh
     interpreter importing pygit2 and the run model) beside the supervisor under test; the document is the same
     function's output either way -- the state is read from the repository afresh at each call. The command as a
-    process keeps its own tests (``tests/test_run.py``, ``tests/test_cli.py``)."""
+    process keeps its own tests (``tests/runs/test_run.py``, ``tests/cli/test_cli.py``)."""
     done = in_process(repo, "git_agentops.cli.run", "status", run_id, "--json")
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))

@@ -308,6 +308,23 @@ MODULE_CAP = 800
 """Lines a module may have. A module is split where a concept ends, never to get under this number (issue 26)."""
 
 
+TOP_LEVEL_TESTS = frozenset(
+    {"architecture", "architecture_figures", "canonical", "closed_sets", "error_classes", "event_kinds"}
+    | {"attacks", "golden_runs", "runkit"}
+)
+"""The test files that stay in ``tests/``: those of the top-level modules (layers, canonical JSON, errors, event
+kinds, the closed sets they share), the attacker's end-to-end play across every package, and the harness's own."""
+
+
+def test_tests_mirror_the_source_tree() -> None:
+    """Invariant: a package's tests are in the test directory of its name (``git_agentops/verify/`` ->
+    ``tests/verify/``); only :data:`TOP_LEVEL_TESTS` stay at the top."""
+    tests = PACKAGE.parent / "tests"
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert {p.parent.name for p in tests.glob("*/test_*.py")} - packages == set()
+    assert {p.stem.removeprefix("test_") for p in tests.glob("test_*.py")} - TOP_LEVEL_TESTS == set()
+
+
 def test_modules_stay_small() -> None:
     too_big = {_rel(p): n for p in MODULES if (n := len(p.read_text("utf-8").splitlines())) > MODULE_CAP}
     assert too_big == {}

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 STDIN_HOOKS = frozenset({HookName.PRE_PUSH, HookName.REFERENCE_TRANSACTION, HookName.PRE_RECEIVE})
 # Literals one of which is in every match of the built-in secret rules (:mod:`git_agentops.verify.redact`); a
-# staged diff holding none of them needs no regex scan. tests/test_hook_rules.py checks this stays true.
+# staged diff holding none of them needs no regex scan. tests/hooks/test_hook_rules.py checks this stays true.
 SECRET_MARKERS = tuple(
     m.encode()
     for m in (

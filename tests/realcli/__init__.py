@@ -1,2 +1,2 @@
 """The real agent CLIs under test: their pinned install (``install``) and the mock model server they talk to
-(``mockmodel``), for ``tests/test_realcli.py``."""
+(``mockmodel``), for ``tests/hosts/test_realcli.py``."""

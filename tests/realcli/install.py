@@ -13,7 +13,7 @@ that: from a session-scoped fixture (which pytest sets up before the function-sc
 Against the newest published versions instead -- what a person installing today gets -- the same suite::
 
     python -m tests.realcli.install --latest
-    AGENTOPS_REALCLI_LATEST=1 python -m pytest tests/test_realcli.py
+    AGENTOPS_REALCLI_LATEST=1 python -m pytest tests/hosts/test_realcli.py
 
 ``--latest`` installs into the cache's ``latest/`` directory (replacing what an earlier ``--latest`` put there);
 ``AGENTOPS_REALCLI_LATEST=1`` makes :func:`ensure_clis` return that one, installing it first when it is missing.
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for cli, version in versions(bin_dir).items():
         print(f"  {cli} {version}")
     if args.latest:
-        print(f"run the suite against them with: {LATEST_ENV}=1 python -m pytest tests/test_realcli.py")
+        print(f"run the suite against them with: {LATEST_ENV}=1 python -m pytest tests/hosts/test_realcli.py")
     return 0
 
 
