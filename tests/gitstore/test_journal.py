@@ -24,7 +24,7 @@ from git_agentops.gitstore.retry import RetryPolicy
 from ..conftest import IDENTITY, git
 
 REF = "refs/agentops/runs/r1/state"
-PROCS = Path(__file__).parents[2] / "procs.py"
+PROCS = Path(__file__).parents[1] / "procs.py"
 
 
 def _put(path: str, data: bytes):  # type: ignore[no-untyped-def]
