@@ -23,13 +23,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, cast
+from typing import Final
 
 from ..canonical import JsonObject, JsonValue
 from ..clock import Clock
 from ..errors import AgentOpsError, RequestTimeout
 from ..gitstore.private import resolve_contained
 from ..model.instructionsdoc import InstructionsDoc
+from ..model.request import ResponseDoc
 from ..model.task import TaskStatus
 from ..protocol import mailbox
 from .recipe import (
@@ -64,12 +65,12 @@ class Ran:
     problem: str = ""  # why there is no exit code
 
 
-CallFn = Callable[[str, Mapping[str, JsonValue]], Mapping[str, JsonValue]]  # (action, fields) -> response
+CallFn = Callable[[str, Mapping[str, JsonValue]], ResponseDoc]  # (action, fields) -> response
 RunFn = Callable[[Sequence[str], Path, float], Ran]  # (argv, cwd, timeout) -> what it did
 LogFn = Callable[[str], None]
 SleepFn = Callable[[float], None]
 InstructionsFn = Callable[[], InstructionsDoc]
-RawFn = Callable[[bytes], Mapping[str, JsonValue] | None]  # send bytes as request.json -> its response, None if none
+RawFn = Callable[[bytes], ResponseDoc | None]  # send bytes as request.json -> its response, None if none
 
 
 def make_runner(env: Mapping[str, str], *, clock: Clock) -> RunFn:
@@ -93,7 +94,7 @@ def make_runner(env: Mapping[str, str], *, clock: Clock) -> RunFn:
 def mailbox_raw(worktree: Path, *, timeout: float = RAW_REQUEST_TIMEOUT) -> RawFn:
     """A :data:`RawFn` writing bytes verbatim as the request and waiting for the response with their digest."""
 
-    def send(data: bytes) -> Mapping[str, JsonValue] | None:
+    def send(data: bytes) -> ResponseDoc | None:
         digest = mailbox.send_raw(worktree, data)
         try:
             return mailbox.wait_response(worktree, digest, timeout=timeout)
@@ -135,14 +136,14 @@ class _Agent:
 
     # -- talking to the supervisor -------------------------------------------------------------------------------
 
-    def call(self, action: str, fields: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+    def call(self, action: str, fields: Mapping[str, JsonValue]) -> ResponseDoc:
         self.log(f"request {action}" + (f" {dict(fields)}" if fields else ""))
         started = time.perf_counter()
         response = self.call_fn(action, fields)
         self._log_response(response, (time.perf_counter() - started) * 1000)
         return response
 
-    def _log_response(self, response: Mapping[str, JsonValue], elapsed_ms: float | None = None) -> None:
+    def _log_response(self, response: ResponseDoc, elapsed_ms: float | None = None) -> None:
         data = _data(response)
         took = f" ({elapsed_ms:.1f} ms)" if elapsed_ms is not None else ""
         self.log(f"response {response['code']}: {response['message']}" + (f" {dict(data)}" if data else "") + took)
@@ -434,7 +435,7 @@ def run_agent(
     ``PATH_ESCAPE``/``PATH_NOT_REGULAR`` for a write or delete a symlink would lead out of the worktree or onto a
     directory.
     """
-    read = instructions or (lambda: cast(InstructionsDoc, mailbox.read_instructions(worktree)))  # schema-checked
+    read = instructions or (lambda: mailbox.read_instructions(worktree))  # schema-checked
     agent = _Agent(
         worktree,
         recipe,
@@ -464,7 +465,7 @@ def run_agent(
     return status
 
 
-def _data(response: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+def _data(response: ResponseDoc) -> Mapping[str, JsonValue]:
     """A response's ``data`` object (empty when it has none)."""
     data = response.get("data")
     return data if isinstance(data, Mapping) else {}

@@ -16,10 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..clock import Clock
 from ..errors import AgentOpsError
+
+if TYPE_CHECKING:
+    from ..canonical import JsonValue
+    from ..model.request import ResponseDoc
 
 REQUEST_TIMEOUT: Final = 3600.0  # a finalize integrates and verifies everything; a dead supervisor restarts us
 
@@ -60,7 +64,7 @@ def play(env: Mapping[str, str], cwd: Path, *, clock: Clock, write: Callable[[st
         )
     recipe = load_recipe(cwd / Path(where))
 
-    def call(action: str, fields: Mapping[str, Any]) -> Mapping[str, Any]:
+    def call(action: str, fields: Mapping[str, JsonValue]) -> ResponseDoc:
         return client.call(worktree, action, fields, timeout=REQUEST_TIMEOUT, generation=generation)
 
     runner = make_runner(env, clock=clock)

@@ -49,7 +49,7 @@ from ..gitstore.quarantine import reader_alternates
 from ..gitstore.refs import create_ref, read_ref
 from ..gitstore.repo import Store
 from ..model.delivery import DELIVERY_NOTE, CommitId, Delivery, Digest
-from ..model.request import RequestRecord
+from ..model.request import RequestRecord, ResponseDoc
 from ..model.run import Worker, WorkerStatus, worker_contract
 from ..model.task import Task, TaskStatus
 from ..protocol import mailbox
@@ -285,9 +285,7 @@ def _freeze(store: Store, run_id: str, task_id: str, handoff: Handoff, commit: s
     return _refusal(handoff, "RUN_DELIVERY_CHANGED", f"{ref} kept changing; take a new handoff", {"why": "ref"}, None)
 
 
-def _mark_delivered(
-    ctx: JobContext, store: Store, handoff: Handoff, task_id: str, delivery: Delivery
-) -> dict[str, Any]:
+def _mark_delivered(ctx: JobContext, store: Store, handoff: Handoff, task_id: str, delivery: Delivery) -> ResponseDoc:
     """The state commit: task delivered, worker delivered, the request's record; returns the response."""
     worker_id, commit = handoff.worker.worker_id, delivery.commit
     squashed = f" (the squash of {handoff.head[:12]})" if commit != handoff.head else ""

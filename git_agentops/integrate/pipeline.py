@@ -49,7 +49,7 @@ from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
 from ..model.integration import BUILT, Integration, IntegrationStatus
-from ..model.request import RequestRecord
+from ..model.request import RequestRecord, ResponseDoc
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
@@ -486,7 +486,7 @@ def _evidence_of(store: Store, task: Task) -> list[JsonObject]:
     return [records[d].to_json() for d in wanted if d in records]
 
 
-def _complete(ctx: JobContext, store: Store) -> tuple[str, dict[str, Any]]:
+def _complete(ctx: JobContext, store: Store) -> tuple[str, ResponseDoc]:
     """Step 6: the run complete and the finalize request recorded; returns the candidate and the response, which
     the loop writes to the coordinator's mailbox before it removes the checkouts (:func:`clean_up`)."""
     view = runstate.read(store, ctx.run_id)

@@ -14,7 +14,9 @@ the field, and how the value travels (a JSON list is a tuple here). From that on
 * ``to_json()`` -- the document back, equal to the one parsed (so its canonical bytes and digest are unchanged).
 
 :class:`RequestRecord` is the supervisor's idempotency record of an answered request (``requests/<aa>/<sha256>.json``
-in the run's state), with its one field map; :mod:`git_agentops.runs.state` writes and reads it.
+in the run's state), with its one field map; :mod:`git_agentops.runs.state` writes and reads it. The answer it keeps
+is a :class:`ResponseDoc`, the shape of ``response.json`` that the supervisor writes and the client reads; the
+criterion and approval objects a request carries are :class:`CriterionDoc` and :class:`ApprovalDoc` as parsed.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NotRequired, TypedDict
 
+from ..canonical import JsonObject, JsonValue
 from ..errors import AgentOpsError
 
 
@@ -41,6 +44,23 @@ class Action(enum.StrEnum):
 ACTIONS: Final = tuple(str(a) for a in Action)
 
 
+class CriterionDoc(TypedDict):
+    """A schema-valid criterion object, as the request schema shapes it."""
+
+    description: str
+    id: NotRequired[str]
+    runner: NotRequired[str]
+    reviewOnly: NotRequired[str]
+
+
+class ApprovalDoc(TypedDict):
+    """A schema-valid approval object, as the request schema shapes it."""
+
+    capabilityId: str
+    reason: str
+    classification: NotRequired[str]
+
+
 @dataclass(frozen=True, slots=True)
 class CriterionSpec:
     """An acceptance criterion given as an object (a plain string is a criterion's description alone)."""
@@ -50,16 +70,16 @@ class CriterionSpec:
     runner: str | None = None
     review_only: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The criterion object, without the keys it does not have."""
-        doc: dict[str, Any] = {"description": self.description}
+        doc: JsonObject = {"description": self.description}
         for name, value in (("id", self.id), ("runner", self.runner), ("reviewOnly", self.review_only)):
             if value is not None:
                 doc[name] = value
         return doc
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CriterionSpec:
+    def from_json(cls, doc: CriterionDoc) -> CriterionSpec:
         """The criterion of a schema-valid criterion object."""
         return cls(doc["description"], doc.get("id"), doc.get("runner"), doc.get("reviewOnly"))
 
@@ -72,15 +92,15 @@ class Approval:
     reason: str
     classification: str | None = None  # "non-dangerous" when given (the only value the schema admits)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The approval object (``classification`` only when it was given)."""
-        doc = {"capabilityId": self.capability_id, "reason": self.reason}
+        doc: JsonObject = {"capabilityId": self.capability_id, "reason": self.reason}
         if self.classification is not None:
             doc["classification"] = self.classification
         return doc
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Approval:
+    def from_json(cls, doc: ApprovalDoc) -> Approval:
         """The approval of a schema-valid approval object."""
         return cls(doc["capabilityId"], doc["reason"], doc.get("classification"))
 
@@ -140,9 +160,9 @@ class _Request:
     def action(self) -> Action:
         return self.ACTION
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The request document (the one :func:`from_valid` read, value for value)."""
-        doc: dict[str, Any] = {}
+        doc: JsonObject = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
@@ -246,10 +266,10 @@ def action_fields(action: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(n for n, r in own if r), tuple(n for n, r in own if not r)
 
 
-def from_valid(doc: Mapping[str, Any]) -> Request:
+def from_valid(doc: Mapping[str, JsonValue]) -> Request:
     """The typed request of a document that matches the request schema: only
     :func:`git_agentops.protocol.mailbox.parse_request`, which checks that first, calls it."""
-    kind = REQUEST_TYPES[Action(doc["action"])]
+    kind = REQUEST_TYPES[Action(str(doc["action"]))]
     values = {f.name: f.metadata["load"](doc[f.metadata["json"]]) for f in fields(kind) if f.metadata["json"] in doc}
     return kind(**values)
 
@@ -284,6 +304,18 @@ _RECORD_JSON: Final = {
 }
 
 
+class ResponseDoc(TypedDict):
+    """The supervisor's answer to a request (``response.json``, ``schemas/response.schema.json``): matched to its
+    request by ``requestDigest``; ``ok`` is whether ``code`` exits 0."""
+
+    requestId: str | None
+    requestDigest: str
+    ok: bool
+    code: str
+    message: str
+    data: JsonObject
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """A request the supervisor answered, kept in the run's state: a ``request_id`` seen again replays
@@ -297,10 +329,10 @@ class RequestRecord:
     worker_id: str
     generation: int
     action: str
-    response: Mapping[str, Any]
+    response: ResponseDoc
     at: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record document, from the one field map (its canonical bytes are what the state holds)."""
         doc = {json: getattr(self, name) for name, json in _RECORD_JSON.items()}
         doc["response"] = dict(self.response)

@@ -23,10 +23,12 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
+from ..canonical import JsonObject, JsonValue
 from ..errors import AgentOpsError
-from ..model.request import ACTIONS, Approval, check_fields
+from ..model.instructionsdoc import InstructionsDoc
+from ..model.request import ACTIONS, Approval, ResponseDoc, check_fields
 from . import mailbox
 
 __all__ = ["ACTIONS", "approvals", "build_request", "call", "check_fields", "describe", "send"]
@@ -35,8 +37,8 @@ CONTRACT_SETTLE: Final = 2.0
 
 
 def build_request(
-    instructions: Mapping[str, Any], action: str, fields: Mapping[str, Any], *, generation: int | None = None
-) -> dict[str, Any]:
+    instructions: InstructionsDoc, action: str, fields: Mapping[str, JsonValue], *, generation: int | None = None
+) -> JsonObject:
     """A schema-valid request for ``action`` with a fresh ``requestId``.
 
     ``workerId``, ``generation`` and ``contractHash`` come from ``instructions``; ``generation`` overrides the
@@ -44,7 +46,7 @@ def build_request(
     unexpected fields, or a value the request schema refuses (the JSON path is named); nothing is sent.
     """
     check_fields(action, fields)
-    doc: dict[str, Any] = {
+    doc: JsonObject = {
         "requestId": mailbox.new_request_id(),
         "workerId": instructions["workerId"],
         "generation": instructions["generation"] if generation is None else generation,
@@ -64,7 +66,7 @@ def build_request(
     return request.to_json()  # what the supervisor will parse back into the same typed request
 
 
-def send(worktree: Path, request: Mapping[str, Any], *, timeout: float, poll: float = 0.02) -> dict[str, Any]:
+def send(worktree: Path, request: Mapping[str, JsonValue], *, timeout: float, poll: float = 0.02) -> ResponseDoc:
     """Write ``request`` to the mailbox and wait for the response carrying its digest (``REQUEST_TIMEOUT``)."""
     digest = mailbox.send(worktree, request)
     return mailbox.wait_response(worktree, digest, timeout=timeout, poll=poll)
@@ -73,13 +75,13 @@ def send(worktree: Path, request: Mapping[str, Any], *, timeout: float, poll: fl
 def call(
     worktree: Path,
     action: str,
-    fields: Mapping[str, Any],
+    fields: Mapping[str, JsonValue],
     *,
     timeout: float,
     poll: float = 0.02,
     generation: int | None = None,
     settle: float = CONTRACT_SETTLE,
-) -> dict[str, Any]:
+) -> ResponseDoc:
     """Send ``action`` from the worker of ``worktree`` and return the supervisor's response document.
 
     ``timeout`` bounds the wait for *each* response (a re-send after ``RUN_CONTRACT_CHANGED`` waits again);
@@ -92,7 +94,7 @@ def call(
     response = send(worktree, request, timeout=timeout, poll=poll)
     if response["code"] != "RUN_CONTRACT_CHANGED":
         return response
-    fresh = _changed_instructions(worktree, request["contractHash"], settle=min(settle, timeout), poll=poll)
+    fresh = _changed_instructions(worktree, instructions["contractHash"], settle=min(settle, timeout), poll=poll)
     same_worker = fresh["workerId"] == request["workerId"] and (
         generation is not None or fresh["generation"] == request["generation"]
     )
@@ -102,7 +104,7 @@ def call(
     return send(worktree, retry, timeout=timeout, poll=poll)
 
 
-def _changed_instructions(worktree: Path, old_hash: str, *, settle: float, poll: float) -> dict[str, Any]:
+def _changed_instructions(worktree: Path, old_hash: str, *, settle: float, poll: float) -> InstructionsDoc:
     """The instructions, given up to ``settle`` seconds to show a contract hash other than ``old_hash``.
 
     The supervisor answers a request before it rewrites the instructions of every worker, so right after a
@@ -116,7 +118,7 @@ def _changed_instructions(worktree: Path, old_hash: str, *, settle: float, poll:
         time.sleep(poll)
 
 
-def describe(response: Mapping[str, Any]) -> list[str]:
+def describe(response: ResponseDoc) -> list[str]:
     """Human lines for a response: ``CODE: message`` then one ``  key: value`` line per data key."""
     lines = [f"{response['code']}: {response['message']}"]
     for key, value in sorted(dict(response.get("data") or {}).items()):
@@ -125,6 +127,6 @@ def describe(response: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def approvals(pairs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+def approvals(pairs: Sequence[tuple[str, str]]) -> list[JsonObject]:
     """``(capability, reason)`` pairs as request approvals, each classified ``non-dangerous`` by its proposer."""
     return [Approval(cap, reason, "non-dangerous").to_json() for cap, reason in pairs]

@@ -34,7 +34,9 @@ from ..gitstore.private import read_private, write_private
 from ..schema import documents
 
 if TYPE_CHECKING:  # a person's verify reads only where the mailbox is: the request model is the client's and loop's
-    from ..model.request import Request
+    from ..canonical import JsonValue
+    from ..model.instructionsdoc import InstructionsDoc
+    from ..model.request import Request, ResponseDoc
 
 MAILBOX: Final = ".agentops/mailbox"
 INSTRUCTIONS: Final = f"{MAILBOX}/instructions.json"
@@ -51,7 +53,7 @@ _DIGEST_LIMIT: Final = 64 * 1024 * 1024  # an oversized request is still answere
 # -- supervisor side ------------------------------------------------------------------------------------------------
 
 
-def write_instructions(worktree: Path, doc: Mapping[str, Any]) -> None:
+def write_instructions(worktree: Path, doc: Mapping[str, JsonValue]) -> None:
     """Validate ``doc`` against the ``instructions`` schema (``SCHEMA_INVALID``) and replace the worker's copy.
 
     Indented, one key per line: agents read it with their file tools, and some cut long lines (Gemini CLI's
@@ -254,8 +256,8 @@ def parse_request(doc: Any, *, what: str = "request") -> Request:
 
 
 def response(
-    request_id: str | None, request_digest: str, code: str, message: str, data: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+    request_id: str | None, request_digest: str, code: str, message: str, data: Mapping[str, JsonValue] | None = None
+) -> ResponseDoc:
     """A response document; the caller writes it with :func:`write_response`.
 
     ``requestDigest`` is the digest of the bytes claimed, which :func:`wait_response` matches; ``ok`` is whether
@@ -273,7 +275,7 @@ def response(
     }
 
 
-def write_response(worktree: Path, doc: Mapping[str, Any]) -> None:
+def write_response(worktree: Path, doc: ResponseDoc) -> None:
     """Validate ``doc`` against the ``response`` schema (``SCHEMA_INVALID``) and replace ``response.json``.
 
     Atomic but not fsynced, like the instructions.
@@ -297,12 +299,13 @@ def find_worktree(start: Path, mailbox: str | None = None) -> Path:
     raise AgentOpsError("REQUEST_NO_MAILBOX", f"no {INSTRUCTIONS} in {start} or above: not a worker worktree")
 
 
-def read_instructions(worktree: Path) -> dict[str, Any]:
+def read_instructions(worktree: Path) -> InstructionsDoc:
     """The worker's ``instructions.json``, parsed strictly and schema-checked; ``REQUEST_NO_MAILBOX`` if missing."""
     data = read_private(worktree, INSTRUCTIONS, max_bytes=4 * 1024 * 1024)
     if data is None:
         raise AgentOpsError("REQUEST_NO_MAILBOX", f"{worktree / INSTRUCTIONS} is missing")
-    return dict(documents.load(data, schema="instructions", what="instructions", max_bytes=4 * 1024 * 1024))
+    doc: InstructionsDoc = documents.load(data, schema="instructions", what="instructions", max_bytes=4 * 1024 * 1024)
+    return doc
 
 
 def new_request_id() -> str:
@@ -318,7 +321,7 @@ def send_raw(worktree: Path, data: bytes) -> str:
     return sha256_hex(data)
 
 
-def send(worktree: Path, request: Mapping[str, Any]) -> str:
+def send(worktree: Path, request: Mapping[str, JsonValue]) -> str:
     """Write ``request`` as canonical JSON plus a newline (:func:`send_raw`); returns the digest its response carries.
 
     Nothing is schema-checked here: :func:`~git_agentops.protocol.client.build_request` did that
@@ -327,7 +330,7 @@ def send(worktree: Path, request: Mapping[str, Any]) -> str:
     return send_raw(worktree, canonical_bytes(dict(request)) + b"\n")
 
 
-def read_response(worktree: Path) -> dict[str, Any] | None:
+def read_response(worktree: Path) -> ResponseDoc | None:
     """The current ``response.json``, or None when there is none or it cannot be read or validated (callers poll)."""
     try:
         data = read_private(worktree, RESPONSE, max_bytes=4 * 1024 * 1024)
@@ -336,12 +339,13 @@ def read_response(worktree: Path) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
-        return dict(documents.load(data, schema="response", what="response"))
+        doc: ResponseDoc = documents.load(data, schema="response", what="response")
+        return doc
     except AgentOpsError:
         return None
 
 
-def wait_response(worktree: Path, request_digest: str, *, timeout: float, poll: float = 0.02) -> dict[str, Any]:
+def wait_response(worktree: Path, request_digest: str, *, timeout: float, poll: float = 0.02) -> ResponseDoc:
     """The response to the request with this digest; ``REQUEST_TIMEOUT`` when none arrives in time."""
     deadline = time.monotonic() + timeout
     while True:

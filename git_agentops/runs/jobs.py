@@ -30,6 +30,7 @@ from ..clock import Clock
 from ..errors import AgentOpsError
 from ..model.policy import Policy
 from ..model.request import Request as TypedRequest
+from ..model.request import ResponseDoc
 from ..policy.trust import Verdict
 from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
 
@@ -76,7 +77,7 @@ class Request:
 class Answered:
     """A request answered: the response document the loop writes to the worker's mailbox."""
 
-    response: Mapping[str, Any]
+    response: ResponseDoc
 
 
 @dataclass(frozen=True, slots=True)

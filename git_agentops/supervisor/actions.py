@@ -36,6 +36,7 @@ from ..integrate.pipeline import check_finalize, integrate
 from ..integrate.secrets import clean_text
 from ..model.delivery import Digest, PendingFinalize
 from ..model.integration import Integration, IntegrationStatus
+from ..model.request import ResponseDoc
 from ..model.run import Role, RunStatus, Worker, WorkerStatus, has_cycle, worker_contract
 from ..model.task import Criterion, Task, TaskStatus, check_runners, new_task
 from ..protocol import mailbox
@@ -371,7 +372,7 @@ def acting(handler: Handler) -> Action:
     """The request action that carries out what ``handler`` returns from the loop's snapshot (:mod:`.effects`):
     the response of its answer, or None when a job answers."""
 
-    def act(loop: Loop, worker: Worker, request: Request) -> dict[str, Any] | None:
+    def act(loop: Loop, worker: Worker, request: Request) -> ResponseDoc | None:
         return execute(loop, handler(loop.snapshot(), worker, request))
 
     return act

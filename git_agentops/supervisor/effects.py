@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from ..canonical import JsonObject
 from ..eventkinds import EventCode
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
+from ..model.request import ResponseDoc
 from ..model.run import Worker, WorkerStatus
 from ..runs import state as runstate
 from ..runs.jobs import Answered, JobResult, Request
@@ -58,7 +60,7 @@ class Answer:
     request: Request
     code: EventCode
     message: str
-    fn: Callable[[Change, runstate.RunView], dict[str, Any] | None]
+    fn: Callable[[Change, runstate.RunView], JsonObject | None]
     deliver: bool = False
 
 
@@ -82,7 +84,7 @@ class Respond:
     """``response`` written into the worker's mailbox now; a worktree that is gone has no one to tell."""
 
     worker: Worker
-    response: Mapping[str, Any]
+    response: ResponseDoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +131,9 @@ class Log:
 Effect = ChangeState | Answer | SetWorker | Respond | StopWorkers | EndTurn | Submit | BeginTransition | Log
 
 
-def execute(loop: Loop, effects: Iterable[Effect]) -> dict[str, Any] | None:
+def execute(loop: Loop, effects: Iterable[Effect]) -> ResponseDoc | None:
     """Carry out ``effects`` in order (the loop thread only); the response of the last :class:`Answer`, if any."""
-    answered: dict[str, Any] | None = None
+    answered: ResponseDoc | None = None
     for effect in effects:
         match effect:
             case ChangeState(fn, event):
@@ -147,7 +149,7 @@ def execute(loop: Loop, effects: Iterable[Effect]) -> dict[str, Any] | None:
                 loop.set_worker(worker_id, event=event, summary=summary, **changes)
             case Respond(worker, response):
                 # unwritten: the agent is stopped all the same; a worktree that is gone has no one to tell
-                loop.respond(worker, Answered(dict(response)))
+                loop.respond(worker, Answered(response.copy()))
             case StopWorkers(status, reason):
                 loop.stop_all(status, reason)
             case EndTurn(worker, then):

@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from .. import eventkinds as kinds
-from ..canonical import digest
+from ..canonical import JsonObject, JsonValue, digest
 from ..clock import iso8601
 from ..errors import AgentOpsError, DocTooLarge
 from ..gitstore.journal import Change, Event
 from ..integrate.secrets import clean_text
-from ..model.request import RequestRecord
+from ..model.request import RequestRecord, ResponseDoc
 from ..model.run import RunStatus, Worker, worker_contract
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -54,7 +54,7 @@ from ..schema import documents
 from ..verify.held import find_held
 from .ports import Loop
 
-Action = Callable[[Loop, Worker, Request], dict[str, Any] | None]
+Action = Callable[[Loop, Worker, Request], ResponseDoc | None]
 """An action handler: the response, or None when a job will answer (handoff, finalize)."""
 
 ID_LIMIT: Final = 200
@@ -98,9 +98,7 @@ def valid_request_id(value: object, patterns: tuple[str, ...] = ()) -> str | Non
     return value if clean_text(value, ID_LIMIT, patterns) == value else None
 
 
-def _respond(
-    loop: Loop, worker: Worker, claimed: mailbox.Claimed, actions: Mapping[str, Action]
-) -> dict[str, Any] | None:
+def _respond(loop: Loop, worker: Worker, claimed: mailbox.Claimed, actions: Mapping[str, Action]) -> ResponseDoc | None:
     if claimed.error is not None or claimed.data is None:
         error = claimed.error or AgentOpsError("RUN_REQUEST_INVALID", "empty request")
         return refuse(loop, worker, None, claimed.digest, error)
@@ -131,7 +129,7 @@ def _respond(
     previous = loop.state.view.request_record(request.request_id)
     if previous is not None:
         if previous.request_digest == request.digest:
-            replayed: dict[str, Any] = {**previous.response, "requestDigest": claimed.digest}
+            replayed: ResponseDoc = {**previous.response, "requestDigest": claimed.digest}
             return replayed
         return refuse(
             loop,
@@ -202,7 +200,7 @@ def _peek_id(data: bytes, patterns: tuple[str, ...]) -> str | None:
     return valid_request_id(doc.get("requestId") if isinstance(doc, dict) else None, patterns)
 
 
-def put_record(change: Change, request: Request, response: Mapping[str, Any], at: float) -> None:
+def put_record(change: Change, request: Request, response: ResponseDoc, at: float) -> None:
     """The idempotency record of ``request``: its digest and the response it got (in the effect's commit)."""
     doc = request.doc
     record = RequestRecord(
@@ -218,9 +216,9 @@ def refuse(
     raw_digest: str,
     error: AgentOpsError,
     *,
-    data: dict[str, Any] | None = None,
+    data: Mapping[str, JsonValue] | None = None,
     recorded: Request | None = None,
-) -> dict[str, Any]:
+) -> ResponseDoc:
     """Answer with ``error``'s code; a refusal by an action's own rules also becomes the request's record.
 
     The message is cleaned before it goes anywhere (the response, the event, the log); the event is coalesced
@@ -274,7 +272,7 @@ def flush_refusals(loop: Loop, *, worker_id: str | None = None, force: bool = Fa
         _commit_refusal(loop, data)
 
 
-def refuse_accepted(loop: Loop, worker_id: str, request: Request, error: AgentOpsError) -> dict[str, Any]:
+def refuse_accepted(loop: Loop, worker_id: str, request: Request, error: AgentOpsError) -> ResponseDoc:
     """A refusal decided after the request was accepted (a failed handoff or integration): recorded like any answer.
 
     This is where a job's :class:`~git_agentops.runs.jobs.Refused` becomes a response, its error's message cut to
@@ -291,12 +289,12 @@ def answer(
     request: Request,
     code: kinds.EventCode,
     message: str,
-    effect: Callable[[Change, runstate.RunView], dict[str, Any] | None],
-    data: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    effect: Callable[[Change, runstate.RunView], JsonObject | None],
+    data: JsonObject | None = None,
+) -> ResponseDoc:
     """Apply ``effect(change, view) -> data`` and record the request and its response in one commit."""
 
-    def apply(change: Change, view: runstate.RunView) -> dict[str, Any]:
+    def apply(change: Change, view: runstate.RunView) -> ResponseDoc:
         extra = effect(change, view) or {}
         response = mailbox.response(request.request_id, request.raw_digest, code, message, {**(data or {}), **extra})
         put_record(change, request, response, loop.ctx.clock.now())
