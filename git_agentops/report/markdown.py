@@ -27,6 +27,7 @@ def md(text: object, limit: int | None = None) -> str:
 
 
 def short(commit: object) -> str:
+    """A commit id as Markdown code, cut to 12 digits; ``-`` for none."""
     return f"`{str(commit)[:12]}`" if commit else "-"
 
 

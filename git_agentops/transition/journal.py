@@ -41,10 +41,12 @@ BASE: Final = "base-config.json"
 
 
 def journal_prefix(run_id: str) -> str:
+    """Where a run's transition journals live: one ref per transition under this prefix."""
     return f"{runstate.RUNS_PREFIX}{runstate.check_run_id(run_id)}/journal/"
 
 
 def journal_ref(run_id: str, transition_id: str) -> str:
+    """The journal ref of one transition of a run; ``RUN_TRANSITION_UNKNOWN`` for an id that is not one."""
     if not transition_id.startswith(TRANSITION_PREFIX) or not transition_id[len(TRANSITION_PREFIX) :].isalnum():
         raise AgentOpsError("RUN_TRANSITION_UNKNOWN", f"{transition_id!r} is not a policy transition id")
     return journal_prefix(run_id) + transition_id
