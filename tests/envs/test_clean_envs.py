@@ -53,27 +53,34 @@ def _marker(checkout: Path) -> dict[str, Any]:
     return doc
 
 
-def test_a_clean_checkout_uses_the_repositorys_base_and_builds_none_of_its_own(
+def test_a_clean_checkout_builds_a_missing_base_in_the_repositorys_shared_dir_and_none_of_its_own(
     run_cli: Any, tmp_path: Path, offline: dict[str, str]
 ) -> None:
+    """Invariants: the first verification before any worker set up builds the base once, in the repository's
+    shared dir where every checkout finds it (the main checkout's setup then reuses it); a clean checkout uses the
+    repository's base and builds none of its own, later verifications reuse it unchanged, and their tests run on
+    the clean checkout's own code. One repository for both: the base the first verification builds is the one the
+    later ones must reuse, so the suite builds it once."""
     repo = _project(tmp_path / "repo")
-    first = _env(run_cli, repo, offline)  # a worker's setup: the repository's base is built
-    base = Path(first["base"]["path"])
-    built = (base / "agentops-complete.json").read_bytes()
     ctx = _context(repo, tmp_path, offline)
     store = open_store(repo, clock=FixedClock())
     outcome = prove(ctx, store, slot="w1", commit=git(repo, "rev-parse", "HEAD"), task=None)
     assert outcome.passed, outcome.records
     checkout = slot_checkout(ctx, store, "w1").root
-    assert _marker(checkout)["base"] == str(base)
+    base = Path(_marker(checkout)["base"])
+    assert base.parent == (repo / ".git" / "agentops" / "envs").resolve()
     assert not (checkout / ".git" / "agentops" / "envs").exists(), "the clean checkout built a base of its own"
-    assert (base / "agentops-complete.json").read_bytes() == built, "the shared base was rebuilt"
+    again = _env(run_cli, repo, offline)  # the main checkout now reuses what the clean checkout built
+    assert again["base"]["reused"] is True and Path(again["base"]["path"]) == base
+    built = (base / "agentops-complete.json").read_bytes()
     # and the tests ran on the clean checkout's own code, not the main checkout's
     second = commit_files(repo, {"src/tinyproj/__init__.py": "VALUE = 2\n"})
     refused = prove(ctx, store, slot="w2", commit=second, task=None)
     assert not refused.passed and refused.records[0].exit_code == 1
     assert "assert 2 == 1" in refused.records[0].tail
     assert _marker(slot_checkout(ctx, store, "w2").root)["base"] == str(base)
+    assert not (slot_checkout(ctx, store, "w2").root / ".git" / "agentops" / "envs").exists()
+    assert (base / "agentops-complete.json").read_bytes() == built, "the shared base was rebuilt"
 
 
 def test_only_a_toolkit_made_clean_checkout_is_redirected(tmp_path: Path) -> None:
@@ -111,21 +118,6 @@ def test_only_a_toolkit_made_clean_checkout_is_redirected(tmp_path: Path) -> Non
     link.parent.mkdir()
     link.symlink_to(slot.git_dir)
     assert clean_source(link) is None
-
-
-def test_setup_in_a_clean_checkout_builds_a_missing_base_in_the_repositorys_shared_dir(
-    run_cli: Any, tmp_path: Path, offline: dict[str, str]
-) -> None:
-    """The first verification before any worker set up: the base is built once, where every checkout finds it."""
-    repo = _project(tmp_path / "repo")
-    ctx = _context(repo, tmp_path, offline)
-    store = open_store(repo, clock=FixedClock())
-    outcome = prove(ctx, store, slot="w1", commit=git(repo, "rev-parse", "HEAD"), task=None)
-    assert outcome.passed, outcome.records
-    base = Path(_marker(slot_checkout(ctx, store, "w1").root)["base"])
-    assert base.parent == (repo / ".git" / "agentops" / "envs").resolve()
-    again = _env(run_cli, repo, offline)  # the main checkout now reuses what the clean checkout built
-    assert again["base"]["reused"] is True and Path(again["base"]["path"]) == base
 
 
 def test_a_setup_step_the_supervisor_cannot_read_as_the_env_command_gets_no_base_built_and_is_told_why(

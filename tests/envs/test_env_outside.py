@@ -69,15 +69,6 @@ def _verify(cwd: Path, env: dict[str, str]) -> tuple[int, dict[str, object]]:
     return done.returncode, json.loads(done.stdout or done.stderr)
 
 
-def test_in_the_main_checkout_the_code_is_its_own_and_the_environment_is_recorded(tmp_path: Path) -> None:
-    repo, env = _editable_from_main(tmp_path)
-    code, doc = _verify(repo, env)
-    assert code == 0, doc
-    record = doc["results"][0]  # type: ignore[index]
-    assert record["environment"]["lockDigest"] and record["environment"]["installedDigest"]
-    assert record["tests"]["passed"] == 1
-
-
 def test_a_worktree_whose_package_resolves_to_the_main_checkout_is_refused(tmp_path: Path) -> None:
     repo, env = _editable_from_main(tmp_path)
     worktree = tmp_path / "wt"
@@ -131,10 +122,19 @@ def test_a_handoff_verified_against_the_main_checkout_is_refused_not_delivered(t
     assert not [t for t in doc["tasks"] if t["parent"] and t["status"] == "delivered"]
 
 
-def test_a_passing_result_is_reused_only_in_the_same_environment(tmp_path: Path) -> None:
-    """Invariant: reuse by tree requires the same environment digest (lockfile, interpreter, installed set)."""
+def test_in_the_main_checkout_the_code_is_its_own_the_environment_is_recorded_and_a_pass_reused_only_in_it(
+    tmp_path: Path,
+) -> None:
+    """Invariants: in the main checkout the editable install is the checkout's own code, so verification runs and
+    records the environment (lockfile and installed-set digests); reuse of a passing result by tree requires the
+    same environment digest (lockfile, interpreter, installed set). One repository: the first verification of the
+    second invariant is the one the first describes."""
     repo, env = _editable_from_main(tmp_path)
-    assert _verify(repo, env)[0] == 0
+    code, doc = _verify(repo, env)
+    assert code == 0, doc
+    record = doc["results"][0]  # type: ignore[index]
+    assert record["environment"]["lockDigest"] and record["environment"]["installedDigest"]
+    assert record["tests"]["passed"] == 1
     git(repo, "commit", "-q", "--allow-empty", "-m", "same tree, new commit")
     code, doc = _verify(repo, env)
     assert code == 0 and doc["results"][0]["cached"] is True  # type: ignore[index]

@@ -155,9 +155,13 @@ def _imported(checkout: Path) -> tuple[str, str]:
     return value, where
 
 
-def test_base_is_built_once_and_each_worktree_imports_its_own_code(
+def test_base_is_built_once_each_worktree_imports_its_own_code_and_an_interrupted_base_is_rebuilt(
     run_cli: Any, tmp_path: Path, offline: dict[str, str]
 ) -> None:
+    """Invariants: the base is built once and reused by every checkout of the repository, each of which imports
+    its own code; a base left without its completion marker (what a kill -9 before the marker leaves behind) is
+    deleted and built again. One test, one repository: the interrupted base is the one the first part built, so
+    the suite builds it once for both."""
     repo = _project(tmp_path / "repo")
     git(repo, "checkout", "-q", "-b", "other")
     (repo / "src" / "tinyproj" / "__init__.py").write_text("VALUE = 2\n")
@@ -187,11 +191,7 @@ def test_base_is_built_once_and_each_worktree_imports_its_own_code(
     assert git(repo, "status", "--porcelain") == "" and git(tmp_path / "wt", "status", "--porcelain") == ""
     human = run_cli("git", "agentops-env", "python", "--extra", "test", cwd=tmp_path / "wt", env=offline)
     assert human.returncode == 0 and "nothing to do" in human.stdout and len(human.stdout.splitlines()) == 1
-
-
-def test_an_interrupted_base_is_deleted_and_rebuilt(run_cli: Any, tmp_path: Path, offline: dict[str, str]) -> None:
-    repo = _project(tmp_path / "repo")
-    first = _env(run_cli, repo, offline)
+    # an interrupted base is deleted and rebuilt
     base = Path(first["base"]["path"])
     (base / "agentops-complete.json").unlink()  # what a kill -9 before the marker leaves behind
     (base / "half-written").write_text("junk")
