@@ -155,7 +155,9 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     server, a, b = team(tmp_path)
     _share_key(tmp_path, a, b)
     base = git(server, "rev-parse", "main")
-    slow = child("a", "Part A", [[{"sleep": 6}, write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]])
+    work = [write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]
+    # generation 1 (on A) is still asleep when A dies; generation 2 (on whichever machine took over) just works
+    slow = child("a", "Part A", [[{"sleep": 6}, *work], work])
     env = {"AGENTOPS_LEASE_TTL": "6"}
     run_id = start(a, recipe(tmp_path, slow, finalize=True), env=env)
     state = f"refs/agentops/runs/{run_id}/state"
