@@ -13,28 +13,33 @@ from ..conftest import commit_files, git, make_repo
 from ..helpers import simple_child
 from ..runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, trust, wait_for
 
-REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
 SETUP = (  # setup runs confined: it writes the log only where the policy's [sandbox] writable lets it
     "import contextlib, os\nwith contextlib.suppress(OSError): open({log!r}, 'a').write(os.getcwd() + '\\n')"
 )
 
 
-def remote_policy(setup_log: Path) -> str:
-    """The team's policy: publish to origin; a setup step that records where it ran."""
+def remote_policy(setup_log: Path, patience: str = "3s") -> str:
+    """The team's policy: publish to origin, retrying an unreachable one for ``patience``; a setup step that records
+    where it ran."""
     argv = json.dumps(["python3", "-c", SETUP.format(log=str(setup_log))])
     logs = json.dumps(str(setup_log.parent))
-    return REMOTE_POLICY + f"[[worktree.setup]]\nargv = {argv}\n[sandbox]\nwritable = [{logs}]\n"
+    options = f'remote = "origin"\nremote_patience = "{patience}"'
+    return (
+        POLICY.format(max_workers=3, run_options=options)
+        + f"[[worktree.setup]]\nargv = {argv}\n[sandbox]\nwritable = [{logs}]\n"
+    )
 
 
-def team(tmp: Path) -> tuple[Path, Path, Path]:
-    """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy."""
+def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
+    """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy (which
+    retries an unreachable server for ``patience``)."""
     (tmp / "setup-logs").mkdir()
     seed = make_repo(
         tmp / "seed",
         files={
             "check.py": CHECK_PY,
             "src/base.txt": "hello\n",
-            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log"),
+            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log", patience),
             ".gitignore": "__pycache__/\n",
         },
     )
@@ -88,8 +93,9 @@ def test_two_machines_integrate_into_one_remote_target_concurrently(tmp_path: Pa
 
 def test_an_unreachable_remote_leaves_the_run_waiting_with_nothing_published(tmp_path: Path) -> None:
     """The server goes away after the run started: integration retries with backoff for the policy's patience,
-    then the run waits (blocked, SYNC_REMOTE_UNREACHABLE); when the server is back, resume publishes once."""
-    server, a, _ = team(tmp_path)
+    then the run waits (blocked, SYNC_REMOTE_UNREACHABLE); when the server is back, resume publishes once.
+    Its patience is 2 s (three attempts, 1 s apart), all the idle time the test waits out (the default: 10 minutes)."""
+    server, a, _ = team(tmp_path, patience="2s")
     base = git(server, "rev-parse", "main")
     run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
     away = server.with_name("away.git")
