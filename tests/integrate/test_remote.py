@@ -11,7 +11,19 @@ import pytest
 
 from ..conftest import commit_files, git, make_repo
 from ..helpers import simple_child
-from ..runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, trust, wait_for
+from ..runkit import (
+    CHECK_PY,
+    POLICY,
+    cli,
+    events,
+    recipe,
+    start,
+    status,
+    supervisor_log,
+    trust,
+    verify_receipts,
+    wait_for,
+)
 
 SETUP = (  # setup runs confined: it writes the log only where the policy's [sandbox] writable lets it
     "import contextlib, os\nwith contextlib.suppress(OSError): open({log!r}, 'a').write(os.getcwd() + '\\n')"
@@ -81,7 +93,7 @@ def test_two_machines_integrate_into_one_remote_target_concurrently(tmp_path: Pa
     assert candidates == set(chain)  # both landed; neither was lost
     for path in ("src/a.txt", "src/b.txt"):
         assert git(server, "show", f"main:{path}")  # the tip has both runs' work
-    verified = cli(server, "agentops-receipt", "verify", f"{base}..main", "--json")
+    verified = verify_receipts(server, f"{base}..main", "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     second = next(doc for doc in docs.values() if doc["integration"]["candidate"] == chain[0])
     assert second["integration"]["base"] == chain[1]  # the later run was rebuilt on the earlier one's tip
@@ -102,7 +114,7 @@ def test_an_unreachable_remote_leaves_the_run_waiting_with_nothing_published(tmp
     server.rename(away)  # the run started on the server's tip; the next time it asks is to publish
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=120)
     assert doc["status"] == "blocked" and "SYNC_REMOTE_UNREACHABLE" in doc["statusReason"], doc["statusReason"]
-    codes = [e["code"] for e in json.loads(cli(a, "agentops-run", "log", run_id, "--json").stdout)["events"]]
+    codes = [e["code"] for e in events(a, run_id)]
     assert "INTEGRATION_REMOTE" in codes  # the retries are on the run's log
     away.rename(server)
     assert git(server, "rev-parse", "main") == base  # nothing was half-published
@@ -213,7 +225,7 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert doc["status"] == "complete", supervisor_log(b, run_id)
     assert git(server, "rev-list", "--first-parent", f"{base}..main").split() == [doc["integration"]["candidate"]]
     assert json.loads(git(server, "show", f"{state}:lease.json"))["holder"] == f"machine-{b.name}"
-    assert cli(server, "agentops-receipt", "verify", "main").returncode == 0
+    assert verify_receipts(server, "main").returncode == 0
     assert all(w["worktree"].startswith(str(b)) for w in doc["workers"])  # every worker moved to b
     ran = (tmp_path / "setup-logs" / "setup.log").read_text().splitlines()
     coordinator = str(b / ".agentops" / "worktrees" / run_id / "coordinator")
@@ -274,7 +286,7 @@ def test_kill_9_while_publishing_to_a_remote_then_resume_publishes_once(tmp_path
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]
-    assert cli(server, "agentops-receipt", "verify", f"{base}..main").returncode == 0
+    assert verify_receipts(server, f"{base}..main").returncode == 0
 
 
 def test_a_remote_publish_leaves_the_clean_checkout_of_the_target_clean_at_the_new_tip(tmp_path: Path) -> None:
