@@ -278,6 +278,14 @@ def events(repo: Path, run_id: str) -> list[dict[str, Any]]:
     return list(json.loads(done.stdout)["events"])
 
 
+def verify_receipts(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``git agentops-receipt verify ARGS`` run in this process (:func:`in_process`): what it prints and its exit
+    status. Checking a run's receipts is how many run tests end, and as a process each check was a fresh
+    interpreter's imports; the verdicts are the same function's either way, read from the repository afresh. The
+    command as a process keeps its own tests (``tests/receipts/``)."""
+    return in_process(cwd, "git_agentops.cli.receipt", "verify", *args)
+
+
 def refs(repo: Path, prefix: str) -> dict[str, str]:
     out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", prefix)
     return dict(line.split(" ", 1) for line in out.splitlines() if line)

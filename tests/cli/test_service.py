@@ -431,11 +431,12 @@ def test_a_failed_start_job_reports_what_the_supervisor_did_instead(
 # -- end to end ----------------------------------------------------------------------------------------------------
 
 
-def _sleeper(seconds: float) -> Part:
-    """One child that commits, then sleeps ``seconds`` before it hands off."""
-    return child(
-        "s", "Slow", [[write_step("src/s.txt", "s\n"), commit_step("Add s"), f"{{ sleep = {seconds} }}", HANDOFF]]
-    )
+def _sleeper(seconds: float, *, sleepy: int | None = None) -> Part:
+    """One child that commits, then sleeps ``seconds`` before it hands off: in every generation, or only in its
+    first ``sleepy`` ones (one per planned kill), a later one -- started after the kill -- handing off at once."""
+    work = [write_step("src/s.txt", "s\n"), commit_step("Add s")]
+    sleeping = [*work, f"{{ sleep = {seconds} }}", HANDOFF]
+    return child("s", "Slow", [sleeping] if sleepy is None else [sleeping] * sleepy + [[*work, HANDOFF]])
 
 
 def _start(repo: Path, recipe_path: Path) -> dict[str, Any]:
@@ -468,7 +469,7 @@ def test_without_a_user_systemd_the_supervisor_is_a_detached_process_that_resume
     if detect(os.environ).manager is not Manager.PROCESS:  # this machine has a manager: the fallback, forced
         monkeypatch.setenv(SWITCH, "process")
     repo = project(tmp_path, max_workers=1)
-    doc = _start(repo, recipe(tmp_path, _sleeper(3), finalize=True))
+    doc = _start(repo, recipe(tmp_path, _sleeper(3, sleepy=1), finalize=True))
     run_id = doc["runId"]
     try:
         assert doc["supervisorManager"] == "process" and "supervisorUnit" not in doc
@@ -563,7 +564,7 @@ def test_a_user_systemd_starts_a_killed_supervisor_again_and_the_run_completes(
     tmp_path: Path, user_systemd: None
 ) -> None:
     repo = project(tmp_path, max_workers=1)
-    doc = _start(repo, recipe(tmp_path, _sleeper(4), finalize=True))
+    doc = _start(repo, recipe(tmp_path, _sleeper(4, sleepy=1), finalize=True))
     run_id, unit = doc["runId"], doc["supervisorUnit"]
     try:
         assert doc["supervisorManager"] == "systemd" and unit.endswith(".service")

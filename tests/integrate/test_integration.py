@@ -12,7 +12,7 @@ import pytest
 
 from ..conftest import git, make_repo
 from ..helpers import HANDOFF, allowed_signer, child, reviewers, simple_child, ssh_key, write_step
-from ..runkit import CHECK_PY, cli, events, recipe, status, trust, wait_for, wait_supervisor_gone
+from ..runkit import CHECK_PY, cli, events, recipe, status, trust, verify_receipts, wait_for, wait_supervisor_gone
 
 REVIEWERS = reviewers("reviewer-a", "reviewer-b")
 POLICY = """version = 1
@@ -69,7 +69,7 @@ def _start(repo: Path, recipe_path: Path, *, env: dict[str, str] | None = None, 
 
 
 def _verify(repo: Path, spec: str, *extra: str) -> tuple[int, dict[str, object]]:
-    done = cli(repo, "agentops-receipt", "verify", spec, "--json", *extra)
+    done = verify_receipts(repo, spec, "--json", *extra)
     return done.returncode, json.loads(done.stdout) if done.stdout else {"stderr": done.stderr}
 
 

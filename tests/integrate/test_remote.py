@@ -11,30 +11,47 @@ import pytest
 
 from ..conftest import commit_files, git, make_repo
 from ..helpers import simple_child
-from ..runkit import CHECK_PY, POLICY, cli, events, recipe, start, status, supervisor_log, trust, wait_for
+from ..runkit import (
+    CHECK_PY,
+    POLICY,
+    cli,
+    events,
+    recipe,
+    start,
+    status,
+    supervisor_log,
+    trust,
+    verify_receipts,
+    wait_for,
+)
 
-REMOTE_POLICY = POLICY.format(max_workers=3, run_options='remote = "origin"\nremote_patience = "3s"')
 SETUP = (  # setup runs confined: it writes the log only where the policy's [sandbox] writable lets it
     "import contextlib, os\nwith contextlib.suppress(OSError): open({log!r}, 'a').write(os.getcwd() + '\\n')"
 )
 
 
-def remote_policy(setup_log: Path) -> str:
-    """The team's policy: publish to origin; a setup step that records where it ran."""
+def remote_policy(setup_log: Path, patience: str = "3s") -> str:
+    """The team's policy: publish to origin, retrying an unreachable one for ``patience``; a setup step that records
+    where it ran."""
     argv = json.dumps(["python3", "-c", SETUP.format(log=str(setup_log))])
     logs = json.dumps(str(setup_log.parent))
-    return REMOTE_POLICY + f"[[worktree.setup]]\nargv = {argv}\n[sandbox]\nwritable = [{logs}]\n"
+    options = f'remote = "origin"\nremote_patience = "{patience}"'
+    return (
+        POLICY.format(max_workers=3, run_options=options)
+        + f"[[worktree.setup]]\nargv = {argv}\n[sandbox]\nwritable = [{logs}]\n"
+    )
 
 
-def team(tmp: Path) -> tuple[Path, Path, Path]:
-    """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy."""
+def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
+    """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy (which
+    retries an unreachable server for ``patience``)."""
     (tmp / "setup-logs").mkdir()
     seed = make_repo(
         tmp / "seed",
         files={
             "check.py": CHECK_PY,
             "src/base.txt": "hello\n",
-            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log"),
+            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log", patience),
             ".gitignore": "__pycache__/\n",
         },
     )
@@ -76,7 +93,7 @@ def test_two_machines_integrate_into_one_remote_target_concurrently(tmp_path: Pa
     assert candidates == set(chain)  # both landed; neither was lost
     for path in ("src/a.txt", "src/b.txt"):
         assert git(server, "show", f"main:{path}")  # the tip has both runs' work
-    verified = cli(server, "agentops-receipt", "verify", f"{base}..main", "--json")
+    verified = verify_receipts(server, f"{base}..main", "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     second = next(doc for doc in docs.values() if doc["integration"]["candidate"] == chain[0])
     assert second["integration"]["base"] == chain[1]  # the later run was rebuilt on the earlier one's tip
@@ -88,15 +105,16 @@ def test_two_machines_integrate_into_one_remote_target_concurrently(tmp_path: Pa
 
 def test_an_unreachable_remote_leaves_the_run_waiting_with_nothing_published(tmp_path: Path) -> None:
     """The server goes away after the run started: integration retries with backoff for the policy's patience,
-    then the run waits (blocked, SYNC_REMOTE_UNREACHABLE); when the server is back, resume publishes once."""
-    server, a, _ = team(tmp_path)
+    then the run waits (blocked, SYNC_REMOTE_UNREACHABLE); when the server is back, resume publishes once.
+    Its patience is 2 s (three attempts, 1 s apart), all the idle time the test waits out (the default: 10 minutes)."""
+    server, a, _ = team(tmp_path, patience="2s")
     base = git(server, "rev-parse", "main")
     run_id = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True))
     away = server.with_name("away.git")
     server.rename(away)  # the run started on the server's tip; the next time it asks is to publish
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=120)
     assert doc["status"] == "blocked" and "SYNC_REMOTE_UNREACHABLE" in doc["statusReason"], doc["statusReason"]
-    codes = [e["code"] for e in json.loads(cli(a, "agentops-run", "log", run_id, "--json").stdout)["events"]]
+    codes = [e["code"] for e in events(a, run_id)]
     assert "INTEGRATION_REMOTE" in codes  # the retries are on the run's log
     away.rename(server)
     assert git(server, "rev-parse", "main") == base  # nothing was half-published
@@ -155,7 +173,9 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     server, a, b = team(tmp_path)
     _share_key(tmp_path, a, b)
     base = git(server, "rev-parse", "main")
-    slow = child("a", "Part A", [[{"sleep": 6}, write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]])
+    work = [write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]
+    # generation 1 (on A) is still asleep when A dies; generation 2 (on whichever machine took over) just works
+    slow = child("a", "Part A", [[{"sleep": 6}, *work], work])
     env = {"AGENTOPS_LEASE_TTL": "6"}
     run_id = start(a, recipe(tmp_path, slow, finalize=True), env=env)
     state = f"refs/agentops/runs/{run_id}/state"
@@ -205,7 +225,7 @@ def test_a_dead_machine_s_run_is_taken_over_after_its_lease_expires(tmp_path: Pa
     assert doc["status"] == "complete", supervisor_log(b, run_id)
     assert git(server, "rev-list", "--first-parent", f"{base}..main").split() == [doc["integration"]["candidate"]]
     assert json.loads(git(server, "show", f"{state}:lease.json"))["holder"] == f"machine-{b.name}"
-    assert cli(server, "agentops-receipt", "verify", "main").returncode == 0
+    assert verify_receipts(server, "main").returncode == 0
     assert all(w["worktree"].startswith(str(b)) for w in doc["workers"])  # every worker moved to b
     ran = (tmp_path / "setup-logs" / "setup.log").read_text().splitlines()
     coordinator = str(b / ".agentops" / "worktrees" / run_id / "coordinator")
@@ -266,7 +286,7 @@ def test_kill_9_while_publishing_to_a_remote_then_resume_publishes_once(tmp_path
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]
-    assert cli(server, "agentops-receipt", "verify", f"{base}..main").returncode == 0
+    assert verify_receipts(server, f"{base}..main").returncode == 0
 
 
 def test_a_remote_publish_leaves_the_clean_checkout_of_the_target_clean_at_the_new_tip(tmp_path: Path) -> None:

@@ -53,11 +53,12 @@ Proc = tuple[int, int]
 """A recorded agent process: (pid, start time)."""
 
 
-def _sleeper(seconds: float) -> Part:
-    """One child that commits, then sleeps ``seconds`` (alive, to be killed) before it hands off."""
-    return child(
-        "s", "Slow", [[write_step("src/s.txt", "s\n"), commit_step("Add s"), f"{{ sleep = {seconds} }}", HANDOFF]]
-    )
+def _sleeper(seconds: float, *, sleepy: int | None = None) -> Part:
+    """One child that commits, then sleeps ``seconds`` (alive, to be killed) before it hands off: in every
+    generation, or only in its first ``sleepy`` ones (one per planned kill), a later one handing off at once."""
+    work = [write_step("src/s.txt", "s\n"), commit_step("Add s")]
+    sleeping = [*work, f"{{ sleep = {seconds} }}", HANDOFF]
+    return child("s", "Slow", [sleeping] if sleepy is None else [sleeping] * sleepy + [[*work, HANDOFF]])
 
 
 def _records(repo: Path, run_id: str) -> dict[str, dict[str, Any]]:
@@ -164,8 +165,8 @@ def test_supervisor_kill_9_restarts_use_none_of_the_workers_failure_allowance(tm
     """More supervisor deaths than MAX_GENERATIONS, each followed by a resume: every generation is fenced off, but
     nothing is counted as a worker's failure, nothing blocks, and the run completes."""
     repo = project(tmp_path, max_workers=1)
-    run_id = start(repo, recipe(tmp_path, _sleeper(3), finalize=True))
     kills = MAX_GENERATIONS + 1
+    run_id = start(repo, recipe(tmp_path, _sleeper(3, sleepy=kills), finalize=True))
     old: list[Proc] = []
     try:
         doc = _everyone_running(repo, run_id, 0)

@@ -14,7 +14,19 @@ import pytest
 
 from ..conftest import git
 from ..helpers import HANDOFF, child, toml, write_step
-from ..runkit import POLICY, cli, events, project, start, status, supervisor_log, trust, wait_for, wait_supervisor_gone
+from ..runkit import (
+    POLICY,
+    cli,
+    events,
+    project,
+    start,
+    status,
+    supervisor_log,
+    trust,
+    verify_receipts,
+    wait_for,
+    wait_supervisor_gone,
+)
 
 RUNNER_ARGV = ["python3", "-c", "import pathlib, sys; sys.exit(0 if pathlib.Path('src/b.txt').exists() else 1)"]
 PROPOSAL_FILE = ".agentops/proposals/runner.toml"
@@ -93,7 +105,7 @@ def assert_completed_once(repo: Path, run_id: str, base: str, doc: dict[str, Any
     for task in kids:  # no delivery lost: each frozen ref is the recorded delivery, merged once
         assert git(repo, "rev-parse", f"refs/agentops/runs/{run_id}/deliveries/{task['taskId']}") == task["delivery"]
         assert git(repo, "merge-base", "--is-ancestor", task["delivery"], "main", check=False) == ""
-    verified = cli(repo, "agentops-receipt", "verify", "main", "--json")
+    verified = verify_receipts(repo, "main", "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     predicate = receipt(repo)
     policy = predicate["policy"]["value"]
