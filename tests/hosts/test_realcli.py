@@ -408,11 +408,11 @@ def _served(person: Person, reviewers: bool) -> dict[tuple[str, int], tuple[int,
 
 
 def _assert_usage_is_what_was_served(
-    person: Person, doc: dict[str, Any], repo: Path, run_id: str, *, stopped: str | None = None
+    person: Person, doc: dict[str, Any], repo: Path, run_id: str, *, stopped: frozenset[str] | set[str] = frozenset()
 ) -> None:
     """Every worker generation's and reviewer attempt's recorded usage, and the run's total, are exactly what the
-    model reported to them. The one exception is the worker ``stopped`` in its generation 1 (its CLI killed while it
-    waited on the model) and resumed as generation 2: a CLI prints a turn's figures only when the turn ends, so
+    model reported to them. The one exception is each worker in ``stopped`` in its generation 1 (its CLI killed while
+    it waited on the model) and resumed as generation 2: a CLI prints a turn's figures only when the turn ends, so
     generation 1 is recorded with what its CLI did print and marked ``partial`` -- a floor (README, "Usage and
     cost") -- and generation 2 is exact; a CLI whose resumed session reports the session's running total (codex)
     has generation 2 charged the rest of it, so the two generations together are exactly what the model reported
@@ -421,13 +421,12 @@ def _assert_usage_is_what_was_served(
     recorded = dict(counted)
     partial = {(w["workerId"], u["generation"]) for w in doc["workers"] for u in w["usage"] if u.get("partial")}
     why = person.diagnosis(repo, run_id)
-    assert partial <= {(stopped, 1)}, f"partial usage {partial}, but only {stopped} was stopped\n{why}"
-    if stopped is not None and partial:
-        floor, reported = recorded.pop((stopped, 1)), served.pop((stopped, 1), (0, 0))
-        assert floor[0] <= reported[0] and floor[1] <= reported[1], f"{stopped}: {floor} > served {reported}\n{why}"
+    assert partial <= {(w, 1) for w in stopped}, f"partial usage {partial}, but only {stopped} were stopped\n{why}"
+    for worker, _ in partial:
+        floor, reported = recorded.pop((worker, 1)), served.pop((worker, 1), (0, 0))
+        assert floor[0] <= reported[0] and floor[1] <= reported[1], f"{worker}: {floor} > served {reported}\n{why}"
         if person.cli.cumulative:  # generation 2 was charged what its session reported past generation 1's floor
-            both = recorded.pop((stopped, 2))
-            also = served.pop((stopped, 2))
+            both, also = recorded.pop((worker, 2)), served.pop((worker, 2))
             assert (floor[0] + both[0], floor[1] + both[1]) == (reported[0] + also[0], reported[1] + also[1]), why
     assert recorded == served, f"recorded {recorded}\nserved {served}\n{why}"
     reviews, reviewed = _served(person, reviewers=True), _review_usage(doc)
@@ -445,6 +444,19 @@ def _kill_9(repo: Path, run_id: str) -> None:
     while supervisor_running(repo, run_id):
         assert time.monotonic() < deadline, "the killed supervisor still holds its lock"
         time.sleep(0.05)
+
+
+def _until_coordinator_idle(person: Person, repo: Path, run_id: str) -> None:
+    """Wait until the coordinator ended its first turn (its CLI printed all it used): it plans the child and ends
+    its turn while the child starts, so a kill before that would stop it mid-turn too."""
+
+    def idle(doc: dict[str, Any]) -> bool:
+        return _ended(doc) or any(w["role"] == "coordinator" and w["status"] == "idle" for w in doc["workers"])
+
+    try:
+        wait_for(repo, run_id, idle, timeout=RUN_TIMEOUT)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{person.diagnosis(repo, run_id)}") from None
 
 
 def _child_mid_turn(asked: Asked) -> bool:
@@ -479,9 +491,10 @@ def test_a_real_cli_completes_a_run_with_the_policy_init_writes_across_a_supervi
     what the model reported; nothing of the run outlives it.
 
     Invariant: a supervisor killed with ``kill -9`` while a child waits on the model (held on the request that
-    carries the guard's refusal) -- ``run resume`` stops the agent it left, resumes the child's session as a new
-    generation (no failure: an interruption), and the run completes; the usage stays exactly what the model
-    reported across the kill (the held response was never delivered, so it counts for no one).
+    carries the guard's refusal; aider's two children, which run at once, each on its first request), its
+    coordinator idle -- ``run resume`` stops the agents it left, resumes each child's session as a new generation
+    (no failure: an interruption), and the run completes; the usage stays what the model reported across the kill
+    (the held responses were never delivered; see :func:`_assert_usage_is_what_was_served`).
 
     One run asserts both (they were two tests building the same state: init's policy, a project, a coordinator
     and a child, a review, an integration and a receipt)."""
@@ -489,19 +502,23 @@ def test_a_real_cli_completes_a_run_with_the_policy_init_writes_across_a_supervi
     repo = person.project()
     if not person.cli.guarded:  # README, "what the guard covers": nothing (no hooks), so there is no guard file
         assert guard_contents(cli, "git agentops-hook") == {}, f"{cli} has a guard now: let the mock play the probe"
-    held = mock.hold(_interrupted_turn(person.cli))
+    held = [mock.hold(_interrupted_turn(person.cli))]
+    if person.cli.whole_turns:  # its coordinator plans both children in one reply, so beta has no dependency: both
+        held.append(mock.hold(lambda asked: _child_asks(asked) and asked.who.worker != held[0].asked_worker()))
     run_id = _start(repo, GOAL)
     try:
-        asked = _until_held(held, person, repo, run_id)
+        asked = [_until_held(hold, person, repo, run_id) for hold in held]
         if person.cli.guarded:
-            host_log = _wait_for_host_log(repo, asked.who.worker, REFUSAL)  # read it now: it goes with the worktree
+            host_log = _wait_for_host_log(repo, asked[0].who.worker, REFUSAL)  # read it now: it goes with the worktree
             assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}"
+        _until_coordinator_idle(person, repo, run_id)  # so only the held children are mid-turn when it is killed
         _kill_9(repo, run_id)
         resumed = _git(repo, "agentops-run", "resume", run_id)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         doc = _until_ended(person, repo, run_id)
     finally:
-        held.released.set()
+        for hold in held:
+            hold.released.set()
         stop(repo, run_id)
     why = person.diagnosis(repo, run_id)
     assert doc["status"] == "complete", why
@@ -509,17 +526,22 @@ def test_a_real_cli_completes_a_run_with_the_policy_init_writes_across_a_supervi
     verified = _git(repo, "agentops-receipt", "verify", "main", "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert [r["verdict"] for r in doc["integration"]["reviews"]] == ["approve"]
-    child = next(w for w in doc["workers"] if w["workerId"] == asked.who.worker)
-    assert child["role"] == "child" and child["generation"] == 2, why
-    interrupted = [e for e in events(repo, run_id) if e["data"].get("workerId") == child["workerId"]]
-    assert not any(e["code"] == "WORKER_FAILED" for e in interrupted), why  # an interruption is no failure
-    resumed_turns = [
-        e for e in mock.ledger.entries() if e.kind == "agent" and e.worker == child["workerId"] and e.generation == 2
-    ]
-    assert resumed_turns and all(e.prompts == 2 for e in resumed_turns), (
-        f"generation 2 of {child['workerId']} did not continue its session with the resume prompt\n{why}"
-    )
-    _assert_usage_is_what_was_served(person, doc, repo, run_id, stopped=child["workerId"])
+    stopped = {a.who.worker for a in asked}
+    children = [w for w in doc["workers"] if w["workerId"] in stopped]
+    assert len(children) == len(stopped) == len(held), why
+    for child in children:
+        assert child["role"] == "child" and child["generation"] == 2, why
+        interrupted = [e for e in events(repo, run_id) if e["data"].get("workerId") == child["workerId"]]
+        assert not any(e["code"] == "WORKER_FAILED" for e in interrupted), why  # an interruption is no failure
+        resumed_turns = [
+            e
+            for e in mock.ledger.entries()
+            if e.kind == "agent" and e.worker == child["workerId"] and e.generation == 2
+        ]
+        assert resumed_turns and all(e.prompts == 2 for e in resumed_turns), (
+            f"generation 2 of {child['workerId']} did not continue its session with the resume prompt\n{why}"
+        )
+    _assert_usage_is_what_was_served(person, doc, repo, run_id, stopped=stopped)
     _no_process_left(run_id, tmp_path)
 
 
