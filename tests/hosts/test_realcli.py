@@ -12,8 +12,10 @@ Each CLI is set up as a person sets it up -- its model endpoint in the environme
 
 * a whole run completes, a child's guard refuses a destructive command (the refusal is in its host log; aider has
   no hooks and gets no guard, so its children are never made to try one), the usage of every worker generation and
-  reviewer and the run's token total are exactly what the model reported, and no process of the run is left;
-* a supervisor killed while an agent waits on the model is resumed, and the run completes;
+  reviewer and the run's token total are exactly what the model reported, and no process of the run is left --
+  and in the same run, its supervisor killed while that child waits on the model (on the request that carries the
+  refusal) is resumed, the child continues its session as generation 2, and the run completes (one run for both:
+  they built the same state; the usage check then also covers a kill and a resumed session);
 * (codex, opencode) a ``max_tokens`` just above the first generation's use stops the run ``budget-limited`` after
   the generation that crossed it, with every generation's usage in ``git agentops-run status --json``.
 
@@ -174,11 +176,13 @@ class Cli:
     """Files the person's project commits for this CLI (path, text)."""
     whole_turns: bool = False
     """Whether its model answers a turn in one reply, tool calls and all (aider: it offers the model no tools)."""
+    cumulative: bool = False
+    """Whether a resumed session reports the session's running total (codex's ``exec resume``), not the turn's."""
 
 
 CLIS = {
     "claude": Cli("claude", _claude),
-    "codex": Cli("codex", _codex),
+    "codex": Cli("codex", _codex, cumulative=True),
     "opencode": Cli("opencode", _opencode),
     "gemini": Cli("gemini", _gemini, counts_side_requests=True),
     "aider": Cli(
@@ -403,55 +407,35 @@ def _served(person: Person, reviewers: bool) -> dict[tuple[str, int], tuple[int,
     return served
 
 
-def _assert_usage_is_what_was_served(person: Person, doc: dict[str, Any], repo: Path, run_id: str) -> None:
-    """Every worker generation's and reviewer attempt's recorded usage, and the run's total, are exactly what the
-    model reported to them."""
-    served = _served(person, reviewers=False)
-    recorded = _usage_by_generation(doc)
-    assert recorded == served, f"recorded {recorded}\nserved {served}\n{person.diagnosis(repo, run_id)}"
-    reviews, reviewed = _served(person, reviewers=True), _review_usage(doc)
-    assert reviewed == reviews, f"reviewers recorded {reviewed}\nserved {reviews}\n{person.diagnosis(repo, run_id)}"
-    assert doc["budget"]["usedTokens"] == sum(i + o for i, o in [*served.values(), *reviews.values()])
-
-
-# -- (a) a whole run ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cli", list(CLIS))
-def test_a_real_cli_completes_a_run_with_the_policy_init_writes(
-    cli: str, programs: dict[str, Path | str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
+def _assert_usage_is_what_was_served(
+    person: Person, doc: dict[str, Any], repo: Path, run_id: str, *, stopped: frozenset[str] | set[str] = frozenset()
 ) -> None:
-    """Invariant: with nothing but ``init``'s policy and the person's own model setup, the real CLI plans, delivers,
-    reviews and publishes a receipted run; its guard refuses a destructive command; the run's tokens are exactly
-    what the model reported; nothing of the run outlives it."""
-    person = _person(cli, programs, tmp_path, monkeypatch, mock)
-    repo = person.project()
-    if not person.cli.guarded:  # README, "what the guard covers": nothing (no hooks), so there is no guard file
-        assert guard_contents(cli, "git agentops-hook") == {}, f"{cli} has a guard now: let the mock play the probe"
-    refused = mock.hold(_told_of_the_refusal)
-    run_id = _start(repo, GOAL)
-    try:
-        if person.cli.guarded:
-            asked = _until_held(refused, person, repo, run_id)
-            host_log = _wait_for_host_log(repo, asked.who.worker, REFUSAL)  # read it now: it goes with the worktree
-            assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}"
-            refused.released.set()
-        doc = _until_ended(person, repo, run_id)
-    finally:
-        refused.released.set()
-        stop(repo, run_id)
+    """Every worker generation's and reviewer attempt's recorded usage, and the run's total, are exactly what the
+    model reported to them. The one exception is each worker in ``stopped`` in its generation 1 (its CLI killed while
+    it waited on the model) and resumed as generation 2: a CLI prints a turn's figures only when the turn ends, so
+    generation 1 is recorded with what its CLI did print and marked ``partial`` -- a floor (README, "Usage and
+    cost") -- and generation 2 is exact; a CLI whose resumed session reports the session's running total (codex)
+    has generation 2 charged the rest of it, so the two generations together are exactly what the model reported
+    to both."""
+    served, counted = _served(person, reviewers=False), _usage_by_generation(doc)
+    recorded = dict(counted)
+    partial = {(w["workerId"], u["generation"]) for w in doc["workers"] for u in w["usage"] if u.get("partial")}
     why = person.diagnosis(repo, run_id)
-    assert doc["status"] == "complete", why
-    assert git(repo, "show", "main:alpha.txt") == "alpha" and git(repo, "show", "main:beta.txt") == "beta"
-    verified = _git(repo, "agentops-receipt", "verify", "main", "--json")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert [r["verdict"] for r in doc["integration"]["reviews"]] == ["approve"]
-    _assert_usage_is_what_was_served(person, doc, repo, run_id)
-    _no_process_left(run_id, tmp_path)
+    assert partial <= {(w, 1) for w in stopped}, f"partial usage {partial}, but only {stopped} were stopped\n{why}"
+    for worker, _ in partial:
+        floor, reported = recorded.pop((worker, 1)), served.pop((worker, 1), (0, 0))
+        assert floor[0] <= reported[0] and floor[1] <= reported[1], f"{worker}: {floor} > served {reported}\n{why}"
+        if person.cli.cumulative:  # generation 2 was charged what its session reported past generation 1's floor
+            both, also = recorded.pop((worker, 2)), served.pop((worker, 2))
+            assert (floor[0] + both[0], floor[1] + both[1]) == (reported[0] + also[0], reported[1] + also[1]), why
+    assert recorded == served, f"recorded {recorded}\nserved {served}\n{why}"
+    reviews, reviewed = _served(person, reviewers=True), _review_usage(doc)
+    assert reviewed == reviews, f"reviewers recorded {reviewed}\nserved {reviews}\n{why}"
+    assert doc["budget"]["usagePartial"] == bool(partial), why
+    assert doc["budget"]["usedTokens"] == sum(i + o for i, o in [*counted.values(), *reviews.values()]), why
 
 
-# -- (b) a supervisor restart ---------------------------------------------------------------------------------------
+# -- (a) a whole run, through a supervisor restart -------------------------------------------------------------------
 
 
 def _kill_9(repo: Path, run_id: str) -> None:
@@ -460,6 +444,19 @@ def _kill_9(repo: Path, run_id: str) -> None:
     while supervisor_running(repo, run_id):
         assert time.monotonic() < deadline, "the killed supervisor still holds its lock"
         time.sleep(0.05)
+
+
+def _until_coordinator_idle(person: Person, repo: Path, run_id: str) -> None:
+    """Wait until the coordinator ended its first turn (its CLI printed all it used): it plans the child and ends
+    its turn while the child starts, so a kill before that would stop it mid-turn too."""
+
+    def idle(doc: dict[str, Any]) -> bool:
+        return _ended(doc) or any(w["role"] == "coordinator" and w["status"] == "idle" for w in doc["workers"])
+
+    try:
+        wait_for(repo, run_id, idle, timeout=RUN_TIMEOUT)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{person.diagnosis(repo, run_id)}") from None
 
 
 def _child_mid_turn(asked: Asked) -> bool:
@@ -475,41 +472,76 @@ def _child_asks(asked: Asked) -> bool:
     return asked.who.role == "child"
 
 
+def _interrupted_turn(cli: Cli) -> Callable[[Asked], bool]:
+    """The child request the supervisor is killed during: for a guarded CLI the one that carries the guard's
+    refusal of :data:`PROBE` (the child's first tool call, so also a request after one: mid-turn); else the first
+    request after a tool call, or (a whole-turn CLI) the child's first request."""
+    if cli.whole_turns:
+        return _child_asks
+    return _told_of_the_refusal if cli.guarded else _child_mid_turn
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cli", list(CLIS))
-def test_a_real_cli_run_completes_after_its_supervisor_is_killed_and_resumed(
+def test_a_real_cli_completes_a_run_with_the_policy_init_writes_across_a_supervisor_kill(
     cli: str, programs: dict[str, Path | str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock: MockModel
 ) -> None:
-    """A supervisor killed with ``kill -9`` while a child waits on the model: ``run resume`` stops the agent it
-    left, resumes the child's session as a new generation, and the run completes."""
+    """Invariant: with nothing but ``init``'s policy and the person's own model setup, the real CLI plans, delivers,
+    reviews and publishes a receipted run; its guard refuses a destructive command; the run's tokens are exactly
+    what the model reported; nothing of the run outlives it.
+
+    Invariant: a supervisor killed with ``kill -9`` while a child waits on the model (held on the request that
+    carries the guard's refusal; aider's two children, which run at once, each on its first request), its
+    coordinator idle -- ``run resume`` stops the agents it left, resumes each child's session as a new generation
+    (no failure: an interruption), and the run completes; the usage stays what the model reported across the kill
+    (the held responses were never delivered; see :func:`_assert_usage_is_what_was_served`).
+
+    One run asserts both (they were two tests building the same state: init's policy, a project, a coordinator
+    and a child, a review, an integration and a receipt)."""
     person = _person(cli, programs, tmp_path, monkeypatch, mock)
     repo = person.project()
-    held = mock.hold(_child_asks if person.cli.whole_turns else _child_mid_turn)
-    run_id = _start(repo, ONE_CHILD)
+    if not person.cli.guarded:  # README, "what the guard covers": nothing (no hooks), so there is no guard file
+        assert guard_contents(cli, "git agentops-hook") == {}, f"{cli} has a guard now: let the mock play the probe"
+    held = [mock.hold(_interrupted_turn(person.cli))]
+    if person.cli.whole_turns:  # its coordinator plans both children in one reply, so beta has no dependency: both
+        held.append(mock.hold(lambda asked: _child_asks(asked) and asked.who.worker != held[0].asked_worker()))
+    run_id = _start(repo, GOAL)
     try:
-        _until_held(held, person, repo, run_id)
+        asked = [_until_held(hold, person, repo, run_id) for hold in held]
+        if person.cli.guarded:
+            host_log = _wait_for_host_log(repo, asked[0].who.worker, REFUSAL)  # read it now: it goes with the worktree
+            assert REFUSAL in host_log, f"the guard's refusal of {PROBE!r} is not in the host log:\n{host_log[-3000:]}"
+        _until_coordinator_idle(person, repo, run_id)  # so only the held children are mid-turn when it is killed
         _kill_9(repo, run_id)
         resumed = _git(repo, "agentops-run", "resume", run_id)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         doc = _until_ended(person, repo, run_id)
     finally:
-        held.released.set()
+        for hold in held:
+            hold.released.set()
         stop(repo, run_id)
     why = person.diagnosis(repo, run_id)
     assert doc["status"] == "complete", why
-    assert git(repo, "show", "main:alpha.txt") == "alpha"
+    assert git(repo, "show", "main:alpha.txt") == "alpha" and git(repo, "show", "main:beta.txt") == "beta"
     verified = _git(repo, "agentops-receipt", "verify", "main", "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    child = next(w for w in doc["workers"] if w["role"] == "child")
-    assert child["generation"] == 2, why
-    interrupted = [e for e in events(repo, run_id) if e["data"].get("workerId") == child["workerId"]]
-    assert not any(e["code"] == "WORKER_FAILED" for e in interrupted), why  # an interruption is no failure
-    resumed_turns = [
-        e for e in mock.ledger.entries() if e.kind == "agent" and e.worker == child["workerId"] and e.generation == 2
-    ]
-    assert resumed_turns and all(e.prompts == 2 for e in resumed_turns), (
-        f"generation 2 of {child['workerId']} did not continue its session with the resume prompt\n{why}"
-    )
+    assert [r["verdict"] for r in doc["integration"]["reviews"]] == ["approve"]
+    stopped = {a.who.worker for a in asked}
+    children = [w for w in doc["workers"] if w["workerId"] in stopped]
+    assert len(children) == len(stopped) == len(held), why
+    for child in children:
+        assert child["role"] == "child" and child["generation"] == 2, why
+        interrupted = [e for e in events(repo, run_id) if e["data"].get("workerId") == child["workerId"]]
+        assert not any(e["code"] == "WORKER_FAILED" for e in interrupted), why  # an interruption is no failure
+        resumed_turns = [
+            e
+            for e in mock.ledger.entries()
+            if e.kind == "agent" and e.worker == child["workerId"] and e.generation == 2
+        ]
+        assert resumed_turns and all(e.prompts == 2 for e in resumed_turns), (
+            f"generation 2 of {child['workerId']} did not continue its session with the resume prompt\n{why}"
+        )
+    _assert_usage_is_what_was_served(person, doc, repo, run_id, stopped=stopped)
     _no_process_left(run_id, tmp_path)
 
 

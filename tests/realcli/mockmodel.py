@@ -626,6 +626,10 @@ class Hold:
     asked: Asked | None = None
     """The request it holds (or held)."""
 
+    def asked_worker(self) -> str | None:
+        """The worker whose request it holds (or held), None before it holds one."""
+        return None if self.asked is None else self.asked.who.worker
+
 
 class MockModel:
     """The server: :meth:`start` it (or use it as a context manager), point the CLIs at :attr:`url`.
