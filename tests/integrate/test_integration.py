@@ -245,4 +245,7 @@ def test_kill_9_after_each_step_then_resume_moves_the_target_once_with_a_receipt
     assert _verify(repo, "main", "--allowed-signers", str(signers), "--require-signature")[0] == 0
     assert has_receipt == (step == "integration:receipted")  # before the resume: a receipt only once receipted
     assert git(repo, "status", "--porcelain") == ""  # the checkout of main followed: never the move reversed, staged
+    # fsck once the supervisor is gone: "complete" is written before it removes the workers' worktrees, and a
+    # worktree half removed (its HEAD still listed, its quarantined objects already deleted) reads as missing
+    wait_supervisor_gone(repo, run_id)
     git(repo, "fsck", "--strict")
