@@ -6,6 +6,9 @@ ends; a file of gigabytes. :func:`read_bounded` opens without blocking, accepts 
 most one byte past the caller's limit, so an oversized file is told apart without being read whole. Failures are
 :class:`OSError` with a ``strerror``, as for any unreadable file: each caller already turns those into its own
 coded error.
+
+A project's own files (its ``info/exclude``, its Makefile, tox.ini...) are read with :func:`read_text`: text, at
+most :data:`MAX_BYTES`, None for anything that is not a regular file.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Final
 
+MAX_BYTES: Final = 1024 * 1024
 _CHUNK = 1 << 16
 _KINDS = {stat.S_IFIFO: "a fifo", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFDIR: "a directory"}
 
@@ -42,3 +47,13 @@ def read_at_most(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str | None:
+    """A regular file's text (None for a missing file, a symlink or a directory), at most ``limit`` bytes."""
+    try:
+        if path.is_file() and not path.is_symlink():
+            return path.read_bytes()[:limit].decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return None

@@ -145,7 +145,7 @@ def _exclude(root: Path, venv: Path, common_dir: Path) -> str | None:
     """Keep a venv inside the work tree out of commits (and out of verification's dirty check). Not in a
     supervisor's clean checkout: its repository is read-only to setup, and what setup made is kept by its record."""
     from ..gitstore.clean import clean_source
-    from ..policy.starter import add_excludes
+    from ..policy.excludes import add_excludes
 
     if clean_source(common_dir) is not None:
         return None

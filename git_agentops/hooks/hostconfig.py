@@ -69,7 +69,7 @@ file tracked: the host gets no guard, see :meth:`git_agentops.supervisor.confine
 written 0444, and ``.codex/`` and ``.opencode/plugins/`` sealed 0555 when they hold only ours; the agent runs as
 the same user, so that is advisory (it may chmod them back and write): the rewrite at the next generation is what
 holds. Nothing follows a symlink below the worktree (a ``.claude`` symlink cannot redirect the write). The files
-are in the worktree's ``info/exclude`` (:data:`git_agentops.policy.starter.EXCLUDES`): they never reach a commit.
+are in the worktree's ``info/exclude`` (:data:`git_agentops.policy.excludes.EXCLUDES`): they never reach a commit.
 """
 
 from __future__ import annotations

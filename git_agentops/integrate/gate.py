@@ -27,7 +27,6 @@ from ..model.integration import IntegrationStatus
 from ..model.run import Run
 from ..model.task import Task
 from ..model.usage import ReviewerUsage
-from ..receipts.statement import evidence_summary
 from ..runs import state as runstate
 from ..runs.jobs import JobContext, Refused
 from ..sandbox.plan import Sandbox, choose_mode, for_reviewer
@@ -62,6 +61,8 @@ def gate(ctx: JobContext, store: Store, run: Run, root: Task | None, candidate: 
             f"the integration candidate {candidate[:12]} failed verification:\n" + "\n".join(lines),
             {"failed": failed_commands(outcome.records)},
         )
+    from ..receipts.statement import evidence_summary  # lazily: the receipts package is integration-only
+
     verification = [evidence_summary(r.to_json()) for r in outcome.records]
     advance(
         ctx,

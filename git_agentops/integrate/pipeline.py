@@ -53,7 +53,6 @@ from ..model.request import RequestRecord, ResponseDoc
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
-from ..receipts.build import integration_receipt, signing_keys, usage_record
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
@@ -428,6 +427,8 @@ def _changed(store: Store, base: str, commit: str) -> set[str]:
 
 def _add_receipt(ctx: JobContext, store: Store) -> str:
     """Step 5: the receipt note on the candidate (a crash after the note, before the record, finds it there)."""
+    from ..receipts.build import integration_receipt, signing_keys, usage_record  # lazily: a supervisor starts lighter
+
     view = runstate.read(store, ctx.run_id)
     run = view.run()
     assert run.integration is not None and run.integration.candidate is not None

@@ -214,7 +214,7 @@ def take_over(
 def relocate(store: Store, run_id: str, *, root: Path, clock: Clock, environ: Mapping[str, str]) -> None:
     """The run's paths on this machine, and a worktree for every worker that has not delivered, at its branch,
     with the policy's setup done there (``RUN_SETUP_FAILED`` stops the takeover: fix it and take over again)."""
-    from ..policy.starter import add_excludes, missing_excludes
+    from ..policy.excludes import add_excludes, missing_excludes
     from ..runs.create import bound_policy
 
     policy = bound_policy(store, run_id)

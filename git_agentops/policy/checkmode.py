@@ -20,8 +20,8 @@ from pathlib import Path
 from ..envs.project import pyproject, python_packages
 from ..envs.pydeps import Declared
 from ..envs.tools import VENV
+from ..files import read_text
 from .commands import Leaf
-from .projectfiles import read_text
 from .toolkinds import Tool
 
 VENV_PYTHON = f"{VENV}/bin/python"

@@ -25,19 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..envs.project import pyproject
-
-MAX_BYTES: Final = 1024 * 1024
-
-
-def read_text(path: Path, limit: int = MAX_BYTES) -> str | None:
-    """A regular file's text (None for a missing file, a symlink or a directory), at most ``limit`` bytes."""
-    try:
-        if path.is_file() and not path.is_symlink():
-            return path.read_bytes()[:limit].decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return None
-
+from ..files import MAX_BYTES, read_text
 
 # -- Makefile --------------------------------------------------------------------------------------------------
 

@@ -46,9 +46,10 @@ from ..envs.pydeps import (
     requirements_for,
 )
 from ..envs.tools import ENV_COMMAND, VENV
+from ..files import read_text
 from .checkmode import RunEnv, check_argv, junit_spec, label
 from .commands import Entry, Leaf, Resolver
-from .projectfiles import KNOWN_BINS, read_text
+from .projectfiles import KNOWN_BINS
 from .toolkinds import TOOLS
 from .workflows import read_workflows
 

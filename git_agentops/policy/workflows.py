@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .projectfiles import read_text
+from ..files import read_text
 
 MAX_WORKFLOWS: Final = 50
 

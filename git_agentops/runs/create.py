@@ -184,7 +184,7 @@ def create_run(
     bind_policy(store, run_id, policy, trust, clock)
     if recipe_bytes is not None:
         write_private(runstate.run_dir(store, run_id), "recipe.toml", recipe_bytes)
-    from ..policy.starter import add_excludes, missing_excludes
+    from ..policy.excludes import add_excludes, missing_excludes
 
     exclude = store.common_dir / "info" / "exclude"
     add_excludes(exclude, [line for line in missing_excludes(exclude)])

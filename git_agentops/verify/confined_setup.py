@@ -20,7 +20,6 @@ from pathlib import Path
 
 from ..canonical import sha256_hex
 from ..clock import Clock
-from ..envs.python import prepare_base, python_step
 from ..envs.tools import Runner, shared_dir
 from ..errors import AgentOpsError
 from ..gitstore.repo import Store
@@ -45,6 +44,10 @@ def build_bases(
     the steps run (they see the shared environments read-only): the supervisor writes the base and its marker, and
     what the commit's files steer -- pip, the build backend -- runs under ``confined`` (:func:`runner`).
     ``RUN_SETUP_FAILED`` naming the step when its base cannot be made, with the env tool's own coded error."""
+    if not steps:
+        return  # no setup: the env tool (a large import) stays out of the supervisor
+    from ..envs.python import prepare_base, python_step
+
     run = runner(confined)
     for index, step in enumerate(steps):
         wanted = python_step(step.argv)
