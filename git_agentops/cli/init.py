@@ -53,8 +53,9 @@ def build_parser() -> Parser:
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
     from ..gitstore.checkout import head
     from ..model.policy import POLICY_PATH
+    from ..policy.excludes import add_excludes, missing_excludes
     from ..policy.load import check_text
-    from ..policy.starter import add_excludes, detect_agents, missing_excludes, propose, render, starter_policy
+    from ..policy.starter import detect_agents, propose, render, starter_policy
 
     if args.hooks or args.uninstall_hooks or args.server:
         return _hooks(args, ctx)

@@ -29,23 +29,10 @@ from .. import __version__
 from ..canonical import JsonObject
 from ..model.hosts import agent_clis, default_argv, default_env, default_pass_env, default_writable
 from .checkmode import VENV_PYTHON
-from .excludes import EXCLUDES, add_excludes, missing_excludes
 from .proposal import Detected, Disabled, Proposal
 from .proposal import propose as _propose
 
-__all__ = [
-    "EXCLUDES",
-    "VENV_PYTHON",
-    "Detected",
-    "Disabled",
-    "Proposal",
-    "add_excludes",
-    "detect",
-    "missing_excludes",
-    "propose",
-    "render",
-    "starter_policy",
-]
+__all__ = ["VENV_PYTHON", "Detected", "Disabled", "Proposal", "detect", "propose", "render", "starter_policy"]
 
 HEADER: Final = (
     "# git-agentops policy: what a run may execute here and how its work is judged.\n"

@@ -537,7 +537,7 @@ def test_the_supervisor_writes_the_guard_of_the_workers_host_and_git_never_sees_
     from git_agentops.gitstore.repo import open_store
     from git_agentops.hooks.hostconfig import guard_file
     from git_agentops.model.policy import Policy, effective
-    from git_agentops.policy.starter import add_excludes, missing_excludes
+    from git_agentops.policy.excludes import add_excludes, missing_excludes
     from git_agentops.supervisor.confine import Confinement
 
     exclude = repo / ".git" / "info" / "exclude"

@@ -35,7 +35,7 @@ from git_agentops.hooks.hostconfig import (
     write_guard,
 )
 from git_agentops.model.policy import Policy, effective
-from git_agentops.policy.starter import EXCLUDES, add_excludes, missing_excludes
+from git_agentops.policy.excludes import EXCLUDES, add_excludes, missing_excludes
 from git_agentops.supervisor.confine import Confinement
 
 from ..conftest import git, make_repo

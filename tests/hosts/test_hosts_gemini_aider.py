@@ -26,7 +26,8 @@ from git_agentops.hooks.hostconfig import hook_entry, write_guard
 from git_agentops.model.hosts import kind_of, model_hosts
 from git_agentops.model.hosts.aider import SESSION, kept_config, tokens
 from git_agentops.model.hosts.base import allowed_commands
-from git_agentops.policy.starter import EXCLUDES, detect_agents, render, starter_policy
+from git_agentops.policy.excludes import EXCLUDES
+from git_agentops.policy.starter import detect_agents, render, starter_policy
 from git_agentops.sandbox.home import prepare_home
 
 from ..conftest import make_repo
