@@ -18,27 +18,6 @@ from __future__ import annotations
 
 from typing import Final
 
-LAYERS: Final[dict[str, int]] = {
-    **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files", "layers"), 0),
-    "canonical": 1,
-    **dict.fromkeys(("schema", "process"), 2),
-    **dict.fromkeys(("gitstore", "model", "watch"), 3),
-    **dict.fromkeys(("envs", "sandbox", "service"), 4),
-    "policy": 5,
-    **dict.fromkeys(("protocol", "receipts"), 6),
-    **dict.fromkeys(("hosts", "hooks"), 7),
-    **dict.fromkeys(("runs", "verify", "diagnose"), 8),
-    "report": 8,
-    "integrate": 9,
-    **dict.fromkeys(("supervisor", "demo", "transition", "lease"), 10),
-    "cli": 11,
-}
-"""Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
-canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments, walls and service managers,
-5 policy, 6 verification's commands and evidence/protocol/receipts, 7 hosts and hooks, 8 runs (and a run's proofs)
-and health checks, 9 integration, 10 the supervisor and the demo, 11 the CLI."""
-
-
 FEATURES: Final[dict[str, dict[str, int]]] = {
     "verify": {
         **dict.fromkeys(("__init__", "confined_setup", "workspaces"), 4),
@@ -53,8 +32,30 @@ FEATURES: Final[dict[str, dict[str, int]]] = {
     "watch": {"__init__": 3, "view": 3},
 }
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`
-ranks a layer package. The feature itself appears in :data:`LAYERS` too, at its highest module's rank, so that the
-README table lists it once, where a reader looking for its entry point finds it."""
+ranks a layer package."""
+
+
+LAYERS: Final[dict[str, int]] = {
+    **dict.fromkeys(("__init__", "errors", "eventkinds", "clock", "resources", "files", "layers"), 0),
+    "canonical": 1,
+    **dict.fromkeys(("schema", "process"), 2),
+    **dict.fromkeys(("gitstore", "model"), 3),
+    **dict.fromkeys(("envs", "sandbox", "service"), 4),
+    "policy": 5,
+    **dict.fromkeys(("protocol", "receipts"), 6),
+    **dict.fromkeys(("hosts", "hooks"), 7),
+    **dict.fromkeys(("runs", "diagnose"), 8),
+    "integrate": 9,
+    **dict.fromkeys(("supervisor", "demo"), 10),
+    "cli": 11,
+    **{name: max(ranks.values()) for name, ranks in FEATURES.items()},
+}
+"""Each top-level package's (or module's) layer: 0 foundations (errors, event kinds, time, shipped files), 1
+canonical JSON, 2 documents and processes, 3 the store and the values, 4 environments, walls and service managers,
+5 policy, 6 verification's commands and evidence/protocol/receipts, 7 hosts and hooks, 8 runs (and a run's proofs)
+and health checks, 9 integration, 10 the supervisor and the demo, 11 the CLI. A feature package is listed at its
+highest module's rank, derived from :data:`FEATURES`, so that README's table lists it once, where a reader looking for
+its entry point finds it."""
 
 
 def rank(module: str) -> int:
