@@ -93,6 +93,15 @@ def event_data_checked(request: pytest.FixtureRequest) -> Iterator[None]:
     event_kinds.check_data(False)
 
 
+def _session_seeds(factory: pytest.TempPathFactory) -> Path:
+    """One pip-seeds directory for this pytest session: beside the xdist workers' temporary roots, so every worker
+    shares it (the seeds' own lock orders two workers making the same one)."""
+    base = factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "pip-seeds"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("home")
@@ -107,6 +116,10 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     for var, path in xdg.items():
         path.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(var, str(path))
+    # a person's pip seeds serve all their repositories (git_agentops.envs.pipseed); this session's tests share one
+    # directory of them, as one person's repositories do: the first base made from an interpreter pays ensurepip
+    (xdg["XDG_CACHE_HOME"] / "git-agentops").mkdir()
+    (xdg["XDG_CACHE_HOME"] / "git-agentops" / "pip-seeds").symlink_to(_session_seeds(tmp_path_factory))
     gitconfig = home / ".gitconfig"
     gitconfig.write_text(
         "[user]\n\tname = Test Agent\n\temail = agent@example.invalid\n"

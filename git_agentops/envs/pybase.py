@@ -57,6 +57,7 @@ from .locks import (
     pins_of_requirements,
     pins_of_table,
 )
+from .pipseed import make_venv, seed_key, seeds_dir
 from .project import lock_digest
 from .pydeps import (
     Declared,
@@ -447,14 +448,10 @@ def _build_base(job: _Job, path: Path) -> tuple[dict[str, str], BuildAnswer]:
             "Run the setup step once in your own checkout (it builds the base from your files), then resume",
             details={"local": local},
         )
-    run_tool(
-        [job.python.executable, "-I", "-m", "venv", str(path)],
-        cwd=path.parent,
-        env=env,
-        clock=job.clock,
-        timeout=600,
-        what="creating the base environment",
-    )
+    python = job.python
+    seed = seed_key(python.base, python.version, python.implementation)
+    seeds = seeds_dir(job.environ)
+    make_venv(python.executable, seed, path, seeds=seeds, env=env, clock=job.clock, timeout=600)
     pip = [str(path / "bin" / "python"), "-I", "-m", "pip", "install"]
     files: dict[str, Path] = {}
     for name, lines in (
