@@ -88,7 +88,10 @@ def _pytest(project: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args]
+    # its own --basetemp: a run that makes one under the shared root deletes the oldest there (other sessions' trees,
+    # up to gigabytes after a few whole-suite runs: 30 s of this test's time on a developer's machine)
+    basetemp = ["--basetemp", str(project.parent / "nested-basetemp")]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *basetemp, *args]
     with subprocess.Popen(
         argv,
         cwd=project,
