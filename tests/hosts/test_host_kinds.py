@@ -86,6 +86,14 @@ def test_opencode_and_claude_get_the_persons_model_settings_without_plugins_perm
             assert doc == {"env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}}
 
 
+def test_opencode_runs_without_a_session_title_or_snapshots() -> None:
+    """Invariant: init's opencode config turns off the title request (a model request per session that opencode never
+    reports) and the per-step snapshots of the worktree (the TUI's undo): a headless generation needs neither."""
+    doc = json.loads(kind_of("opencode").default_env([["make", "test"]])["OPENCODE_CONFIG_CONTENT"])
+    assert doc["snapshot"] is False and doc["agent"] == {"title": {"disable": True}}
+    assert doc["permission"]["bash"]["make test"] == "allow"
+
+
 def test_a_symlink_the_agent_planted_in_its_home_never_reaches_the_persons_files(tmp_path: Path) -> None:
     """Invariant: preparing an agent's HOME follows nothing the agent left there: a ``.codex`` (or a settings file)
     made a symlink to the person's own is unlinked, and the person's files are neither removed nor written."""

@@ -178,12 +178,15 @@ class Cli:
     """Whether its model answers a turn in one reply, tool calls and all (aider: it offers the model no tools)."""
     cumulative: bool = False
     """Whether a resumed session reports the session's running total (codex's ``exec resume``), not the turn's."""
+    side_requests: bool = True
+    """Whether it may ask the model anything beyond its agent turns: opencode may not (init's config turns its session
+    titles off, a request per session it never reports)."""
 
 
 CLIS = {
     "claude": Cli("claude", _claude),
     "codex": Cli("codex", _codex, cumulative=True),
-    "opencode": Cli("opencode", _opencode),
+    "opencode": Cli("opencode", _opencode, side_requests=False),
     "gemini": Cli("gemini", _gemini, counts_side_requests=True),
     "aider": Cli(
         "aider",
@@ -416,7 +419,7 @@ def _assert_usage_is_what_was_served(
     generation 1 is recorded with what its CLI did print and marked ``partial`` -- a floor (README, "Usage and
     cost") -- and generation 2 is exact; a CLI whose resumed session reports the session's running total (codex)
     has generation 2 charged the rest of it, so the two generations together are exactly what the model reported
-    to both."""
+    to both. A CLI without :attr:`Cli.side_requests` was served nothing else."""
     served, counted = _served(person, reviewers=False), _usage_by_generation(doc)
     recorded = dict(counted)
     partial = {(w["workerId"], u["generation"]) for w in doc["workers"] for u in w["usage"] if u.get("partial")}
@@ -433,6 +436,9 @@ def _assert_usage_is_what_was_served(
     assert reviewed == reviews, f"reviewers recorded {reviewed}\nserved {reviews}\n{why}"
     assert doc["budget"]["usagePartial"] == bool(partial), why
     assert doc["budget"]["usedTokens"] == sum(i + o for i, o in [*counted.values(), *reviews.values()]), why
+    if not person.cli.side_requests:  # nothing was served that no one counted
+        side = [(e.role, e.worker, e.answer) for e in person.mock.ledger.entries() if e.kind == "side"]
+        assert side == [], f"{person.cli.name} asked the model beyond its turns: {side}\n{why}"
 
 
 # -- (a) a whole run, through a supervisor restart -------------------------------------------------------------------

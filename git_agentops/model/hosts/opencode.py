@@ -18,6 +18,23 @@ network would wait for nothing). Our guard imports only ``node:`` modules and ne
 lock naming the SDK and an empty ``node_modules/`` (measured with 1.18.33: 9.7 s to 0.2 s from reading the project
 config to starting). A project that tracks its own ``.opencode/package-lock.json`` keeps it, and installs.
 
+**No work nobody sees.** Two things opencode does for its TUI cost a headless generation for nothing, so the config
+turns them off (measured with 1.18.33 against the test suite's mock model, ``tests/hosts/test_realcli.py``'s two
+opencode runs: 59.7 s of CPU to 49.1 s, and 6 model requests fewer out of 41):
+
+* the session title (``agent.title.disable``): each new session sends its first prompt to the small model to name
+  itself -- one extra model request per session that the person pays for, and that ``--format json`` never reports,
+  so no run's usage ever counted it;
+* the snapshots (``snapshot: false``): at every model step opencode ran ``git add``/``write-tree`` of the whole
+  worktree into a shadow repository under ``~/.local/share/opencode/snapshot`` -- 20 git processes for a one-step
+  session -- for the TUI's undo and its diff of a session, which no one reads in the agent's private HOME (the
+  worker's commits are the record). The events we parse are the same without them (``step_finish`` only loses its
+  ``snapshot`` hash).
+
+Left as they are: the file watcher (``OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER``: no difference measured, even on a
+worktree of 2,000 directories), and the person's own ``autoupdate``, ``share`` and models.dev settings (their choice,
+and the prices opencode charges a step with come from models.dev).
+
 ``--format json`` prints ``step_start``/``step_finish`` per model step; ``step_finish`` (tokens, cost) comes only
 after the step's tools ran, so a generation stopped inside a tool call has a step without its usage (``partial``).
 """
@@ -99,13 +116,16 @@ def plugin_source(hook_command: str) -> str:
 
 
 def config(verify_argvs: VerifyArgvs) -> str:
-    """``OPENCODE_CONFIG_CONTENT``: the permissions a headless ``opencode run`` needs (``ask`` would be rejected)."""
+    """``OPENCODE_CONFIG_CONTENT``: the permissions a headless ``opencode run`` needs (``ask`` would be rejected),
+    and no session title or snapshots (see the module docstring)."""
     bash = {"*": "deny"}
     for command in allowed_commands(verify_argvs):
         bash[command] = "allow"
         bash[f"{command} *"] = "allow"
     doc = {
         "$schema": "https://opencode.ai/config.json",
+        "snapshot": False,
+        "agent": {"title": {"disable": True}},
         "permission": {
             "edit": "allow",
             "read": "allow",
