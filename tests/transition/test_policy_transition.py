@@ -297,13 +297,13 @@ def live_run(tmp: Path, run_options: str = "") -> tuple[Path, str, dict[str, Any
 
 
 def ask(worktree: Path, file: str, *extra: str, expected: str | None = None) -> tuple[int, dict[str, Any]]:
-    """``git agentops-request policy`` from ``worktree``; (exit status, the response or the error document)."""
+    """``git agentops-request policy`` from ``worktree``, run in this process (``runkit.command``: the same
+    request written and the same response read; the client as a process is ``tests/protocol/``'s); (exit status,
+    the response or the error document)."""
     if expected is None:
         expected = json.loads((worktree / ".agentops/mailbox/instructions.json").read_text())["policy"]["configHash"]
-    argv = ["git", "agentops-request", "policy", "--file", file, "--expected-policy-hash", expected, "--json"]
-    done = subprocess.run(
-        [*argv, *extra, "--timeout", "60"], cwd=worktree, capture_output=True, text=True, timeout=90, check=False
-    )
+    argv = ["policy", "--file", file, "--expected-policy-hash", expected, "--json"]
+    done = command(worktree, "agentops-request", *argv, *extra, "--timeout", "60")
     doc = json.loads(done.stdout) if done.stdout.strip() else json.loads(done.stderr.strip().splitlines()[-1])
     return done.returncode, doc
 
