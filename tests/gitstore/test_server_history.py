@@ -27,7 +27,6 @@ from ..helpers import HANDOFF, child, write_step
 from ..runkit import (
     CHECK_PY,
     POLICY,
-    cli,
     command,
     events,
     recipe,
@@ -62,7 +61,7 @@ def server_and_clone(tmp: Path, policy: str = PLAIN) -> tuple[Path, Path]:
     )
     server = tmp / "server.git"
     git(tmp, "clone", "-q", "--bare", str(seed), str(server))
-    installed = cli(server, "agentops-init", "--server", "--yes")
+    installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
     clone = tmp / "a"
     git(tmp, "clone", "-q", str(server), str(clone))
@@ -109,7 +108,7 @@ def test_the_target_only_moves_forward_and_is_never_deleted_whatever_force_says(
     assert push(a, "-f", "origin", f"{base}:refs/heads/topic").returncode == 0
     assert push(a, "origin", ":refs/heads/topic").returncode == 0
 
-    installed = cli(a, "agentops-init", "--hooks", "--yes")  # the pusher's own pre-push says it first
+    installed = command(a, "agentops-init", "--hooks", "--yes")  # the pusher's own pre-push says it first
     assert installed.returncode == 0, installed.stderr
     git(a, "fetch", "-q", "origin")
     refused = push(a, "-f", "origin", f"{base}:main")
@@ -393,7 +392,7 @@ def test_an_empty_server_with_the_hook_takes_its_first_push_as_the_baseline_and_
     RECEIPT_MISSING and a rewind HOOK_TARGET_REWOUND. Before, that first push was refused and could never land."""
     server = tmp_path / "server.git"
     git(tmp_path, "init", "-q", "--bare", str(server))
-    installed = cli(server, "agentops-init", "--server", "--yes")
+    installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
     assert "This repository is empty" in installed.stdout and "git push origin main" in installed.stdout
     policy = POLICY.format(max_workers=3, run_options="")
@@ -407,7 +406,7 @@ def test_an_empty_server_with_the_hook_takes_its_first_push_as_the_baseline_and_
     assert first.returncode == 0, first.stderr
     assert git(server, "rev-parse", "main") == base and git(server, "rev-parse", DELIVERIES_REF)
 
-    described = json.loads(cli(server, "agentops-init", "--server", "--json").stdout)
+    described = json.loads(command(server, "agentops-init", "--server", "--json").stdout)
     assert described["branches"] == [
         {
             "branch": "main",
@@ -436,13 +435,13 @@ def test_a_branch_is_guarded_from_the_push_that_first_gives_it_a_policy(tmp_path
     the target is its baseline (there is no policy before it to judge it by), and from then on it is guarded."""
     server = tmp_path / "server.git"
     git(tmp_path, "init", "-q", "--bare", str(server))
-    assert cli(server, "agentops-init", "--server", "--yes").returncode == 0
+    assert command(server, "agentops-init", "--server", "--yes").returncode == 0
     a = make_repo(tmp_path / "a", files={"check.py": CHECK_PY, "src/base.txt": "hello\n"})
     git(a, "remote", "add", "origin", str(server))
     assert push(a, "origin", "main").returncode == 0
     commit_files(a, {"src/more.txt": "more\n"}, "no policy yet: nothing to judge")
     assert push(a, "origin", "main").returncode == 0
-    described = json.loads(cli(server, "agentops-init", "--server", "--json").stdout)["branches"]
+    described = json.loads(command(server, "agentops-init", "--server", "--json").stdout)["branches"]
     assert [(b["branch"], b["protected"], b["target"]) for b in described] == [("main", False, None)]
     adopted = commit_files(a, {".agentops/policy.toml": POLICY.format(max_workers=3, run_options="")}, "adopt")
     landed = push(a, "origin", "main")
@@ -470,7 +469,7 @@ def test_a_guarded_server_set_up_in_the_readme_order_takes_a_run_and_a_person_s_
     signers = f'person@example.com namespaces="git" {public_key(person)}\n' + allowed_signer("runs@example.com", runs)
     server = tmp_path / "server.git"
     git(tmp_path, "init", "-q", "--bare", str(server))
-    assert cli(server, "agentops-init", "--server", "--yes").returncode == 0
+    assert command(server, "agentops-init", "--server", "--yes").returncode == 0
     a = make_repo(
         tmp_path / "a",
         files={

@@ -14,7 +14,6 @@ from ..helpers import simple_child
 from ..runkit import (
     CHECK_PY,
     POLICY,
-    cli,
     command,
     events,
     recipe,
@@ -59,7 +58,7 @@ def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
     )
     server = tmp / "server.git"
     git(tmp, "clone", "-q", "--bare", str(seed), str(server))
-    installed = cli(server, "agentops-init", "--server", "--yes")
+    installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
     machines = []
     for name in ("a", "b"):
