@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -69,8 +71,10 @@ def in_process(cwd: Path, module: str, *args: str) -> subprocess.CompletedProces
     """``main(args)`` of the command module ``module`` (``git_agentops.cli.NAME``) run in this process, in ``cwd``,
     with this process's (the test's hermetic) environment; its exit status and what it printed, as a subprocess's.
 
-    Only for commands that return (never ``supervise`` or a detached start) and only where a test's subject is not
-    the process itself (its start-up, its signals, its exit): one test per command keeps running it for real."""
+    Only for commands that return (never ``supervise`` nor a foreground ``start``: they would serve the run in
+    this process; a detached start spawns its supervisor as a process and returns, see :func:`start`) and only
+    where a test's subject is not the process itself (its start-up, its signals, its exit): one test per command
+    keeps running it for real."""
     import importlib
     import io
 
@@ -97,18 +101,65 @@ START = ("--detach", "--json")
 
 
 def start(repo: Path, recipe_path: Path, *extra: str, env: dict[str, str] | None = None) -> str:
-    """Start a detached run of ``recipe_path``; ``env`` adds to the supervisor's environment (``AGENTOPS_FAULT``)."""
-    done = subprocess.run(
-        ["git", "agentops-run", "start", "--goal", "Build the parts", "--recipe", str(recipe_path), *START, *extra],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+    """``git agentops-run start --goal ... --recipe RECIPE --detach --json EXTRA`` run in this process
+    (:func:`in_process`); the run id. ``env`` adds to the supervisor's environment (``AGENTOPS_FAULT``).
+
+    Why in-process: most run tests begin here, and as a process it was ~0.25 s of CPU, nearly all of it a fresh
+    interpreter's start-up and imports; what it does is the same function's work either way -- the run created in
+    the repository, then the supervisor spawned as a real detached process (``--detach``: it is a child of this
+    process now, in a session of its own, reaped by :mod:`subprocess` once it exits). The path to it sets no
+    signal handler and leaves no thread, fd, cwd or umask behind (``cli/run.py`` ``_start``,
+    ``supervisor/spawn.py``). The supervisor's environment is the command's (``Context.env``, filtered by
+    ``service_env``), so it is built as ``git`` would have built it: :func:`as_git_subcommand` for the duration of
+    the call only. The command as a process, spawning a supervisor that serves the run, keeps its own tests:
+    ``tests/cli/test_service.py`` (``test_without_a_user_systemd_the_supervisor_is_a_detached_process_that_resume_
+    revives``), ``tests/hosts/test_agent_hosts.py`` and ``tests/sandbox/test_sandbox_policy.py``."""
+    argv = ("start", "--goal", "Build the parts", "--recipe", str(recipe_path), *START, *extra)
+    done = command(repo, "agentops-run", *argv, env=env)
     assert done.returncode == 0, done.stderr
     return str(json.loads(done.stdout)["runId"])
+
+
+def command(cwd: Path, name: str, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``git NAME ARGS`` for a toolkit command (``git agentops-X ...``: ``main`` of ``git_agentops.cli.X``), run in
+    this process (:func:`in_process`) with the environment git gives it (:func:`as_git_subcommand`, ``env`` added
+    for the call only): what :func:`cli` returns, without a process start-up. Also for the commands that spawn a
+    detached supervisor (``run start --detach``, ``resume``, ``answer``): it runs as a real process either way."""
+    module = "git_agentops.cli." + name.removeprefix("agentops-")
+    with as_git_subcommand(env or {}), warnings.catch_warnings():
+        # the Popen of a detached supervisor is dropped while it runs, on purpose: it is meant to outlive the command
+        warnings.simplefilter("ignore", ResourceWarning)
+        return in_process(cwd, module, *args)
+
+
+@functools.cache
+def _git_exec_path() -> str:
+    return git("/", "--exec-path")
+
+
+@contextlib.contextmanager
+def as_git_subcommand(extra: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment, while the block runs, as ``git agentops-X`` gives it to the command
+    ``git-agentops-X`` it runs: ``extra`` added (what ``subprocess.run(env={**os.environ, **extra})`` gave), then
+    ``GIT_EXEC_PATH`` set and git's exec path put first on ``PATH``, as git does for every external subcommand.
+    Restored after (and the toolkit's own git calls started from it again, :func:`set_base_environment`)."""
+    from git_agentops.gitstore.safegit import set_base_environment
+
+    exec_path = _git_exec_path()
+    added = {**extra}
+    added["PATH"] = os.pathsep.join([exec_path, added.get("PATH", os.environ.get("PATH", ""))])
+    added["GIT_EXEC_PATH"] = exec_path
+    saved = {name: os.environ.get(name) for name in added}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+        set_base_environment(os.environ)
 
 
 def status(repo: Path, run_id: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from ..helpers import HANDOFF, child, write_step
 from ..runkit import (
     CHECK_PY,
     POLICY,
-    cli,
+    command,
     events,
     recipe,
     start,
@@ -61,7 +61,7 @@ def server_and_clone(tmp: Path, policy: str = PLAIN) -> tuple[Path, Path]:
     )
     server = tmp / "server.git"
     git(tmp, "clone", "-q", "--bare", str(seed), str(server))
-    installed = cli(server, "agentops-init", "--server", "--yes")
+    installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
     clone = tmp / "a"
     git(tmp, "clone", "-q", str(server), str(clone))
@@ -108,7 +108,7 @@ def test_the_target_only_moves_forward_and_is_never_deleted_whatever_force_says(
     assert push(a, "-f", "origin", f"{base}:refs/heads/topic").returncode == 0
     assert push(a, "origin", ":refs/heads/topic").returncode == 0
 
-    installed = cli(a, "agentops-init", "--hooks", "--yes")  # the pusher's own pre-push says it first
+    installed = command(a, "agentops-init", "--hooks", "--yes")  # the pusher's own pre-push says it first
     assert installed.returncode == 0, installed.stderr
     git(a, "fetch", "-q", "origin")
     refused = push(a, "-f", "origin", f"{base}:main")
@@ -196,13 +196,13 @@ def test_a_fetch_never_drops_a_local_note_the_remote_lost(tmp_path: Path) -> Non
     Notes(store(a), RECEIPTS_REF).add(one, b"receipt one\n")
     Notes(store(a), RECEIPTS_REF).add(two, b"receipt two\n")
     Notes(store(a), EVIDENCE_REF).append({one: b'{"record": 1}\n{"record": 2}\n'})
-    synced = cli(a, "agentops-sync", "push", "--json")
+    synced = command(a, "agentops-sync", "push", "--json")
     assert synced.returncode == 0, synced.stderr
     git(server, "notes", "--ref=agentops/receipts", "remove", one)  # behind the hook's back
     cut = notes_commit(server, EVIDENCE_REF, {one: '{"record": 1}\n'})
     git(server, "update-ref", EVIDENCE_REF, cut)
 
-    fetched = cli(a, "agentops-sync", "fetch", "--json")
+    fetched = command(a, "agentops-sync", "fetch", "--json")
     assert fetched.returncode == 1 and "warning[SYNC_NOTES_KEPT]" in fetched.stderr, fetched.stderr
     doc = json.loads(fetched.stdout)
     assert doc["kept"] == {EVIDENCE_REF: [one], RECEIPTS_REF: [one]} and doc["conflicts"] == {}
@@ -210,20 +210,20 @@ def test_a_fetch_never_drops_a_local_note_the_remote_lost(tmp_path: Path) -> Non
     assert Notes(store(a), RECEIPTS_REF).read(one) == b"receipt one\n"
     assert Notes(store(a), EVIDENCE_REF).read(one) == b'{"record": 1}\n{"record": 2}\n'
     assert git(a, "merge-base", "--is-ancestor", git(server, "rev-parse", RECEIPTS_REF), RECEIPTS_REF) == ""
-    pushed = cli(a, "agentops-sync", "push", "--json")  # the server takes the notes back (a fast-forward)
+    pushed = command(a, "agentops-sync", "push", "--json")  # the server takes the notes back (a fast-forward)
     assert pushed.returncode == 0, pushed.stderr
     assert git(server, "notes", "--ref=agentops/receipts", "show", one) == "receipt one"
     assert git(server, "notes", "--ref=agentops/evidence", "show", one) == '{"record": 1}\n{"record": 2}'
 
     git(server, "notes", "--ref=agentops/receipts", "add", "-f", "-m", "forged", two)  # rewritten, directly
-    fetched = cli(a, "agentops-sync", "fetch", "--json")
+    fetched = command(a, "agentops-sync", "fetch", "--json")
     assert fetched.returncode == 1 and "SYNC_NOTES_KEPT" in fetched.stderr, fetched.stderr
     doc = json.loads(fetched.stdout)
     assert doc["kept"] == {RECEIPTS_REF: [two]} and doc["conflicts"] == {RECEIPTS_REF: [two]}
     assert Notes(store(a), RECEIPTS_REF).read(two) == b"receipt two\n"
     kept_aside = git(a, "show", f"refs/agentops-sync/origin/conflicts/agentops/receipts:{two[:2]}/{two[2:]}")
     assert kept_aside == "forged"
-    refused = cli(a, "agentops-sync", "push")
+    refused = command(a, "agentops-sync", "push")
     assert refused.returncode == 3 and "HOOK_NOTES_REWRITTEN" in refused.stderr, refused.stderr
     assert git(server, "notes", "--ref=agentops/receipts", "show", two) == "forged"
 
@@ -290,8 +290,8 @@ def test_a_forged_remote_state_is_quarantined_and_gone_past_by_a_fast_forward(tm
     b = tmp_path / "b"  # another machine with the team's key continues the run; then the server is forged
     git(tmp_path, "clone", "-q", str(server), str(b))
     key = tmp_path / "team.key"
-    assert cli(a, "agentops-sync", "--export-key", str(key)).returncode == 0
-    assert cli(b, "agentops-sync", "--import-key", str(key)).returncode == 0
+    assert command(a, "agentops-sync", "--export-key", str(key)).returncode == 0
+    assert command(b, "agentops-sync", "--import-key", str(key)).returncode == 0
     theirs = store(b)
     sync.fetch(theirs, "origin")
     Journal(theirs, ref).mutate(lambda change: change.put("run.json", b'{"n": 3}\n'), Event("NOTE", "b goes on"))
@@ -358,10 +358,10 @@ def test_a_forged_state_on_the_remote_is_quarantined_and_the_live_run_goes_on(tm
     candidate = doc["integration"]["candidate"]
     assert git(server, "rev-list", "--first-parent", f"{base}..main").split() == [candidate]
     git(server, "notes", "--ref=agentops/receipts", "remove", candidate)  # the server loses the receipt
-    fetched = cli(a, "agentops-sync", "fetch", "--json")
+    fetched = command(a, "agentops-sync", "fetch", "--json")
     assert fetched.returncode == 1 and "SYNC_NOTES_KEPT" in fetched.stderr, fetched.stderr
     assert json.loads(fetched.stdout)["kept"] == {RECEIPTS_REF: [candidate]}
-    verified = cli(a, "agentops-receipt", "verify", candidate, "--json")
+    verified = command(a, "agentops-receipt", "verify", candidate, "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
@@ -392,7 +392,7 @@ def test_an_empty_server_with_the_hook_takes_its_first_push_as_the_baseline_and_
     RECEIPT_MISSING and a rewind HOOK_TARGET_REWOUND. Before, that first push was refused and could never land."""
     server = tmp_path / "server.git"
     git(tmp_path, "init", "-q", "--bare", str(server))
-    installed = cli(server, "agentops-init", "--server", "--yes")
+    installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
     assert "This repository is empty" in installed.stdout and "git push origin main" in installed.stdout
     policy = POLICY.format(max_workers=3, run_options="")
@@ -406,7 +406,7 @@ def test_an_empty_server_with_the_hook_takes_its_first_push_as_the_baseline_and_
     assert first.returncode == 0, first.stderr
     assert git(server, "rev-parse", "main") == base and git(server, "rev-parse", DELIVERIES_REF)
 
-    described = json.loads(cli(server, "agentops-init", "--server", "--json").stdout)
+    described = json.loads(command(server, "agentops-init", "--server", "--json").stdout)
     assert described["branches"] == [
         {
             "branch": "main",
@@ -435,13 +435,13 @@ def test_a_branch_is_guarded_from_the_push_that_first_gives_it_a_policy(tmp_path
     the target is its baseline (there is no policy before it to judge it by), and from then on it is guarded."""
     server = tmp_path / "server.git"
     git(tmp_path, "init", "-q", "--bare", str(server))
-    assert cli(server, "agentops-init", "--server", "--yes").returncode == 0
+    assert command(server, "agentops-init", "--server", "--yes").returncode == 0
     a = make_repo(tmp_path / "a", files={"check.py": CHECK_PY, "src/base.txt": "hello\n"})
     git(a, "remote", "add", "origin", str(server))
     assert push(a, "origin", "main").returncode == 0
     commit_files(a, {"src/more.txt": "more\n"}, "no policy yet: nothing to judge")
     assert push(a, "origin", "main").returncode == 0
-    described = json.loads(cli(server, "agentops-init", "--server", "--json").stdout)["branches"]
+    described = json.loads(command(server, "agentops-init", "--server", "--json").stdout)["branches"]
     assert [(b["branch"], b["protected"], b["target"]) for b in described] == [("main", False, None)]
     adopted = commit_files(a, {".agentops/policy.toml": POLICY.format(max_workers=3, run_options="")}, "adopt")
     landed = push(a, "origin", "main")
@@ -469,7 +469,7 @@ def test_a_guarded_server_set_up_in_the_readme_order_takes_a_run_and_a_person_s_
     signers = f'person@example.com namespaces="git" {public_key(person)}\n' + allowed_signer("runs@example.com", runs)
     server = tmp_path / "server.git"
     git(tmp_path, "init", "-q", "--bare", str(server))
-    assert cli(server, "agentops-init", "--server", "--yes").returncode == 0
+    assert command(server, "agentops-init", "--server", "--yes").returncode == 0
     a = make_repo(
         tmp_path / "a",
         files={
@@ -549,7 +549,7 @@ def test_a_guarded_server_set_up_in_the_readme_order_takes_a_run_and_a_person_s_
     assert landed.returncode == 0, landed.stderr
     assert git(server, "rev-parse", "main") == after
 
-    ci = cli(server, "agentops-receipt", "verify", f"{base}..main", "--json")
+    ci = command(server, "agentops-receipt", "verify", f"{base}..main", "--json")
     assert ci.returncode == 0, ci.stdout + ci.stderr
     verdicts = json.loads(ci.stdout)["verdicts"]
     assert [v["code"] for v in verdicts if v["code"]] == ["RECEIPT_POLICY_SIGNED"] * 3
@@ -565,7 +565,7 @@ def test_where_plain_commits_may_land_an_unsigned_policy_commit_lands_too(tmp_pa
     landed = push(a, "origin", "main")
     assert landed.returncode == 0, landed.stderr
     assert git(server, "rev-parse", "main") == changed
-    verified = json.loads(cli(a, "agentops-receipt", "verify", f"{base}..main", "--json").stdout)
+    verified = json.loads(command(a, "agentops-receipt", "verify", f"{base}..main", "--json").stdout)
     assert [v["code"] for v in verified["verdicts"]][:1] == ["RECEIPT_NOT_COVERED"]
 
 

@@ -14,7 +14,7 @@ from ..helpers import simple_child
 from ..runkit import (
     CHECK_PY,
     POLICY,
-    cli,
+    command,
     events,
     recipe,
     start,
@@ -23,6 +23,7 @@ from ..runkit import (
     trust,
     verify_receipts,
     wait_for,
+    wait_supervisor_gone,
 )
 
 SETUP = (  # setup runs confined: it writes the log only where the policy's [sandbox] writable lets it
@@ -57,7 +58,7 @@ def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
     )
     server = tmp / "server.git"
     git(tmp, "clone", "-q", "--bare", str(seed), str(server))
-    installed = cli(server, "agentops-init", "--server", "--yes")
+    installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
     machines = []
     for name in ("a", "b"):
@@ -118,7 +119,10 @@ def test_an_unreachable_remote_leaves_the_run_waiting_with_nothing_published(tmp
     assert "INTEGRATION_REMOTE" in codes  # the retries are on the run's log
     away.rename(server)
     assert git(server, "rev-parse", "main") == base  # nothing was half-published
-    assert cli(a, "agentops-run", "resume", run_id).returncode == 0
+    # a blocked run's supervisor holds its lock while it ends (its lease released, checkouts swept): a resume
+    # meanwhile is told the run is served, and then it is not -- wait for it to end, as a person would see it end
+    wait_supervisor_gone(a, run_id)
+    assert command(a, "agentops-run", "resume", run_id).returncode == 0
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]
@@ -140,7 +144,10 @@ def test_a_server_refusal_is_reported_with_its_message_and_stays_retryable(tmp_p
     assert git(server, "rev-parse", "main") == base
     hook.write_bytes(original)
     time.sleep(0.2)
-    assert cli(a, "agentops-run", "resume", run_id).returncode == 0
+    # a blocked run's supervisor holds its lock while it ends (its lease released, checkouts swept): a resume
+    # meanwhile is told the run is served, and then it is not -- wait for it to end, as a person would see it end
+    wait_supervisor_gone(a, run_id)
+    assert command(a, "agentops-run", "resume", run_id).returncode == 0
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]
@@ -150,9 +157,9 @@ def test_a_server_refusal_is_reported_with_its_message_and_stays_retryable(tmp_p
 def _share_key(tmp: Path, a: Path, b: Path) -> None:
     key = tmp / "team.key"
     if not key.exists():
-        done = cli(a, "agentops-sync", "--export-key", str(key))
+        done = command(a, "agentops-sync", "--export-key", str(key))
         assert done.returncode == 0, done.stderr
-    done = cli(b, "agentops-sync", "--import-key", str(key))
+    done = command(b, "agentops-sync", "--import-key", str(key))
     assert done.returncode == 0, done.stderr
     git(a, "config", "agentops.machineId", "machine-a")
     git(b, "config", "agentops.machineId", "machine-b")
@@ -282,7 +289,7 @@ def test_kill_9_while_publishing_to_a_remote_then_resume_publishes_once(tmp_path
     assert f"fault injection: SIGKILL at {point}" in supervisor_log(a, run_id)
     moved = git(server, "rev-parse", "main") != base
     assert moved == (point in ("integration:pushed", "integration:published"))
-    assert cli(a, "agentops-run", "resume", run_id).returncode == 0
+    assert command(a, "agentops-run", "resume", run_id).returncode == 0
     doc = wait_for(a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=180)
     assert doc["status"] == "complete", doc
     assert server_chain(server, base) == [doc["integration"]["candidate"]]

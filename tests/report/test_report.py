@@ -13,7 +13,7 @@ import pytest
 from ..conftest import git
 from ..helpers import HANDOFF, Part, child, commit_step, recipe_text, simple_child, write_step
 from ..integrate.test_integration import signed_project
-from ..runkit import children_settled, cli, project, recipe, start, stop, task_by_title, wait_for
+from ..runkit import children_settled, cli, command, project, recipe, start, stop, task_by_title, wait_for
 
 HOSTILE = "Part <script>alert(\"x\")</script> & 'q'"
 HOSTILE_GOAL = "Build the parts <b>now</b> & \"then\" 'test'"
@@ -48,13 +48,13 @@ def complete_run(tmp_path: Path) -> tuple[Path, str]:
     done = cli(repo, "agentops-run", "start", "--goal", HOSTILE_GOAL, "--recipe", str(path), "--json", timeout=180)
     assert done.returncode == 0, done.stderr
     run_id = str(json.loads(done.stdout)["runId"])
-    status = json.loads(cli(repo, "agentops-run", "status", run_id, "--json").stdout)
+    status = json.loads(command(repo, "agentops-run", "status", run_id, "--json").stdout)
     assert status["status"] == "complete", status
     return repo, run_id
 
 
 def report_json(repo: Path, run_id: str) -> dict[str, Any]:
-    done = cli(repo, "agentops-run", "report", run_id, "--json")
+    done = command(repo, "agentops-run", "report", run_id, "--json")
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 
@@ -66,7 +66,7 @@ def expected_generations(status: dict[str, Any]) -> set[str]:
 @pytest.mark.slow
 def test_report_of_a_complete_run_holds_every_fact_in_markdown_and_json(tmp_path: Path) -> None:
     repo, run_id = complete_run(tmp_path)
-    status = json.loads(cli(repo, "agentops-run", "status", run_id, "--json").stdout)
+    status = json.loads(command(repo, "agentops-run", "status", run_id, "--json").stdout)
     refs_before = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
     doc = report_json(repo, run_id)
     done = cli(repo, "agentops-run", "report", run_id)
@@ -135,7 +135,7 @@ def test_report_of_a_complete_run_holds_every_fact_in_markdown_and_json(tmp_path
     git(repo, "notes", "--ref=agentops/receipts", "add", "-f", "-m", '{"not": "an envelope"}', candidate)
     receipt = report_json(repo, run_id)["receipt"]
     assert receipt["verdict"] == "invalid" and receipt["code"] == "RECEIPT_MALFORMED", receipt
-    assert "Verdict: **invalid** `RECEIPT_MALFORMED`" in cli(repo, "agentops-run", "report", run_id).stdout
+    assert "Verdict: **invalid** `RECEIPT_MALFORMED`" in command(repo, "agentops-run", "report", run_id).stdout
 
 
 @pytest.mark.slow
@@ -144,7 +144,7 @@ def test_html_report_is_one_escaped_file_with_every_id(tmp_path: Path) -> None:
     doc = report_json(repo, run_id)
     page = tmp_path / "out" / "report.html"
     page.parent.mkdir()
-    done = cli(repo, "agentops-run", "report", run_id, "--html", str(page))
+    done = command(repo, "agentops-run", "report", run_id, "--html", str(page))
     assert done.returncode == 0, done.stderr
     assert str(page) in done.stdout and [p.name for p in page.parent.iterdir()] == ["report.html"]
     html = page.read_text("utf-8")
@@ -158,9 +158,11 @@ def test_html_report_is_one_escaped_file_with_every_id(tmp_path: Path) -> None:
         assert html.count(f'id="{name}"') == 1
     assert html.count('class="edge"') == sum(len(t["dependencies"]) for t in doc["tasks"])
     assert 'id="receipt-verdict" class="verdict st-valid" data-verdict="valid"' in html
-    done = cli(repo, "agentops-run", "report", run_id, "--html", str(page), "--json")  # overwrites; prints the facts
+    # overwrites; prints the facts
+    done = command(repo, "agentops-run", "report", run_id, "--html", str(page), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["runId"] == run_id
-    done = cli(repo, "agentops-run", "report", run_id, "--html", "/proc/report.html")  # passes the look, not the write
+    # passes the look, not the write
+    done = command(repo, "agentops-run", "report", run_id, "--html", "/proc/report.html")
     assert done.returncode == 3 and "error[OUTPUT_UNWRITABLE]: --html /proc/report.html" in done.stderr
 
 
@@ -174,7 +176,7 @@ def test_report_of_a_run_with_a_blocked_task_has_no_receipt(tmp_path: Path) -> N
     finally:
         stop(repo, run_id)  # waits for the supervisor: what follows reads a state nobody changes
     doc = report_json(repo, run_id)
-    status = json.loads(cli(repo, "agentops-run", "status", run_id, "--json").stdout)
+    status = json.loads(command(repo, "agentops-run", "status", run_id, "--json").stdout)
     a = task_by_title(doc, "Part A")
     assert a["status"] == "blocked" and task_by_title(doc, "Part B")["status"] == "blocked"
     gens = [g for g in doc["generations"] if g["taskId"] == a["taskId"]]
@@ -185,20 +187,20 @@ def test_report_of_a_run_with_a_blocked_task_has_no_receipt(tmp_path: Path) -> N
     assert {g["id"] for g in doc["generations"]} == expected_generations(status)
     assert doc["receipt"]["verdict"] == "none" and doc["receipt"]["commit"] is None
     assert doc["integration"] is None
-    text = cli(repo, "agentops-run", "report", run_id).stdout
+    text = command(repo, "agentops-run", "report", run_id).stdout
     assert "Verdict: **none**" in text and "RUN_NO_PROGRESS" in text
 
 
 def test_unknown_run_and_unwritable_html_path_are_coded_errors(tmp_path: Path) -> None:
     repo = project(tmp_path)
     for run_id in ("run-nope", "../etc"):
-        done = cli(repo, "agentops-run", "report", run_id, "--json")
+        done = command(repo, "agentops-run", "report", run_id, "--json")
         assert done.returncode == 3 and json.loads(done.stderr)["error"]["code"] == "RUN_NOT_FOUND", done.stderr
     page = tmp_path / "page.html"
-    done = cli(repo, "agentops-run", "report", "run-nope", "--html", str(page))
+    done = command(repo, "agentops-run", "report", "run-nope", "--html", str(page))
     assert done.returncode == 3 and "error[RUN_NOT_FOUND]" in done.stderr and not page.exists()
     (tmp_path / "file").write_text("x")
     for bad in (tmp_path / "missing" / "r.html", tmp_path, tmp_path / "file" / "r.html"):
-        done = cli(repo, "agentops-run", "report", "run-nope", "--html", str(bad))
+        done = command(repo, "agentops-run", "report", "run-nope", "--html", str(bad))
         assert done.returncode == 3 and "error[OUTPUT_UNWRITABLE]" in done.stderr, (bad, done.stderr)
         assert str(bad) in done.stderr

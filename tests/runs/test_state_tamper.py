@@ -29,7 +29,7 @@ from git_agentops.supervisor.cache import StateCache
 
 from ..conftest import git
 from ..helpers import HANDOFF, child, commit_step, simple_child, write_step
-from ..runkit import UNCONFINED, cli, events, project, recipe, start, stop, supervisor_log, supervisor_running
+from ..runkit import UNCONFINED, cli, command, events, project, recipe, start, stop, supervisor_log, supervisor_running
 
 pytestmark = pytest.mark.event_data_free  # _seed writes RUN_CREATED and POLICY_BOUND with made-up data
 RUN = "r1"
@@ -256,11 +256,11 @@ def test_run_log_shows_foreign_commits_marked_instead_of_failing(store: Store, r
     forged = _append_foreign(repo_path, STATE, "notes/n", "forged", mac="random")
     bare = _git(repo_path, "commit-tree", f"{forged}^{{tree}}", "-p", forged, "-m", "not an event at all")
     git(repo_path, "update-ref", STATE, bare, forged)
-    text = cli(repo_path, "agentops-run", "log", RUN)
+    text = command(repo_path, "agentops-run", "log", RUN)
     assert text.returncode == 0, text.stderr
     assert f"[foreign] {forged[:12]} NOTE: a second event" in text.stdout
     assert f"[foreign] {bare[:12]} UNKNOWN: not an event at all" in text.stdout
-    done = cli(repo_path, "agentops-run", "log", RUN, "--json")
+    done = command(repo_path, "agentops-run", "log", RUN, "--json")
     docs = json.loads(done.stdout)["events"]
     assert [(d["code"], d["foreign"]) for d in docs] == [
         ("RUN_CREATED", False),
@@ -367,8 +367,9 @@ raise SystemExit("no delivery to swap")
 
 
 def _status(repo: Path, run_id: str) -> dict[str, Any] | None:
-    """``run status --json``, or None while the state is foreign (the supervisor contains it on its next tick)."""
-    done = cli(repo, "agentops-run", "status", run_id, "--json")
+    """``run status --json`` (run in this process, ``runkit.command``), or None while the state is foreign (the
+    supervisor contains it on its next tick)."""
+    done = command(repo, "agentops-run", "status", run_id, "--json")
     if done.returncode == 3 and "RUN_STATE_TAMPERED" in done.stderr:
         return None
     assert done.returncode == 0, done.stderr
@@ -383,7 +384,7 @@ def _wait(repo: Path, run_id: str, status: str, timeout: float = 120) -> dict[st
             return doc
         if time.monotonic() > deadline:
             raise AssertionError(f"not {status}: {json.dumps(doc, indent=1)}\n{supervisor_log(repo, run_id)}")
-        time.sleep(0.5)  # each poll is a status process (see runkit.wait_for)
+        time.sleep(0.5)
 
 
 @pytest.mark.slow
@@ -426,7 +427,7 @@ def test_a_worker_swapping_a_neighbours_delivery_is_contained_and_the_target_get
         stopped = _status(repo, run_id)
         assert stopped is not None and {w["status"] for w in stopped["workers"]} <= {"stopped", "delivered", "idle"}
 
-        resumed = cli(repo, "agentops-run", "resume", run_id)  # a person accepts the restored state
+        resumed = command(repo, "agentops-run", "resume", run_id)  # a person accepts the restored state
         assert resumed.returncode == 0, resumed.stderr
         done = _wait(repo, run_id, "complete", timeout=180)
     finally:

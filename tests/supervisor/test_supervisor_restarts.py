@@ -35,6 +35,7 @@ from ..conftest import git
 from ..helpers import HANDOFF, Part, child, commit_step, write_step
 from ..runkit import (
     cli,
+    command,
     events,
     project,
     recipe,
@@ -174,7 +175,7 @@ def test_supervisor_kill_9_restarts_use_none_of_the_workers_failure_allowance(tm
             assert not _done(doc), f"Slow finished before the supervisor was killed {kills} times"
             old += _processes(repo, run_id).values()
             _kill_9(repo, run_id)
-            resumed = cli(repo, "agentops-run", "resume", run_id)
+            resumed = command(repo, "agentops-run", "resume", run_id)
             assert resumed.returncode == 0, resumed.stderr
             doc = _everyone_running(repo, run_id, _generation(doc))
         doc = wait_for(repo, run_id, lambda d: d["status"] != "active", timeout=120)
@@ -266,8 +267,8 @@ def test_an_untrusted_policy_refusal_stops_the_agents_the_dead_supervisor_left_r
         left = _processes(repo, run_id)
         _kill_9(repo, run_id)
         assert all(_running(p) for p in left.values())
-        assert cli(repo, "agentops-policy", "untrust").returncode == 0
-        refused = cli(repo, "agentops-run", "resume", run_id)
+        assert command(repo, "agentops-policy", "untrust").returncode == 0
+        refused = command(repo, "agentops-run", "resume", run_id)
         assert refused.returncode == 3
         _check_leftovers_stopped(repo, run_id, left, refused.stderr, "POLICY_UNTRUSTED")
     finally:
@@ -290,7 +291,7 @@ def test_run_stop_leaves_no_agent_process_behind(tmp_path: Path, supervisor: str
         assert len(left) == 2
         if supervisor == "killed":
             _kill_9(repo, run_id)
-        stopped = cli(repo, "agentops-run", "stop", run_id, "--json")
+        stopped = command(repo, "agentops-run", "stop", run_id, "--json")
         assert stopped.returncode == 0, stopped.stderr
         assert [p for p in left.values() if _running(p)] == []  # at once: stop waited for them
         assert _naming_run(run_id) == []

@@ -17,6 +17,7 @@ from ..helpers import HANDOFF, child, toml, write_step
 from ..runkit import (
     POLICY,
     cli,
+    command,
     events,
     project,
     start,
@@ -149,7 +150,7 @@ def test_a_person_approves_an_added_runner_and_the_run_completes_with_its_eviden
     pending = transitions_of(doc)[0]
     assert pending["stage"] == "prepared" and pending["approvedBy"] is None
     assert pending["changes"][0]["capabilityId"] == "runner:acceptance"
-    shown = cli(repo, "agentops-run", "status", run_id)
+    shown = command(repo, "agentops-run", "status", run_id)
     assert "runner:acceptance (added): python3 -c" in shown.stdout and "git agentops-run approve" in shown.stdout
     coordinator = Path(next(w["worktree"] for w in doc["workers"] if w["role"] == "coordinator"))
     for where, env in ((coordinator, {}), (repo, {"AGENTOPS_RUN_ID": run_id})):  # an agent approving itself
@@ -163,7 +164,7 @@ def test_a_person_approves_an_added_runner_and_the_run_completes_with_its_eviden
         )
         assert refused.returncode == 3 and "RUN_APPROVAL_AGENT" in refused.stderr, refused.stderr
     assert transitions_of(status(repo, run_id))[0]["approvedBy"] is None
-    approved = cli(repo, "agentops-run", "approve", run_id, pending["transitionId"][:12])
+    approved = command(repo, "agentops-run", "approve", run_id, pending["transitionId"][:12])
     assert approved.returncode == 0, approved.stderr
     assert "runner:acceptance (added)" in approved.stdout
     doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
@@ -175,8 +176,8 @@ def test_a_person_approves_an_added_runner_and_the_run_completes_with_its_eviden
     b = next(t for t in doc["tasks"] if t["title"] == "Part B")
     assert b["revision"] >= 2  # re-planned to need the runner
     assert trust_store.read_bytes() == trust_before  # the run bound the new policy to itself only
-    assert cli(repo, "agentops-policy", "status").returncode != 0  # main's new policy needs a person's trust
-    report = cli(repo, "agentops-run", "report", run_id)
+    assert command(repo, "agentops-policy", "status").returncode != 0  # main's new policy needs a person's trust
+    report = command(repo, "agentops-run", "report", run_id)
     assert report.returncode == 0, report.stderr
     assert "## Policy changes" in report.stdout and "runner:acceptance (added): python3 -c" in report.stdout
 
@@ -187,16 +188,16 @@ def test_a_person_refuses_and_the_run_goes_on_under_its_policy(tmp_path: Path) -
     run_id = start(repo, scenario(tmp_path, "", first_sleep=30))
     doc = wait_for(repo, run_id, lambda d: d["status"] == "awaiting-input" and transitions_of(d), timeout=120)
     tid = transitions_of(doc)[0]["transitionId"]
-    refused = cli(repo, "agentops-run", "refuse", run_id, tid, "--reason", "not this week")
+    refused = command(repo, "agentops-run", "refuse", run_id, tid, "--reason", "not this week")
     assert refused.returncode == 0, refused.stderr
     doc = wait_for(repo, run_id, lambda d: transitions_of(d)[0]["stage"] == "refused" and d["status"] == "active")
     record = transitions_of(doc)[0]
     assert record["refused"]["code"] == "RUN_POLICY_REFUSED" and "not this week" in record["refused"]["message"]
     binding = json.loads(git(repo, "show", f"refs/agentops/runs/{run_id}/policy:binding.json"))
     assert "transitions" not in binding and binding["configHash"] == record["oldConfigHash"]
-    again = cli(repo, "agentops-run", "approve", run_id, tid)
+    again = command(repo, "agentops-run", "approve", run_id, tid)
     assert again.returncode != 0 and "RUN_POLICY_TRANSITION_STALE" in again.stderr
-    cli(repo, "agentops-run", "stop", run_id)
+    command(repo, "agentops-run", "stop", run_id)
 
 
 FAULTS = [
@@ -296,13 +297,13 @@ def live_run(tmp: Path, run_options: str = "") -> tuple[Path, str, dict[str, Any
 
 
 def ask(worktree: Path, file: str, *extra: str, expected: str | None = None) -> tuple[int, dict[str, Any]]:
-    """``git agentops-request policy`` from ``worktree``; (exit status, the response or the error document)."""
+    """``git agentops-request policy`` from ``worktree``, run in this process (``runkit.command``: the same
+    request written and the same response read; the client as a process is ``tests/protocol/``'s); (exit status,
+    the response or the error document)."""
     if expected is None:
         expected = json.loads((worktree / ".agentops/mailbox/instructions.json").read_text())["policy"]["configHash"]
-    argv = ["git", "agentops-request", "policy", "--file", file, "--expected-policy-hash", expected, "--json"]
-    done = subprocess.run(
-        [*argv, *extra, "--timeout", "60"], cwd=worktree, capture_output=True, text=True, timeout=90, check=False
-    )
+    argv = ["policy", "--file", file, "--expected-policy-hash", expected, "--json"]
+    done = command(worktree, "agentops-request", *argv, *extra, "--timeout", "60")
     doc = json.loads(done.stdout) if done.stdout.strip() else json.loads(done.stderr.strip().splitlines()[-1])
     return done.returncode, doc
 
@@ -411,7 +412,7 @@ def test_every_policy_request_refusal_has_its_code_and_loses_nothing(tmp_path: P
     assert code_of(answer) == "RUN_POLICY_TRANSITION_PENDING", answer
     # the proposal changes before the fence: the approved bytes are not the file's any more
     (proposals / "good.toml").write_text(base_text() + RUNNER.replace("print(1)", "print(2)"))
-    assert cli(repo, "agentops-run", "approve", run_id, tid, "--no-supervise").returncode == 0
+    assert command(repo, "agentops-run", "approve", run_id, tid, "--no-supervise").returncode == 0
     doc = wait_for(repo, run_id, lambda d: transitions_of(d)[0]["stage"] == "refused", timeout=60)
     assert transitions_of(doc)[0]["refused"]["code"] == "RUN_POLICY_PROPOSAL_CHANGED"
     assert git(repo, "rev-parse", f"refs/agentops/runs/{run_id}/policy") == binding_before
@@ -429,7 +430,7 @@ def test_every_policy_request_refusal_has_its_code_and_loses_nothing(tmp_path: P
     _, answer = propose("again.toml", base_text() + RUNNER + "# again\n", *APPROVE)
     assert code_of(answer) == "RUN_POLICY_PENDING", answer
     again = answer["data"]["transitionId"]
-    assert cli(repo, "agentops-run", "approve", run_id, again, "--no-supervise").returncode == 0
+    assert command(repo, "agentops-run", "approve", run_id, again, "--no-supervise").returncode == 0
     doc = wait_for(
         repo, run_id, lambda d: [t["stage"] for t in transitions_of(d)] == ["refused", "refused"], timeout=60
     )
@@ -437,7 +438,7 @@ def test_every_policy_request_refusal_has_its_code_and_loses_nothing(tmp_path: P
     assert refused["code"] == "RUN_POLICY_DIRTY" and "scratch.txt" in refused["message"]
     assert git(repo, "rev-parse", f"refs/agentops/runs/{run_id}/policy") == binding_before
     assert doc["status"] == "active"
-    cli(repo, "agentops-run", "stop", run_id)
+    command(repo, "agentops-run", "stop", run_id)
 
 
 def refs_under(repo: Path, prefix: str) -> list[str]:
@@ -451,7 +452,7 @@ def test_policy_changes_never_refuses_every_proposal(tmp_path: Path) -> None:
     (coordinator / ".agentops/proposals/p.toml").write_text(base_text('policy_changes = "never"') + RUNNER)
     _, answer = ask(coordinator, ".agentops/proposals/p.toml", *APPROVE)
     assert code_of(answer) == "RUN_POLICY_CHANGES_DISABLED", answer
-    cli(repo, "agentops-run", "stop", run_id)
+    command(repo, "agentops-run", "stop", run_id)
 
 
 def test_a_failure_after_the_bind_blocks_the_run_and_resume_rolls_it_forward(tmp_path: Path) -> None:
@@ -474,7 +475,7 @@ def test_a_failure_after_the_bind_blocks_the_run_and_resume_rolls_it_forward(tmp
     assert "RUN_POLICY_SYNC_FAILED" in doc["statusReason"]
     assert transitions_of(doc)[0]["stage"] == "bound"  # not refused, not complete: waiting to roll forward
     lock.unlink()
-    assert cli(repo, "agentops-run", "resume", run_id).returncode == 0
+    assert command(repo, "agentops-run", "resume", run_id).returncode == 0
     doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
     assert_completed_once(repo, run_id, base, doc)
 
@@ -542,7 +543,7 @@ def test_what_only_a_person_may_decide_is_refused_when_the_coordinator_approves_
         assert "--add-budget" in answer["message"] and "$.run.max_cost_usd" in answer["message"]
     assert git(repo, "rev-parse", f"refs/agentops/runs/{run_id}/policy") == binding_before
     assert not refs_under(repo, f"refs/agentops/runs/{run_id}/journal/")
-    cli(repo, "agentops-run", "stop", run_id)
+    command(repo, "agentops-run", "stop", run_id)
 
 
 def test_a_persons_decision_waits_for_a_person_and_a_budget_is_never_a_policy_change(tmp_path: Path) -> None:
@@ -561,4 +562,4 @@ def test_a_persons_decision_waits_for_a_person_and_a_budget_is_never_a_policy_ch
     assert "person's decision" in answer["message"] and "$.worktree.setup[0]" in answer["message"]
     doc = wait_for(repo, run_id, lambda d: d["status"] == "awaiting-input")
     assert transitions_of(doc)[0]["approvedBy"] is None
-    cli(repo, "agentops-run", "stop", run_id)
+    command(repo, "agentops-run", "stop", run_id)

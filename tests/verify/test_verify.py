@@ -14,6 +14,7 @@ from git_agentops.schema import documents
 
 from ..conftest import git
 from ..helpers import toml
+from ..runkit import command, trust
 
 # the project a verification command runs: its skipped test is data, counted as skipped in the evidence
 PYTEST_FILE = """
@@ -37,12 +38,14 @@ def _project(repo: Path, commands: str, *, extra_files: dict[str, str] | None = 
 
 
 def _trust(run_cli: Any, repo: Path) -> None:
-    done = run_cli("git", "agentops-policy", "trust", "--yes", cwd=repo)
-    assert done.returncode == 0, done.stderr
+    trust(repo)  # in this process (runkit.trust); the command as a process is tests/policy/test_trust.py's
 
 
 def _verify(run_cli: Any, repo: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    done = run_cli("git", "agentops-verify", "--json", *args, cwd=repo)
+    """``git agentops-verify --json ARGS`` run in this process (``runkit.command``: the same verification, its
+    commands real processes, without a fresh interpreter's imports); the human output, the exit statuses and the
+    environment scrubbing are checked on the command as a process below (``run_cli``)."""
+    done = command(repo, "agentops-verify", "--json", *args)
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
 

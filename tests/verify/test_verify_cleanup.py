@@ -17,7 +17,7 @@ from git_agentops.verify.proof import slots_dir, sweep_slots
 from ..helpers import simple_child
 from ..runkit import (
     children_settled,
-    cli,
+    command,
     project,
     recipe,
     start,
@@ -51,7 +51,7 @@ def test_run_stop_removes_the_runs_clean_checkouts_and_dead_runs_leftovers(tmp_p
     (cut_short / "w1" / "pkg").chmod(0o500)  # remove_tree copes with what the commands made read-only
     gone = mine.parent / "run-20200101-000000-gone00"  # a run whose refs were deleted
     (gone / "w1").mkdir(parents=True)
-    done = cli(repo, "agentops-run", "stop", run_id)
+    done = command(repo, "agentops-run", "stop", run_id)
     assert done.returncode == 0, done.stderr
     wait_supervisor_gone(repo, run_id)
     assert not mine.exists(), sorted(mine.rglob("*"))[:10]
@@ -64,7 +64,7 @@ def test_run_stop_after_the_supervisor_was_killed_removes_the_checkouts(tmp_path
     os.kill(supervisor_pid(repo, run_id), signal.SIGKILL)
     wait_supervisor_gone(repo, run_id)
     assert _checkouts(repo, run_id).is_dir()  # a crash leaves them: the run may resume
-    done = cli(repo, "agentops-run", "stop", run_id)
+    done = command(repo, "agentops-run", "stop", run_id)
     assert done.returncode == 0, done.stderr
     assert not _checkouts(repo, run_id).exists()
 
@@ -80,6 +80,6 @@ def test_a_complete_run_leaves_no_checkout_and_a_live_runs_are_never_swept(tmp_p
     assert supervisor_running(repo, live) and _checkouts(repo, live).is_dir()  # its supervisor's exit swept around it
     assert sweep_slots(dict(os.environ), open_store(repo, clock=FixedClock())) == []
     assert _checkouts(repo, live).is_dir()
-    cli(repo, "agentops-run", "stop", live)
+    command(repo, "agentops-run", "stop", live)
     wait_supervisor_gone(repo, live)
     assert not _checkouts(repo, live).exists()
