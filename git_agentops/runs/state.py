@@ -73,6 +73,14 @@ def run_dir(store: Store, run_id: str) -> Path:
     return store.private_dir() / "runs" / check_run_id(run_id)
 
 
+STOPPING: Final = "supervisor.stopping"
+"""In the run's private dir: written by a supervisor that holds the run's lock and is about to let it go (the run
+is no longer active), before it looks at the run's status one last time. A starter finding the lock held waits
+for such a holder instead of taking the run as served (:func:`git_agentops.supervisor.spawn.spawn_supervisor`);
+the holder serves the run again if it was made active meanwhile. Meaningless without the lock held: every new
+holder removes a dead one's."""
+
+
 def write_heartbeat(directory: Path, now: float) -> None:
     """The supervisor's heartbeat in the run's private dir: a crash's open budget interval is closed there."""
     write_private(directory, "heartbeat", f"{now}\n".encode())

@@ -44,7 +44,7 @@ from .. import eventkinds as kinds
 from ..clock import Clock
 from ..errors import AgentOpsError, LockHeld, RunNotActive, StateTampered, raised_as
 from ..gitstore.journal import Change, Event, Journal
-from ..gitstore.private import file_lock, write_private
+from ..gitstore.private import file_lock, remove_private, write_private
 from ..gitstore.repo import Store
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import clean_up, integrate
@@ -244,13 +244,40 @@ class Supervisor:
         """Hold the lock and supervise until the run ends. ``RUN_SUPERVISOR_ACTIVE``, ``RUN_NOT_ACTIVE``."""
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
+                remove_private(self.dir, runstate.STOPPING)  # a dead holder's
                 write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
-                return self._serve_locked()
+                while True:
+                    try:
+                        status = self._serve_locked()
+                    except RunNotActive:
+                        if not self._resumed_while_stopping():
+                            raise
+                    else:
+                        # a run it left stopped may have been resumed since (even before the loop's last read)
+                        if status is RunStatus.COMPLETE or not self._resumed_while_stopping():
+                            return status
+                    self.log(f"{self.run_id} was made active again while this supervisor stopped: serving it again")
         except LockHeld as exc:
             raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}") from exc
         finally:
             self.executor.shutdown(wait=True, cancel_futures=False)
             sweep_slots(self.environ, self.store)  # this run's clean checkouts if it ended, and dead runs' leftovers
+
+    def _resumed_while_stopping(self) -> bool:
+        """Whether the run was made active again (``resume``, ``answer``) while this supervisor was leaving it.
+
+        A ``resume`` that found the lock held took the run as served; so before letting the lock go, this says it
+        is stopping (:data:`~git_agentops.runs.state.STOPPING`) and only then reads the run's status. Either that
+        read sees the resumed run (and this supervisor serves it again), or the resume, which wrote the status
+        before it looked at the lock, sees the marker and waits for the lock to start a supervisor of its own."""
+        if self.lease_lost:  # the run is another machine's now
+            return False
+        write_private(self.dir, runstate.STOPPING, f"{os.getpid()}\n".encode())
+        run = self.current_run()
+        if run.status in (RunStatus.ACTIVE, RunStatus.AWAITING_INPUT) and not run.disable_restart:
+            remove_private(self.dir, runstate.STOPPING)
+            return True
+        return False
 
     def _serve_locked(self) -> RunStatus:
         tenure.claim(self)  # a run served from several machines: before anything is written here

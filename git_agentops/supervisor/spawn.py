@@ -109,17 +109,14 @@ def spawn_supervisor(store: Store, run_id: str, *, cwd: Path, env: Mapping[str, 
     running. A refusal is raised as the supervisor's own error. ``RUN_SUPERVISOR_ACTIVE``, ``RUN_NOT_ACTIVE``,
     ``RUN_SERVICE_UNAVAILABLE`` (a forced manager missing), ``RUN_SERVICE_FAILED`` (the manager refused it).
     """
-    from ..gitstore.private import file_lock, remove_private
+    from ..gitstore.private import remove_private
     from ..runs.state import journal, run_dir
 
     choice = detect(env)
     directory = run_dir(store, run_id)
     directory.mkdir(parents=True, exist_ok=True)
-    try:
-        with file_lock(directory, "supervisor.lock", blocking=False):
-            pass
-    except LockHeld as exc:
-        raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}") from exc
+    if not _lock_free(directory, run_id):
+        raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}")
     events = journal(store, run_id)
     before = next((entry.commit for entry in events.log(limit=1)), None)
     log = directory / "supervisor.out"
@@ -155,6 +152,30 @@ def spawn_supervisor(store: Store, run_id: str, *, cwd: Path, env: Mapping[str, 
     finally:
         os.close(out)
     return _wait(handle, events, before, log, offset, run_id)
+
+
+def _lock_free(directory: Path, run_id: str, *, timeout: float = 30.0) -> bool:
+    """Whether no supervisor holds the run's lock -- waiting, while the holder says it is stopping
+    (:data:`~git_agentops.runs.state.STOPPING`), until it lets the lock go or serves the run again. The caller
+    wrote the run's status first: a holder that read it serves on, and one that read it before is let go of."""
+    from ..gitstore.private import file_lock
+    from ..runs.state import STOPPING
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with file_lock(directory, "supervisor.lock", blocking=False):
+                return True
+        except LockHeld:
+            if not (directory / STOPPING).exists():
+                return False
+        if time.monotonic() > deadline:
+            raise AgentOpsError(
+                "RUN_SUPERVISOR_ACTIVE",
+                f"the supervisor of {run_id} said it was stopping and still holds the run after {timeout:.0f} s: "
+                f"'git agentops-run resume {run_id}' again once it has exited",
+            )
+        time.sleep(0.05)
 
 
 def _served(events: Any, before: str | None, pids: set[int] | None) -> int | None:
