@@ -43,12 +43,14 @@ def proposed(run_options: str) -> str:
     )
 
 
-def scenario(tmp: Path, run_options: str, *, first_sleep: float = 1.0) -> Path:
-    """Plan A, and B depending on A; propose the runner; once complete, re-plan B to need it."""
+def scenario(tmp: Path, run_options: str, *, first_sleep: float = 1.0, later_at_once: bool = False) -> Path:
+    """Plan A, and B depending on A; propose the runner; once complete, re-plan B to need it. ``later_at_once``: A's
+    first generation only sleeps first, every later one writes at once."""
+    work = [write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]
     tasks = child(
         "a",
         "Part A",
-        [[{"sleep": first_sleep}, write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]],
+        [[{"sleep": first_sleep}, *work], *([work] if later_at_once else [])],
     ) + child("b", "Part B", [[write_step("src/b.txt", "b\n"), {"commit": "Add b"}, HANDOFF]], ["a"])
     doc: dict[str, Any] = {
         "plan": {"title": "Build it", "intent": "Build the parts", "criteria": ["parts exist", "check passes"]},
@@ -222,7 +224,15 @@ def test_kill_9_at_each_stage_then_supervise_completes_the_transition_exactly_on
     merged twice, the target moved once, and the receipt is valid."""
     repo = project(tmp_path, run_options='policy_changes = "coordinator"')
     base = git(repo, "rev-parse", "main")
-    run_id = start(repo, scenario(tmp_path, 'policy_changes = "coordinator"'), env={"AGENTOPS_FAULT": point})
+    # killed at `prepared`, before the fence, A is still at work: the new supervisor stops what the dead one left
+    # running and fences the writers itself. A's first generation sleeps through that: stopped between its write and
+    # its commit, its checkout would be dirty and the transition refused (RUN_POLICY_DIRTY) -- a path of its own
+    # (test_every_policy_request_refusal_has_its_code_and_loses_nothing), not this one; later generations write at once.
+    early = point == "policy:prepared"
+    recipe_path = scenario(
+        tmp_path, 'policy_changes = "coordinator"', first_sleep=10 if early else 1.0, later_at_once=early
+    )
+    run_id = start(repo, recipe_path, env={"AGENTOPS_FAULT": point})
     wait_supervisor_gone(repo, run_id)
     assert f"fault injection: SIGKILL at {point}" in supervisor_log(repo, run_id)
     supervised = subprocess.Popen(
