@@ -323,6 +323,7 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs import controls as runs
 
     store = ctx.store()
+    from_stop = False  # resumed from a stop (blocked, paused, budget-limited...)
     if args.command == "pause":
         result = runs.pause(store, args.run_id)
     elif args.command == "stop":
@@ -337,6 +338,9 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
             except ValueError as exc:
                 raise AgentOpsError("USAGE", str(exc)) from None
             seconds, dollars, tokens = seconds + more[0], dollars + more[1], tokens + more[2]
+        from ..runs.state import read
+
+        from_stop = read(store, args.run_id).run().status not in (RunStatus.ACTIVE, RunStatus.AWAITING_INPUT)
         result = runs.resume(store, args.run_id, ctx.clock, add_budget=seconds, add_cost_usd=dollars, add_tokens=tokens)
     doc: dict[str, Any] = {"runId": args.run_id, "status": str(result.status)}
     lines = [f"{args.run_id}: {result.status}"]
@@ -357,7 +361,8 @@ def _control(args: argparse.Namespace, ctx: Context) -> int:
         _sandbox_warning(ctx, bound_policy(store, args.run_id))
         from .spawn import supervise_in_background
 
-        supervise_in_background(ctx, args.run_id, doc, lines)
+        # resumed from a stop: a supervisor still holding the run (its loop has not seen the stop) starts it again
+        supervise_in_background(ctx, args.run_id, doc, lines, restart=from_stop)
     ctx.emit(doc, lines)
     return 0
 

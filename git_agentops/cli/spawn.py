@@ -11,11 +11,13 @@ from ..supervisor.spawn import spawn_supervisor
 from .common import Context
 
 
-def supervise_in_background(ctx: Context, run_id: str, doc: dict[str, Any], lines: list[str]) -> None:
+def supervise_in_background(
+    ctx: Context, run_id: str, doc: dict[str, Any], lines: list[str], *, restart: bool = False
+) -> None:
     """After a control that lets the run go on: a detached supervisor, unless one serves it already (said in
-    ``doc`` and ``lines``)."""
+    ``doc`` and ``lines``; ``restart``: the run was resumed from a stop, and that one starts it again)."""
     try:
-        spawned = spawn_supervisor(ctx.store(), run_id, cwd=ctx.cwd, env=ctx.env)
+        spawned = spawn_supervisor(ctx.store(), run_id, cwd=ctx.cwd, env=ctx.env, restart=restart)
         doc.update(spawned.to_json())
         lines.append(f"supervising in the background ({spawned.describe()})")
     except SupervisorActive:

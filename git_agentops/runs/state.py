@@ -81,6 +81,13 @@ the holder serves the run again if it was made active meanwhile. Meaningless wit
 holder removes a dead one's."""
 
 
+RESTART: Final = "supervisor.restart"
+"""In the run's private dir: written by ``resume`` of a stopped run (blocked, paused, budget-limited) that found
+the lock held by a supervisor that is not stopping -- one whose loop never saw the stop, the resume landing between
+the status write and its next look. That supervisor takes it as the restart a new supervisor would have been: its
+workers stopped, its jobs finished, then served again from the start (an interrupted integration rolled forward)."""
+
+
 def write_heartbeat(directory: Path, now: float) -> None:
     """The supervisor's heartbeat in the run's private dir: a crash's open budget interval is closed there."""
     write_private(directory, "heartbeat", f"{now}\n".encode())

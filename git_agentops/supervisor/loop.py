@@ -245,6 +245,7 @@ class Supervisor:
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
                 remove_private(self.dir, runstate.STOPPING)  # a dead holder's
+                remove_private(self.dir, runstate.RESTART)  # a start is the restart it asked for
                 write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
                 while True:
                     try:
@@ -384,6 +385,13 @@ class Supervisor:
     def _loop(self) -> RunStatus:
         idle_ticks = 0
         while True:
+            if remove_private(self.dir, runstate.RESTART):  # resumed from a stop this loop did not see
+                self.log(f"{self.run_id} was resumed: its workers start again as new generations")
+                self.stop_all(WorkerStatus.STOPPED, "the run was resumed")
+                self._wait_jobs()
+                self.stop_all(WorkerStatus.STOPPED, "the run was resumed")
+                self.state.refresh()
+                return self.state.run().status
             self.state.refresh()
             run = self.state.run()
             if run.status is RunStatus.COMPLETE:

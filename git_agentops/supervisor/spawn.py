@@ -101,13 +101,15 @@ class _Process:
         """It exited already (a supervisor left running is never killed here)."""
 
 
-def spawn_supervisor(store: Store, run_id: str, *, cwd: Path, env: Mapping[str, str]) -> Spawned:
+def spawn_supervisor(store: Store, run_id: str, *, cwd: Path, env: Mapping[str, str], restart: bool = False) -> Spawned:
     """Start a detached supervisor of ``store``'s run ``run_id`` in ``cwd`` with ``env`` and wait until it serves
     the run (its ``RUN_SUPERVISOR_START`` is recorded).
 
     Holding the lock is not enough: a supervisor refusing the run holds it too, while it stops what a dead one left
-    running. A refusal is raised as the supervisor's own error. ``RUN_SUPERVISOR_ACTIVE``, ``RUN_NOT_ACTIVE``,
-    ``RUN_SERVICE_UNAVAILABLE`` (a forced manager missing), ``RUN_SERVICE_FAILED`` (the manager refused it).
+    running. ``restart``: the run was just resumed from a stop; a supervisor found serving it is asked to restart
+    (:data:`~git_agentops.runs.state.RESTART`), as a new one would. A refusal is raised as the supervisor's own
+    error. ``RUN_SUPERVISOR_ACTIVE``, ``RUN_NOT_ACTIVE``, ``RUN_SERVICE_UNAVAILABLE`` (a forced manager missing),
+    ``RUN_SERVICE_FAILED`` (the manager refused it).
     """
     from ..gitstore.private import remove_private
     from ..runs.state import journal, run_dir
@@ -116,6 +118,11 @@ def spawn_supervisor(store: Store, run_id: str, *, cwd: Path, env: Mapping[str, 
     directory = run_dir(store, run_id)
     directory.mkdir(parents=True, exist_ok=True)
     if not _lock_free(directory, run_id):
+        if restart:
+            from ..gitstore.private import write_private
+            from ..runs.state import RESTART
+
+            write_private(directory, RESTART, b"resumed\n")
         raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor already serves {run_id}")
     events = journal(store, run_id)
     before = next((entry.commit for entry in events.log(limit=1)), None)

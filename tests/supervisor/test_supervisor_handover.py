@@ -23,16 +23,17 @@ from git_agentops.gitstore.private import file_lock
 from git_agentops.gitstore.repo import Store
 from git_agentops.model.run import RunStatus
 from git_agentops.runs import controls
-from git_agentops.runs.state import STOPPING, run_dir
+from git_agentops.runs.state import RESTART, STOPPING, run_dir
 from git_agentops.supervisor import spawn
 from git_agentops.supervisor.loop import Supervisor
 
 from ..fakes import RUN, new_run
 
 
-def _supervisor(repo_path: Path, store: Store, clock: FixedClock) -> Supervisor:
+def _supervisor(repo_path: Path, store: Store, clock: FixedClock, log: list[str] | None = None) -> Supervisor:
     loop = new_run(repo_path, store, clock)
-    return Supervisor(store, RUN, policy=loop.policy, trust=loop.ctx.trust, environ={}, clock=clock)
+    lines = [] if log is None else log
+    return Supervisor(store, RUN, policy=loop.policy, trust=loop.ctx.trust, environ={}, clock=clock, log=lines.append)
 
 
 @pytest.mark.parametrize("leaving", ["refusing", "stopping"])
@@ -120,3 +121,42 @@ def test_a_starter_waits_for_a_stopping_holder_and_trusts_a_serving_one(store: S
     with pytest.raises(SupervisorActive, match="said it was stopping"):
         spawn._lock_free(directory, RUN, timeout=0.3)
     stuck.join()
+
+
+def test_a_serving_supervisor_asked_to_restart_stops_its_loop_and_serves_the_run_from_the_start(
+    repo_path: Path, store: Store, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume of a stopped run that finds a supervisor serving it (its loop has not seen the stop: the resume
+    landed between the status write and its next look) asks it to restart, as a new supervisor would have: its loop
+    ends with its workers stopped and its jobs done, and it serves the run again from the start -- where an
+    interrupted integration is rolled forward."""
+    log: list[str] = []
+    supervisor = _supervisor(repo_path, store, clock, log)
+    supervisor.dir.mkdir(parents=True, exist_ok=True)
+    starts: list[RunStatus] = []
+
+    def serve_locked(self: Supervisor) -> RunStatus:
+        starts.append(self.current_run().status)
+        if len(starts) > 1:
+            return RunStatus.COMPLETE
+        assert not (self.dir / RESTART).exists()  # a start is the restart asked for: an older request is gone
+        (self.dir / RESTART).write_text("resumed\n")  # what `resume` writes meanwhile
+        return self._loop()
+
+    monkeypatch.setattr(Supervisor, "_serve_locked", serve_locked)
+    (supervisor.dir / RESTART).write_text("an old request\n")
+    assert supervisor.serve() is RunStatus.COMPLETE
+    assert starts == [RunStatus.ACTIVE, RunStatus.ACTIVE]
+    assert not (supervisor.dir / RESTART).exists()
+    assert any("was resumed: its workers start again" in line for line in log)
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_a_resume_from_a_stop_asks_a_serving_supervisor_to_restart(store: Store, restart: bool) -> None:
+    directory = run_dir(store, RUN)
+    directory.mkdir(parents=True)
+    serving = _hold(directory, stopping=False, then="release", after=0.3)
+    with pytest.raises(SupervisorActive):
+        spawn.spawn_supervisor(store, RUN, cwd=store.workdir, env={}, restart=restart)
+    assert (directory / RESTART).exists() is restart
+    serving.join()
