@@ -245,9 +245,9 @@ class Supervisor:
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
                 remove_private(self.dir, runstate.STOPPING)  # a dead holder's
-                remove_private(self.dir, runstate.RESTART)  # a start is the restart it asked for
                 write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
                 while True:
+                    remove_private(self.dir, runstate.RESTART)  # each start is the restart one asked for
                     try:
                         status = self._serve_locked()
                     except RunNotActive:
