@@ -20,5 +20,7 @@ def supervise_in_background(
         spawned = spawn_supervisor(ctx.store(), run_id, cwd=ctx.cwd, env=ctx.env, restart=restart)
         doc.update(spawned.to_json())
         lines.append(f"supervising in the background ({spawned.describe()})")
-    except SupervisorActive:
+    except SupervisorActive as exc:
+        if exc.details.get("stopping"):  # it will not serve the run, and none could be started: say so, fail
+            raise
         lines.append("its supervisor is already running")

@@ -71,23 +71,22 @@ def make_venv(
 
     Raises ``ENV_SETUP_FAILED`` (from :func:`~.tools.run_tool`) when the interpreter cannot make an environment.
     """
-    try:
-        if seeds is None:
-            raise OSError("no cache directory")
-        seeds.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        seeds = path.parent
-    seed = ensure_seed(executable, key, shared=seeds, env=env, clock=clock, timeout=timeout)
+    if seeds is not None:
+        try:
+            seeds.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only HOME, a file in the way
+            seeds = None
+    seed = _ensure_seed(executable, key, shared=seeds or path.parent, env=env, clock=clock, timeout=timeout)
     _venv(executable, path, ["--without-pip"], env=env, clock=clock, timeout=timeout)
-    copy_pip(seed, path)
+    _copy_pip(seed, path)
 
 
-def ensure_seed(executable: str, key: str, *, shared: Path, env: dict[str, str], clock: Clock, timeout: float) -> Path:
-    """The complete seed for ``key``: reused, or made by ``python -I -m venv`` (once, under its lock)."""
+def _ensure_seed(executable: str, key: str, *, shared: Path, env: dict[str, str], clock: Clock, timeout: float) -> Path:
+    """The complete seed for ``key`` in ``shared`` (which exists): reused, or made by ``python -I -m venv`` (once,
+    under its lock)."""
     seed = shared / f"pip-seed-{key[:16]}"
     if _complete(seed, key):
         return seed
-    shared.mkdir(parents=True, exist_ok=True)
     with file_lock(shared, f"{seed.name}.lock", timeout=timeout):
         if _complete(seed, key):  # another build made it while we waited
             return seed
@@ -121,8 +120,8 @@ def _venv(
     )
 
 
-def copy_pip(seed: Path, venv: Path) -> list[str]:
-    """Copy the seed's site-packages and the scripts its ``bin/`` has that ``venv``'s lacks; return those names."""
+def _copy_pip(seed: Path, venv: Path) -> None:
+    """Copy the seed's site-packages, and the scripts its ``bin/`` has that ``venv``'s lacks, retargeted."""
     source, target = site_packages(seed), site_packages(venv)
     for entry in sorted(source.iterdir()):
         if entry.is_dir() and not entry.is_symlink():
@@ -139,7 +138,6 @@ def copy_pip(seed: Path, venv: Path) -> list[str]:
         shutil.copystat(entry, made)
         scripts[entry.name] = body
     _fix_records(target, venv / "bin", scripts)
-    return sorted(scripts)
 
 
 def _retarget(body: bytes, old_bin: str, new_bin: str) -> bytes:

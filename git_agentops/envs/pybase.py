@@ -449,9 +449,8 @@ def _build_base(job: _Job, path: Path) -> tuple[dict[str, str], BuildAnswer]:
             details={"local": local},
         )
     python = job.python
-    seed = seed_key(python.base, python.version, python.implementation)
-    seeds = seeds_dir(job.environ)
-    make_venv(python.executable, seed, path, seeds=seeds, env=env, clock=job.clock, timeout=600)
+    key = seed_key(python.base, python.version, python.implementation)
+    make_venv(python.executable, key, path, seeds=seeds_dir(job.environ), env=env, clock=job.clock, timeout=600)
     pip = [str(path / "bin" / "python"), "-I", "-m", "pip", "install"]
     files: dict[str, Path] = {}
     for name, lines in (

@@ -181,6 +181,7 @@ def _lock_free(directory: Path, run_id: str, *, timeout: float = 30.0) -> bool:
                 "RUN_SUPERVISOR_ACTIVE",
                 f"the supervisor of {run_id} said it was stopping and still holds the run after {timeout:.0f} s: "
                 f"'git agentops-run resume {run_id}' again once it has exited",
+                details={"stopping": True},
             )
         time.sleep(0.05)
 

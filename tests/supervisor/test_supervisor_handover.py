@@ -118,8 +118,9 @@ def test_a_starter_waits_for_a_stopping_holder_and_trusts_a_serving_one(store: S
     staying.join()
 
     stuck = _hold(directory, stopping=True, then="release", after=0.8)
-    with pytest.raises(SupervisorActive, match="said it was stopping"):
+    with pytest.raises(SupervisorActive, match="said it was stopping") as refused:
         spawn._lock_free(directory, RUN, timeout=0.3)
+    assert refused.value.details == {"stopping": True}  # what `resume` fails with instead of "already running"
     stuck.join()
 
 
@@ -160,3 +161,27 @@ def test_a_resume_from_a_stop_asks_a_serving_supervisor_to_restart(store: Store,
         spawn.spawn_supervisor(store, RUN, cwd=store.workdir, env={}, restart=restart)
     assert (directory / RESTART).exists() is restart
     serving.join()
+
+
+def test_resume_fails_when_a_stopping_supervisor_never_lets_the_run_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a holder that serves the run is "already running"; one that said it was stopping and kept the lock past
+    the wait fails the resume with its own message (the run would otherwise be active with nobody serving it)."""
+    from types import SimpleNamespace
+
+    from git_agentops.cli import spawn as cli_spawn
+    from git_agentops.errors import AgentOpsError
+
+    def refused(details: dict[str, bool]) -> object:
+        def spawn_supervisor(*args: object, **kwargs: object) -> None:
+            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", "held", details=details)
+
+        return spawn_supervisor
+
+    ctx = SimpleNamespace(store=lambda: None, cwd=Path("."), env={})
+    lines: list[str] = []
+    monkeypatch.setattr(cli_spawn, "spawn_supervisor", refused({}))
+    cli_spawn.supervise_in_background(ctx, RUN, {}, lines)  # type: ignore[arg-type]
+    assert lines == ["its supervisor is already running"]
+    monkeypatch.setattr(cli_spawn, "spawn_supervisor", refused({"stopping": True}))
+    with pytest.raises(SupervisorActive, match="held"):
+        cli_spawn.supervise_in_background(ctx, RUN, {}, lines)  # type: ignore[arg-type]

@@ -352,10 +352,13 @@ def test_the_generation_allowance_counts_failed_generations_only() -> None:
 
 
 def _group(argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Proc]:
-    """``argv`` leading a new session and process group, once it runs."""
+    """``argv`` leading a new session and process group, once it runs -- its exec finished: Popen returns when the
+    exec closed the child's close-on-exec pipe, before the kernel has set up the new image's environment, and
+    ``/proc/PID/environ`` reads empty until it has (seen under two busy suites at once)."""
     proc = subprocess.Popen(argv, start_new_session=True, env={**os.environ, **(env or {})})
     identity = None
-    while identity is None:
+    deadline = time.monotonic() + 5
+    while identity is None or (not Path(f"/proc/{proc.pid}/environ").read_bytes() and time.monotonic() < deadline):
         identity = process_identity(proc.pid)
     return proc, (identity.pid, identity.start_time)
 
