@@ -223,6 +223,8 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     ),
     "RUN_REVIEW_BLOCKED": _c(EXIT_NEGATIVE, "a reviewer rejected the candidate or raised a blocking finding"),
     "RUN_TARGET_CONTENDED": _c(EXIT_NEGATIVE, "the target kept moving while the candidate was rebuilt"),
+    "RUN_QUEUE_REPLACED": _c(EXIT_NEGATIVE, "a queue entry gave way to the same run's newer deliveries"),
+    "QUEUE_LEASE_LOST": _c(EXIT_REFUSED, "another supervisor took the merge queue over; this one wrote nothing"),
     "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
         EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"
     ),
@@ -466,6 +468,14 @@ class LeaseHeld(CodedError, code="RUN_LEASE_HELD"):
 
 class LeaseLost(CodedError, code="RUN_LEASE_LOST"):
     """Another machine took the run over: this one stops its agents."""
+
+
+class QueueLeaseLost(CodedError, code="QUEUE_LEASE_LOST"):
+    """Another supervisor took the merge queue over: this one wrote nothing and waits again."""
+
+
+class TargetCheckedOutDirty(CodedError, code="RUN_TARGET_CHECKED_OUT_DIRTY"):
+    """A checkout of the target has uncommitted changes: nothing is published until they are committed or stashed."""
 
 
 class RemoteUnreachable(CodedError, code="SYNC_REMOTE_UNREACHABLE"):

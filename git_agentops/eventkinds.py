@@ -297,6 +297,25 @@ INTEGRATION_RECEIPTED: Final = _k(
 INTEGRATION_FAILED: Final = _k(
     "INTEGRATION_FAILED", "the integration failed (the refusal's code)", status=_STRING, failure=_STRING
 )
+INTEGRATION_QUEUED: Final = _k(
+    "INTEGRATION_QUEUED", "the run's deliveries were enqueued on the target's merge queue", status=_STRING
+)
+QUEUE_ENQUEUED: Final = _k("QUEUE_ENQUEUED", "a run's integration joined the target's merge queue", runId=_STRING)
+QUEUE_LEASED: Final = _k("QUEUE_LEASED", "a supervisor took (or renewed) the lease to process the merge queue")
+QUEUE_RELEASED: Final = _k("QUEUE_RELEASED", "the supervisor processing the merge queue gave its lease up")
+QUEUE_CONFLICTED: Final = _k(
+    "QUEUE_CONFLICTED", "queue entries whose deliveries conflict with what is ahead of them", positions=_ARRAY
+)
+QUEUE_EVICTED: Final = _k(
+    "QUEUE_EVICTED", "a queue entry whose own candidate failed verification twice was evicted", positions=_ARRAY
+)
+QUEUE_PUBLISHING: Final = _k(
+    "QUEUE_PUBLISHING", "the verified prefix of the queue is recorded before the target moves", positions=_ARRAY
+)
+QUEUE_PUBLISHED: Final = _k("QUEUE_PUBLISHED", "the target moved to the queue's verified prefix", positions=_ARRAY)
+QUEUE_REBUILT: Final = _k(
+    "QUEUE_REBUILT", "queue entries go back to waiting: the target moved before they were published", positions=_ARRAY
+)
 INTEGRATION_REMOTE: Final = _k("INTEGRATION_REMOTE", "a step of publishing to the remote (said in the summary)")
 REVIEWS_RECORDED: Final = _k("REVIEWS_RECORDED", "the candidate's reviews were stored", reviews=_ARRAY)
 REVIEW_USAGE: Final = _k("REVIEW_USAGE", "what the review attempts used, added to the run's spend", tokens=_INT)

@@ -76,7 +76,9 @@ class RefConflict(AgentOpsError):
 
 ZERO_OID: Final = "0" * 40
 _DELIVERY: Final = re.compile(r"refs/agentops/runs/[^/]+/deliveries/[^/]+")
-_LINEAR: Final = re.compile(r"refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)|refs/notes/agentops/.+")
+_LINEAR: Final = re.compile(
+    r"refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)|refs/agentops/queue/.+|refs/notes/agentops/.+"
+)
 
 
 def namespace_rule(
@@ -85,9 +87,10 @@ def namespace_rule(
     """The rule a change of an agentops ref breaks, as (code, message), or None.
 
     Frozen deliveries are create-only; run state, policy and journal refs and the agentops notes only move
-    forward (the old tip must be an ancestor of the new one) and are never deleted. Every other ref is not ours
-    to judge. ``old``/``new`` are object ids, None or all zeros for "absent". The same rule runs in the store's
-    own ref writes, in the ``reference-transaction`` and ``pre-push`` hooks and in ``pre-receive``.
+    forward (the old tip must be an ancestor of the new one) and are never deleted; so does a target's merge
+    queue. Every other ref is not ours to judge. ``old``/``new`` are object ids, None or all zeros for "absent".
+    The same rule runs in the store's own ref writes, in the ``reference-transaction`` and ``pre-push`` hooks and
+    in ``pre-receive``.
     """
     old = None if old in (None, ZERO_OID) else old
     new = None if new in (None, ZERO_OID) else new

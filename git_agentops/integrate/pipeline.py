@@ -53,6 +53,9 @@ from ..model.request import RequestRecord, ResponseDoc
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
+from ..queue import book as queuebook
+from ..queue.record import EntryState, QueuedDelivery
+from ..queue.serve import Left, wait_settled
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
@@ -61,6 +64,7 @@ from ..verify.evidence import EvidenceStore
 from ..verify.proof import remove_slots
 from . import custody
 from .gate import gate
+from .guards import candidate_breach
 from .merge import ChainResult, merge_chain
 from .record import ZERO_DIGEST, advance, fail
 from .remote import follow, publish, remote_tip
@@ -107,7 +111,7 @@ def _tip(ctx: JobContext, store: Store, target: str) -> str | None:
 
 
 def _integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait:
-    return roll_forward(ctx, store, STEPS, _finish)
+    return roll_forward(ctx, store, QUEUE_STEPS if ctx.policy.queue_enabled else STEPS, _finish)
 
 
 # -- the table of steps (:mod:`.steps`): each reads the record afresh; resuming is finding the first one due ----------
@@ -204,6 +208,95 @@ STEPS: Final = (
 """The integration, in order; :func:`_finish` (``complete``) follows the last row. See :mod:`.steps`."""
 
 
+def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | None:
+    """With ``[queue] enabled``: steps 1 to 4 through the target's merge queue (:mod:`git_agentops.queue`). The
+    deliveries are checked, merged on the target's tip for the guards (and, when reviews are required, verified and
+    reviewed there as without the queue), enqueued once, and the run waits -- processing the queue while it holds
+    its lease -- until its entry is published (the record then says so), evicted or conflicted (the finalize is
+    refused with the queue's evidence)."""
+    run, tasks, integration = now.run, now.view.tasks(), now.integration
+    order, refused = _custody(ctx, store, run, tasks)
+    if refused is not None:
+        return refused
+    position = integration.queue_position
+    if integration.status is not IntegrationStatus.QUEUED or position is None:
+        tip = _tip(ctx, store, run.target)
+        if tip is None:
+            return fail(ctx, store, "OBJECT_MISSING", f"the target branch {run.target} is gone", {})
+        chain = merge_chain(
+            store,
+            tip,
+            [(task_id, delivered(tasks[task_id]).commit) for task_id in order],
+            message=lambda label, commit: f"Integrate {tasks[label].title} ({label})\n\nFrozen delivery {commit}.\n",
+        )
+        if chain.conflict is not None or chain.head is None:
+            return _conflict(ctx, store, tip, chain, tasks)
+        breach = candidate_breach(store, ctx.policy, base=tip, candidate=chain.head, bound_policy=ctx.policy_file)
+        if breach is not None:
+            return fail(ctx, store, breach.code, breach.message, dict(breach.detail))
+        if int(ctx.policy.doc["review"]["required"]) > 0:
+            _prepare(ctx, store, tip, chain.head, chain, order, 1)
+            root = tasks[run.root_task_id] if run.root_task_id else None
+            refused = gate(ctx, store, run, root, chain.head, tip)
+            if refused is not None:
+                return refused
+        entry = queuebook.enqueue(
+            store,
+            run.target,
+            ctx.run_id,
+            [QueuedDelivery(t, tasks[t].title, delivered(tasks[t]).commit) for t in order],
+            ctx.policy.config_hash,
+            ctx.clock.now(),
+        )
+        position = entry.position
+        advance(
+            ctx,
+            store,
+            kinds.INTEGRATION_QUEUED,
+            f"enqueued as #{position} on the merge queue of {run.target}",
+            status=IntegrationStatus.QUEUED,
+            queue_position=position,
+            order=order,
+        )
+    settled = wait_settled(ctx, store, run.target, position)
+    if isinstance(settled, Left):
+        ctx.log(f"waiting: {settled.message}")
+        return Wait(settled.code, settled.message)
+    if settled.state is not EntryState.PUBLISHED:
+        code = settled.code or "RUN_VERIFICATION_FAILED"
+        detail: dict[str, object] = {"queuePosition": position}
+        if settled.paths is not None:
+            detail.update(paths=list(settled.paths), ahead=list(settled.ahead or ()))
+        return fail(ctx, store, code, f"queue entry #{position}: {settled.reason}", detail)
+    advance(
+        ctx,
+        store,
+        kinds.INTEGRATION_PUBLISHED,
+        f"the merge queue moved {run.target} to {str(settled.candidate)[:12]} (entry #{position})",
+        status=IntegrationStatus.PUBLISHED,
+        base=settled.base,
+        candidate=settled.candidate,
+        steps=settled.steps,
+        verification=settled.verification,
+        attempts=settled.verifications,
+        queue_below=settled.below,
+        published_at=settled.settled_at,
+    )
+    return None
+
+
+QUEUE_STEPS: Final = (
+    Step(
+        "queue",
+        lambda now: now.status not in _DONE,
+        _queued,
+        (IntegrationStatus.PREPARED, IntegrationStatus.QUEUED, IntegrationStatus.PUBLISHED, IntegrationStatus.FAILED),
+    ),
+    STEPS[-1],
+)
+"""The integration through the target's merge queue (``[queue] enabled``): the queue publishes, the run receipts."""
+
+
 def _contains(store: Store, tip: str, commit: str) -> bool:
     """Whether ``commit`` is ``tip`` or one of its ancestors (``git merge-base --is-ancestor``)."""
     try:
@@ -216,21 +309,9 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
     """Build the candidate on the target's tip, gate it, and move the target to it by CAS; rebuild if it moved."""
     run = view.run()
     tasks = view.tasks()
-    children = [t for t in tasks.values() if t.parent is not None]
-    order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
-    frozen_before = _frozen_before_transitions(store, ctx.run_id)
-    for task_id in order:  # the state is authentic; the refs, notes and evidence around it must agree with it
-        commit = str(delivery.commit if (delivery := tasks[task_id].delivery) is not None else None)
-        hashes = {run.policy_config_hash, *frozen_before.get((task_id, commit), ())}
-        mismatch = custody.check_delivered(store, ctx.run_id, tasks[task_id], hashes)
-        if mismatch is not None:
-            return fail(
-                ctx,
-                store,
-                "RUN_DELIVERY_MISMATCH",
-                f"the delivery of {task_id} ({tasks[task_id].title}) does not hold together: {mismatch.why}",
-                {"taskId": task_id, "why": mismatch.why},
-            )
+    order, refused = _custody(ctx, store, run, tasks)
+    if refused is not None:
+        return refused
     deliveries = [(task_id, delivered(tasks[task_id]).commit) for task_id in order]
     root = tasks[run.root_task_id] if run.root_task_id else None
     for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
@@ -265,6 +346,27 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
         f"{run.target} kept moving: {MAX_PUBLISH_ATTEMPTS} candidates were rebuilt",
         {},
     )
+
+
+def _custody(ctx: JobContext, store: Store, run: Run, tasks: dict[str, Task]) -> tuple[list[str], Refused | None]:
+    """The deliveries' merge order (dependency order, ties by plan order), or the refusal of one whose refs, notes
+    or evidence do not agree with the (authentic) state."""
+    children = [t for t in tasks.values() if t.parent is not None]
+    order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
+    frozen_before = _frozen_before_transitions(store, ctx.run_id)
+    for task_id in order:
+        commit = str(delivery.commit if (delivery := tasks[task_id].delivery) is not None else None)
+        hashes = {run.policy_config_hash, *frozen_before.get((task_id, commit), ())}
+        mismatch = custody.check_delivered(store, ctx.run_id, tasks[task_id], hashes)
+        if mismatch is not None:
+            return order, fail(
+                ctx,
+                store,
+                "RUN_DELIVERY_MISMATCH",
+                f"the delivery of {task_id} ({tasks[task_id].title}) does not hold together: {mismatch.why}",
+                {"taskId": task_id, "why": mismatch.why},
+            )
+    return order, None
 
 
 def _frozen_before_transitions(store: Store, run_id: str) -> dict[tuple[str, str], set[str]]:

@@ -2,7 +2,8 @@
 
 It lives in ``run.json`` (``integration``) and is rewritten, step by step, by the integration job; each step is
 recorded before the next one has effects, so a new supervisor rolls forward from what the record says. The status
-moves ``requested -> prepared -> verified -> reviewed -> published -> receipted -> complete``, or ends ``failed``
+moves ``requested -> prepared -> verified -> reviewed -> published -> receipted -> complete`` (with the merge queue:
+``requested -> queued -> published -> ...``), or ends ``failed``
 (the coordinator is then restarted with the failure). A field is absent from the JSON until its step sets it.
 """
 
@@ -28,6 +29,7 @@ class IntegrationStatus(enum.StrEnum):
     RECEIPTED = "receipted"
     COMPLETE = "complete"
     FAILED = "failed"
+    QUEUED = "queued"  # enqueued on the target's merge queue; published (or failed) by whoever processes it
 
 
 BUILT: Final = frozenset({IntegrationStatus.PREPARED, IntegrationStatus.VERIFIED, IntegrationStatus.REVIEWED})
@@ -65,6 +67,9 @@ class Integration(JsonRecord):
     unreviewed: tuple[str, ...] | None = on_disk("unreviewed", absent=None)
     # the run's base is not an ancestor of the candidate's base
     target_rewritten: bool | None = on_disk("targetRewritten", absent=None)
+    queue_position: int | None = on_disk("queuePosition", absent=None)  # its entry in the target's merge queue
+    # the queue entries published in the same CAS before it: the candidates it was verified on top of
+    queue_below: tuple[int, ...] | None = on_disk("queueBelow", absent=None)
 
     @property
     def pending(self) -> bool:
@@ -73,7 +78,7 @@ class Integration(JsonRecord):
 
     def advanced(self, **changes: Any) -> Integration:
         """This record with ``changes`` applied (sequences are stored as tuples)."""
-        for key in ("order", "steps", "verification", "reviews", "unreviewed"):
+        for key in ("order", "steps", "verification", "reviews", "unreviewed", "queue_below"):
             if key in changes and changes[key] is not None:
                 changes[key] = tuple(changes[key])
         return replace(self, **changes)

@@ -168,6 +168,7 @@ def effective(doc: Mapping[str, Any]) -> PolicyDoc:
         "receipts": receipts,
         "guardrails": guardrails,
         **({"sandbox": dict(doc["sandbox"])} if "sandbox" in doc else {}),  # absent: the defaults, no hash change
+        **({"queue": {"enabled": False, "parallel": 2, **doc["queue"]}} if "queue" in doc else {}),
     }
     return cast(PolicyDoc, effective_doc)
 
@@ -280,6 +281,16 @@ class Policy:
         leaves it to the machine: its cores, counted where the verifications run (:mod:`git_agentops.verify.slots`)."""
         value = self.doc["run"].get("max_verifications")
         return int(value) if value else None
+
+    @property
+    def queue_enabled(self) -> bool:
+        """Whether finalized runs go through the target's merge queue (``queue.enabled``, default false)."""
+        return bool(self.doc.get("queue", {}).get("enabled", False))
+
+    @property
+    def queue_parallel(self) -> int:
+        """How many queue candidates are verified at once (``queue.parallel``, default 2)."""
+        return int(self.doc.get("queue", {}).get("parallel", 2))
 
     @property
     def squash(self) -> bool:

@@ -114,6 +114,13 @@ class SandboxDoc(TypedDict):
     deny_read: NotRequired[list[str]]
 
 
+class QueueDoc(TypedDict):
+    """``[queue]``."""
+
+    enabled: NotRequired[bool]
+    parallel: NotRequired[int]
+
+
 class GuardrailsDoc(TypedDict):
     """``[guardrails]``: secret scanning and the patterns and paths a delivery is checked against."""
 
@@ -135,3 +142,4 @@ class PolicyDoc(TypedDict):
     receipts: ReceiptsDoc
     guardrails: GuardrailsDoc
     sandbox: NotRequired[SandboxDoc]
+    queue: NotRequired[QueueDoc]

@@ -118,6 +118,8 @@ def integration_receipt(
         given["unreviewed"] = list(integration.unreviewed)
     if integration.target_rewritten:
         given["targetRewritten"] = True
+    if integration.queue_position is not None:
+        given["queue"] = {"position": integration.queue_position, "below": list(integration.queue_below or ())}
     predicate = build_predicate(
         run_id=run.run_id,
         goal=run.goal,

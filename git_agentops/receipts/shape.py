@@ -138,6 +138,13 @@ class StepDoc(TypedDict):
     tree: str
 
 
+class QueueMarkDoc(TypedDict):
+    """A merge-queue publication: the run's entry and those published before it by the same CAS."""
+
+    position: int
+    below: list[int]
+
+
 class IntegrationDoc(TypedDict):
     """The sealed integration: target, base, the merge order and its steps."""
 
@@ -147,6 +154,7 @@ class IntegrationDoc(TypedDict):
     steps: list[StepDoc]
     unreviewed: NotRequired[list[str]]
     targetRewritten: NotRequired[bool]
+    queue: NotRequired[QueueMarkDoc]
 
 
 TransitionDoc = TypedDict(

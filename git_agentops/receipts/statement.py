@@ -28,7 +28,8 @@ The predicate (``schemas/receipt-predicate.schema.json``)::
                     merge order; ``evidence``: the summaries of the evidence the delivery was accepted with;
                     ``sandbox``: the weakest sandbox level any generation of the delivering worker ran at
     integration     seal({target, base, order: [task ids], steps: [{label, commit, parents: [2 oids], tree}],
-                          unreviewed?: [oids of target commits without a receipt], targetRewritten?: true})
+                          unreviewed?: [oids of target commits without a receipt], targetRewritten?: true,
+                          queue?: {position, below: [positions published before it by the same CAS]}})
     verification    seal([{commandId, argvDigest, exitCode, tests, outputDigest, tree, ...}]) -- evidence summaries
     reviews         seal([{reviewer, verdict, reportDigest, taskId?, sandbox?}]) -- ``sandbox``: the level the
                     reviewer ran at
@@ -133,6 +134,7 @@ class IntegrationArg(TypedDict):
     steps: Sequence[MergeStep | StepDoc]
     unreviewed: NotRequired[list[str]]
     targetRewritten: NotRequired[bool]
+    queue: NotRequired[dict[str, object]]
 
 
 def goal_hash(goal: str) -> str:
@@ -270,12 +272,15 @@ def build_predicate(
 
 
 def _marks(integration: IntegrationArg) -> JsonObject:
-    """The integration's optional keys, each only when set (``unreviewed`` non-empty, ``targetRewritten`` true)."""
+    """The integration's optional keys, each only when set (``unreviewed`` non-empty, ``targetRewritten`` true,
+    ``queue`` for a run the merge queue published)."""
     marks: JsonObject = {}
     if integration.get("unreviewed"):
         marks["unreviewed"] = integration["unreviewed"]
     if integration.get("targetRewritten"):
         marks["targetRewritten"] = integration["targetRewritten"]
+    if "queue" in integration:
+        marks["queue"] = cast(JsonObject, integration["queue"])
     return marks
 
 

@@ -1,0 +1,344 @@
+"""Processing a target's queue: speculative candidates, verified ``parallel`` at a time, the verified prefix
+published by one compare-and-swap, only the culprit evicted.
+
+One **round** (:func:`process_round`), run by the supervisor holding the queue's lease:
+
+1. an entry the record says was being published when its processor died is settled by what the target holds;
+2. candidate k is merged in memory on candidate k-1 (the first on the target's tip), for every waiting entry that
+   shares the processor's policy, in queue order. An entry whose deliveries conflict with what is ahead of it is
+   settled ``conflicted`` -- naming the paths and the entries ahead that touched them -- and skipped: nothing is
+   resolved by favouring a side;
+3. the first ``parallel`` candidates are verified at once, each in a clean checkout of its own
+   (:func:`git_agentops.verify.proof.prove`: evidence of an identical tree is reused);
+4. the first candidate that failed, on top of candidates that all passed, is verified once more on the same tree (a
+   flaky result is not an eviction; the record says it was retried); failing again, its entry is **evicted** with
+   its evidence. A candidate that failed above it is not blamed: it is built again without the culprit next round;
+5. the verified prefix is recorded as being published, the target moved to its last candidate by CAS (a target
+   someone else moved just means the next round builds on the new tip), its clean checkouts follow, and the entries
+   are settled ``published``. Each run then receipts its own integration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Final
+
+import pygit2
+
+from .. import eventkinds as kinds
+from ..errors import AgentOpsError, TargetCheckedOutDirty
+from ..gitstore.checkout import dirty_checkouts, move_checkout
+from ..gitstore.journal import Event
+from ..gitstore.refnames import RefConflict
+from ..gitstore.refs import read_ref, update_ref
+from ..gitstore.repo import Store
+from ..integrate.merge import ChainResult, merge_chain
+from ..model.delivery import CommitId
+from ..runs.jobs import JobContext
+from ..verify.core import Outcome
+from ..verify.failing import failed_commands
+from ..verify.proof import prove
+from . import book
+from .record import Entry, EntryState
+
+SPECULATION_DEPTH: Final = 16
+"""Candidates built ahead in one round (only the first ``parallel`` are verified; the rest are cheap merges that
+find conflicts early)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """An entry's speculative candidate: what it was built on and its merge chain."""
+
+    entry: Entry
+    base: str
+    chain: ChainResult
+
+    @property
+    def candidate(self) -> str:
+        assert self.chain.head is not None
+        return self.chain.head
+
+
+Result = Outcome | AgentOpsError
+"""A verification's outcome, or why it could not run (a setup that failed, a checkout the commands changed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A candidate's verification: its result(s) -- two when it was retried."""
+
+    built: Built
+    outcomes: tuple[Result, ...]
+
+    @property
+    def passed(self) -> bool:
+        last = self.outcomes[-1]
+        return isinstance(last, Outcome) and last.passed
+
+
+Verifier = Callable[[Store, str, str], Outcome]
+"""``verify(store, slot, commit)``: verify a candidate in the clean checkout of ``slot`` (a thread's own store)."""
+
+
+def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, parallel: int) -> int:
+    """One round (see the module docstring); returns how many entries it settled (0: nothing to do now).
+
+    ``RUN_TARGET_CHECKED_OUT_DIRTY`` when a checkout of the target has uncommitted changes (nothing is published;
+    every entry keeps its place), ``QUEUE_LEASE_LOST`` when another supervisor took the queue."""
+    view = book.read(store, target)
+    settled = _roll_forward(ctx, store, target, me, view.doc.waiting())
+    if settled:
+        return settled
+    waiting = _mine(ctx, view.doc.waiting())
+    if not waiting:
+        return 0
+    tip = read_ref(store, f"refs/heads/{target}")
+    if tip is None:
+        raise AgentOpsError("OBJECT_MISSING", f"the target branch {target} is gone")
+    built, conflicted = build(store, tip, waiting[:SPECULATION_DEPTH])
+    if conflicted:
+        book.settle(store, target, me, conflicted, _event(kinds.QUEUE_CONFLICTED, conflicted, "conflict(s)"))
+        return len(conflicted)
+    checked = _verify(ctx, store, built[: max(1, parallel)])
+    prefix, culprit = judge(checked, lambda c: _again(ctx, store, c))
+    if not prefix and culprit is not None:
+        evicted = _evicted(ctx, culprit)
+        book.settle(store, target, me, [evicted], _event(kinds.QUEUE_EVICTED, [evicted], "evicted"))
+        return 1
+    published = _publish(ctx, store, target, me, tip, prefix)
+    if culprit is not None and published:
+        evicted = _evicted(ctx, culprit)
+        book.settle(store, target, me, [evicted], _event(kinds.QUEUE_EVICTED, [evicted], "evicted"))
+        published += 1
+    return published
+
+
+def _mine(ctx: JobContext, waiting: Sequence[Entry]) -> list[Entry]:
+    """The waiting entries this processor may verify: those up to the first made under another policy (a
+    supervisor bound to that policy processes the queue from there)."""
+    out: list[Entry] = []
+    for entry in waiting:
+        if entry.policy_hash != ctx.policy.config_hash:
+            break
+        out.append(entry)
+    return out
+
+
+def build(store: Store, tip: str, entries: Sequence[Entry]) -> tuple[list[Built], list[Entry]]:
+    """Candidate k on candidate k-1, in memory; (the candidates, the entries settled ``conflicted``)."""
+    built: list[Built] = []
+    conflicted: list[Entry] = []
+    head = tip
+    for entry in entries:
+        chain = merge_chain(store, head, [(d.task_id, d.commit) for d in entry.deliveries], message=_message(entry))
+        if chain.conflict is None and chain.head is not None:
+            built.append(Built(entry, head, chain))
+            head = chain.head
+            continue
+        label, paths = chain.conflict or ("?", ())
+        ahead = [b.entry.position for b in built if _touched(store, tip, b, set(paths))]
+        conflicted.append(
+            replace(
+                entry,
+                state=EntryState.CONFLICTED,
+                code="RUN_INTEGRATION_CONFLICT",
+                reason=(
+                    f"the delivery of {label} conflicts with "
+                    + (", ".join(f"queue entry #{p}" for p in ahead) or f"the target's tip {tip[:12]}")
+                    + f" in: {', '.join(paths)}"
+                ),
+                base=CommitId(head),
+                paths=tuple(paths),
+                ahead=tuple(ahead),
+                settled_at=store.clock.now(),
+            )
+        )
+    return built, conflicted
+
+
+def _message(entry: Entry) -> Callable[[str, str], str]:
+    """The merge message of each of ``entry``'s deliveries (as a run without the queue writes it)."""
+    titles = {d.task_id: d.title for d in entry.deliveries}
+
+    def message(label: str, commit: str) -> str:
+        return f"Integrate {titles.get(label, label)} ({label})\n\nFrozen delivery {commit} of run {entry.run_id}.\n"
+
+    return message
+
+
+def _touched(store: Store, tip: str, built: Built, paths: set[str]) -> bool:
+    """Whether ``built``'s deliveries changed any of ``paths`` against the tip the round builds on."""
+    diff = store.resolve_commit(built.base).tree.diff_to_tree(store.resolve_commit(built.candidate).tree)
+    return any({d.old_file.path, d.new_file.path} & paths for d in diff.deltas)
+
+
+def _verify(ctx: JobContext, store: Store, built: Sequence[Built]) -> list[Checked]:
+    """Verify the candidates at once, each in its own slot and with its own repository handle."""
+    if len(built) <= 1:
+        return [Checked(b, (_prove(ctx, store, f"queue-{i}", b.candidate),)) for i, b in enumerate(built)]
+    with ThreadPoolExecutor(max_workers=len(built), thread_name_prefix="agentops-queue") as pool:
+        futures = [pool.submit(_prove_own, ctx, store, f"queue-{i}", b.candidate) for i, b in enumerate(built)]
+        return [Checked(b, (f.result(),)) for b, f in zip(built, futures, strict=True)]
+
+
+def _prove_own(ctx: JobContext, store: Store, slot: str, commit: str) -> Result:
+    own = Store(pygit2.Repository(str(store.git_dir)), clock=store.clock, identity=store.identity, fsync=store.fsync)
+    return _prove(ctx, own, slot, commit)
+
+
+def _prove(ctx: JobContext, store: Store, slot: str, commit: str) -> Result:
+    ctx.log(f"queue: verifying candidate {commit[:12]} ({slot})")
+    try:
+        return prove(ctx, store, slot=slot, commit=commit, task=None)
+    except AgentOpsError as exc:  # the candidate's own setup or commands: its failure, not the processor's
+        ctx.log(f"queue: candidate {commit[:12]} could not be verified: {exc.code}: {exc.message}")
+        return exc
+
+
+def _again(ctx: JobContext, store: Store, checked: Checked) -> Checked:
+    """The same tree verified once more (a failing record is never reused, so the commands run again)."""
+    ctx.log(f"queue: candidate {checked.built.candidate[:12]} failed; verifying it once more before an eviction")
+    return Checked(checked.built, (*checked.outcomes, _prove(ctx, store, "queue-0", checked.built.candidate)))
+
+
+def judge(checked: Sequence[Checked], again: Callable[[Checked], Checked]) -> tuple[list[Checked], Checked | None]:
+    """(the verified prefix, the culprit): the first failure on top of passing candidates is verified ``again``;
+    passing then, it stays in the prefix and the next is judged; failing, it is the culprit and nothing above it
+    counts (those were built on it)."""
+    prefix: list[Checked] = []
+    for first in checked:
+        item = first if first.passed else again(first)
+        if not item.passed:
+            return prefix, item
+        prefix.append(item)
+    return prefix, None
+
+
+def _summaries(outcome: Result) -> tuple[dict[str, object], ...]:
+    from ..receipts.statement import evidence_summary  # lazily: the receipts package is integration-only
+
+    return tuple(evidence_summary(r.to_json()) for r in outcome.records) if isinstance(outcome, Outcome) else ()
+
+
+def _fresh(checked: Checked) -> int:
+    """How many verifications ran commands (a fully reused outcome is not counted)."""
+    return sum(1 for o in checked.outcomes if not isinstance(o, Outcome) or any(not r.cached for r in o.records))
+
+
+def _evicted(ctx: JobContext, culprit: Checked) -> Entry:
+    outcome = culprit.outcomes[-1]
+    if isinstance(outcome, Outcome):
+        lines = [
+            f"- {r.command_id}: exit {r.exit_code}{' (timed out)' if r.timed_out else ''}\n" + r.tail.rstrip()[-1200:]
+            for r in outcome.failures()
+        ]
+        failed = ", ".join(command for command, *_ in failed_commands(outcome.records))
+    else:
+        lines, failed = [f"- error[{outcome.code}]: {outcome.message}"], outcome.code
+    return replace(
+        culprit.built.entry,
+        state=EntryState.EVICTED,
+        code="RUN_VERIFICATION_FAILED",
+        reason=(
+            f"its queue candidate {culprit.built.candidate[:12]} (on {culprit.built.base[:12]}, which passed) failed "
+            f"verification twice ({failed}):\n" + "\n".join(lines)
+        ),
+        base=CommitId(culprit.built.base),
+        candidate=CommitId(culprit.built.candidate),
+        steps=culprit.built.chain.steps,
+        verification=_summaries(outcome),
+        verifications=culprit.built.entry.verifications + _fresh(culprit),
+        retried=len(culprit.outcomes) > 1,
+        settled_at=ctx.clock.now(),
+    )
+
+
+def _published(ctx: JobContext, checked: Checked, below: tuple[int, ...]) -> Entry:
+    built = checked.built
+    return replace(
+        built.entry,
+        state=EntryState.WAITING,  # until the CAS: settled published by _settle_published
+        base=CommitId(built.base),
+        candidate=CommitId(built.candidate),
+        steps=built.chain.steps,
+        below=below,
+        verification=_summaries(checked.outcomes[-1]),
+        verifications=built.entry.verifications + _fresh(checked),
+        retried=len(checked.outcomes) > 1,
+        publishing=True,
+    )
+
+
+def _publish(ctx: JobContext, store: Store, target: str, me: book.Holder, tip: str, prefix: Sequence[Checked]) -> int:
+    """Record the prefix as being published, move the target by CAS, let its checkouts follow, settle it."""
+    if not prefix:
+        return 0
+    target_ref = f"refs/heads/{target}"
+    checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
+    if dirty:
+        shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
+        raise TargetCheckedOutDirty(
+            f"{target} is checked out with uncommitted changes ({shown}); the queue publishes once they are "
+            "committed or stashed",
+        )
+    positions = [c.built.entry.position for c in prefix]
+    entries = [_published(ctx, c, tuple(positions[:i])) for i, c in enumerate(prefix)]
+    book.settle(store, target, me, entries, _event(kinds.QUEUE_PUBLISHING, entries, "being published"))
+    ctx.fault("queue:publishing")
+    last = entries[-1].candidate
+    assert last is not None
+    try:
+        update_ref(store, target_ref, last, tip, f"agentops: merge queue publishes #{positions[0]}..#{positions[-1]}")
+    except RefConflict:
+        ctx.log(f"queue: {target} moved while verifying; the next round builds on its new tip")
+        book.settle(
+            store,
+            target,
+            me,
+            [replace(e, publishing=False) for e in entries],
+            _event(kinds.QUEUE_REBUILT, entries, "to be built again: the target moved"),
+        )
+        return 0
+    ctx.fault("queue:moved")
+    for worktree in checked_out:
+        try:
+            move_checkout(worktree, tip, last)
+        except AgentOpsError as exc:
+            ctx.log(f"{target} moved, but its checkout {worktree} could not follow: {exc.message}")
+    return _settle_published(ctx, store, target, me, entries)
+
+
+def _settle_published(ctx: JobContext, store: Store, target: str, me: book.Holder, entries: list[Entry]) -> int:
+    now = ctx.clock.now()
+    done = [replace(e, state=EntryState.PUBLISHED, publishing=False, settled_at=now) for e in entries]
+    book.settle(store, target, me, done, _event(kinds.QUEUE_PUBLISHED, done, "published"))
+    return len(done)
+
+
+def _roll_forward(ctx: JobContext, store: Store, target: str, me: book.Holder, waiting: Sequence[Entry]) -> int:
+    """Entries a dead processor was publishing: published if the target holds their candidates, else waiting
+    again (their candidates are built anew)."""
+    publishing = [e for e in waiting if e.publishing]
+    if not publishing:
+        return 0
+    tip = read_ref(store, f"refs/heads/{target}")
+    last = publishing[-1].candidate
+    held = tip is not None and last is not None and (tip == last or store.repo.descendant_of(tip, last))
+    if held:
+        return _settle_published(ctx, store, target, me, publishing)
+    book.settle(
+        store,
+        target,
+        me,
+        [replace(e, publishing=False) for e in publishing],
+        _event(kinds.QUEUE_REBUILT, publishing, "to be built again: the target does not hold them"),
+    )
+    return 0
+
+
+def _event(code: kinds.EventCode, entries: Sequence[Entry], what: str) -> Event:
+    shown = ", ".join(e.label for e in entries)
+    return Event(code, f"queue: {shown} {what}", {"positions": [e.position for e in entries]})

@@ -1,0 +1,75 @@
+"""A queued run's side of the merge queue: wait for its entry to settle, processing the queue while it holds the
+lease.
+
+Every supervisor whose run waits in the queue polls the queue's journal (reads only); when the lease is free -- no
+holder, an expired one, or a holder whose process is gone on this machine -- it takes the lease by CAS and runs
+rounds (:func:`.process.process_round`) until its own entry settles, then gives the lease up for the next waiting
+supervisor. The queue therefore survives the crash of whichever supervisor was processing it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from ..errors import AgentOpsError, QueueLeaseLost, TargetCheckedOutDirty
+from ..gitstore.repo import Store
+from ..model.run import RunStatus
+from ..process.groups import boot_id, process_identity
+from ..runs import state as runstate
+from ..runs.jobs import JobContext
+from . import book
+from .process import process_round
+from .record import Entry
+
+POLL: Final = 0.2
+"""Seconds between two reads of the queue by a supervisor that waits without the lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """The run stopped (or a person must act) while its entry waits: the entry keeps its place."""
+
+    code: str
+    message: str
+
+
+def holder(store: Store) -> book.Holder:
+    """This supervisor as the queue's lease names it: the machine (``agentops.machineId``, else this boot) and
+    its pid identity."""
+    machine = store.config_value("agentops.machineId") or f"boot-{(boot_id() or 'unknown').replace('-', '')[:16]}"
+    me = process_identity(os.getpid())
+    return book.Holder(machine, os.getpid(), me.start_time if me is not None else 0)
+
+
+def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> Entry | Left:
+    """The run's entry once settled (published, evicted, conflicted), processing the queue whenever this
+    supervisor may; :class:`Left` when the run is no longer active or the target's checkout is dirty."""
+    me = holder(store)
+    try:
+        while True:
+            entry = book.read(store, target).doc.entry(position)
+            if entry is None:
+                raise AgentOpsError(
+                    "RUN_STATE_TAMPERED",
+                    f"the merge queue of {target} no longer holds entry #{position} of {ctx.run_id}",
+                )
+            if not entry.waiting:
+                return entry
+            status = runstate.read(store, ctx.run_id).run().status
+            if status is not RunStatus.ACTIVE:
+                return Left("RUN_NOT_ACTIVE", f"the run is {status}; its queue entry #{position} keeps its place")
+            if book.claim(store, target, me, ctx.clock.now()) is not None:
+                try:
+                    if process_round(ctx, store, target, me, ctx.policy.queue_parallel):
+                        continue
+                except QueueLeaseLost:
+                    continue
+                except TargetCheckedOutDirty as exc:
+                    return Left(exc.code, exc.message)
+                book.release(store, target, me)  # nothing it may do now (another policy's entry is ahead)
+            time.sleep(POLL)
+    finally:
+        book.release(store, target, me)

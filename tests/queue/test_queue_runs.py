@@ -1,0 +1,145 @@
+"""The merge queue end to end: many runs finalizing at once on one target, with real supervisors."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import git, make_repo
+from ..helpers import HANDOFF, child, commit_step, write_step
+from ..runkit import events, recipe, start, status, stop, trust, verify_receipts, wait_for
+
+# fails a commit that holds src/poison.txt once it is a merge (a queue candidate): the delivery passes its own
+# verification at handoff and fails on any candidate, wherever it stands in the queue
+CHECK_PY = """import pathlib, subprocess, sys
+merged = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD^2"], capture_output=True).returncode == 0
+poisoned = pathlib.Path("src/poison.txt").exists()
+print("files:", sorted(p.name for p in pathlib.Path("src").iterdir()), "merge:", merged)
+sys.exit(1 if poisoned and merged else 0)
+"""
+
+QUEUE_POLICY = """version = 1
+[run]
+target = "main"
+max_workers = 2
+[[verify.commands]]
+id = "check"
+argv = ["python3", "check.py"]
+timeout = 60
+[queue]
+enabled = true
+parallel = 2
+"""
+
+
+def queue_project(root: Path, policy: str = QUEUE_POLICY) -> Path:
+    repo = make_repo(
+        root / "repo",
+        files={
+            "check.py": CHECK_PY,
+            "src/base.txt": "hello\n",
+            ".agentops/policy.toml": policy,
+            ".gitignore": "__pycache__/\n",
+        },
+    )
+    trust(repo)
+    return repo
+
+
+def one_file(tmp: Path, name: str, path: str) -> Path:
+    part = child(name, f"Part {name}", [[write_step(path, f"{name}\n"), commit_step(f"Add {name}"), HANDOFF]])
+    return recipe(tmp, part, finalize=True, name=f"{name}.toml")
+
+
+@contextlib.contextmanager
+def held_queue(repo: Path) -> Iterator[None]:
+    """The queue's lease held by this (live) process meanwhile: supervisors enqueue and wait, none processes."""
+    from git_agentops.clock import SystemClock
+    from git_agentops.gitstore.repo import open_store
+    from git_agentops.queue import book
+    from git_agentops.queue.serve import holder
+
+    store = open_store(repo, clock=SystemClock())
+    me = holder(store)
+    assert book.claim(store, "main", me, time.time(), ttl=600) is not None
+    try:
+        yield
+    finally:
+        book.release(store, "main", me)
+
+
+def first_entry(repo: Path, run_id: str) -> dict[str, Any]:
+    """The run's first entry, as the queue's history holds it (a run whose finalize failed enqueues again)."""
+    for line in git(repo, "log", "--reverse", "--format=%H", "refs/agentops/queue/main").split():
+        text = git(repo, "show", f"{line}:queue.json", check=False)  # the first commit may hold the lease only
+        for entry in json.loads(text or '{"entries": []}')["entries"]:
+            if entry["runId"] == run_id and entry["state"] != "waiting":
+                return dict(entry)
+    raise AssertionError(f"no settled entry of {run_id}")
+
+
+def queue_doc(repo: Path) -> dict[str, object]:
+    return dict(json.loads(git(repo, "show", "refs/agentops/queue/main:queue.json")))
+
+
+@pytest.mark.slow
+def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culprit_is_evicted(tmp_path: Path) -> None:
+    """Invariant: of 8 runs finalizing within seconds on one target, the 7 whose deliveries pass publish -- each
+    candidate verified once, the target moving only by CAS through candidates built on each other in queue order
+    -- and the one whose delivery fails on a candidate is evicted with its evidence after one retry; nobody else is."""
+    repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
+    names = [f"r{i}" for i in range(7)]
+    with held_queue(repo):  # the runs line up while a processor is busy: all 8 wait when it lets go
+        runs = {name: start(repo, one_file(tmp_path, name, f"src/{name}.txt")) for name in names[:4]}
+        runs["poison"] = start(repo, one_file(tmp_path, "poison", "src/poison.txt"))
+        runs.update({name: start(repo, one_file(tmp_path, name, f"src/{name}.txt")) for name in names[4:]})
+        for run_id in runs.values():
+            wait_for(repo, run_id, lambda d: (d["integration"] or {}).get("status") == "queued", timeout=240)
+    done = {
+        name: wait_for(
+            repo,
+            run_id,
+            lambda d: d["status"] != "active" or (d["integration"] or {}).get("status") in ("complete", "failed"),
+            timeout=240,
+        )
+        for name, run_id in runs.items()
+    }
+    for name in names:
+        assert done[name]["status"] == "complete", (name, done[name])
+    entries = {e["runId"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]  # newest per run
+    poison = first_entry(repo, runs["poison"])
+    assert poison["state"] == "evicted" and poison["code"] == "RUN_VERIFICATION_FAILED", poison
+    assert poison["retried"] is True and poison["verifications"] == 2 and poison["verification"], poison
+    assert "failed verification twice" in poison["reason"] and "exit 1" in poison["reason"]
+    published = sorted((e for e in entries.values() if e["state"] == "published"), key=lambda e: e["position"])
+    assert {e["runId"] for e in published} == {runs[n] for n in names}  # no bystander evicted
+    assert all(e.get("verifications", 0) <= 1 for e in published), [e.get("verifications") for e in published]
+    assert any(e["below"] for e in published)  # a prefix of candidates published by one CAS
+    # the target's first-parent chain is the candidates in queue order, each merging one run's delivery
+    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
+    assert chain == [s["commit"] for e in published for s in e["steps"]]
+    assert git(repo, "rev-parse", "main") == published[-1]["candidate"]
+    for entry in published:
+        doc = status(repo, entry["runId"])
+        assert doc["integration"]["candidate"] == entry["candidate"]
+        assert doc["integration"]["queuePosition"] == entry["position"]
+        note = json.loads(git(repo, "notes", "--ref=agentops/receipts", "show", entry["candidate"]))  # receipted
+        statement = json.loads(base64.b64decode(note["payload"]))
+        sealed = statement["predicate"]["integration"]["value"]
+        assert sealed["queue"] == {"position": entry["position"], "below": entry["below"]}
+        assert sealed["base"] == entry["base"]  # the candidate it was verified on top of
+    failures = [e for e in events(repo, runs["poison"]) if e["code"] == "INTEGRATION_FAILED"]
+    assert failures and failures[0]["data"]["failure"] == "RUN_VERIFICATION_FAILED", failures
+    assert "src/poison.txt" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    verified = verify_receipts(repo, f"{base}..main")  # every commit the queue published is covered
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    stop(repo, runs["poison"])  # its coordinator finalizes again and again: it is stopped before fsck looks
+    git(repo, "fsck", "--strict")
