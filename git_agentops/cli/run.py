@@ -11,6 +11,7 @@
     resume RUN [--add-budget AMOUNT]... [--no-supervise]   AMOUNT: 30m, $2.50 or 50k tokens
     answer RUN QUESTION TEXT
     approve RUN TRANSITION | refuse RUN TRANSITION [--reason TEXT]   decide a coordinator's policy change
+    queue [TARGET] [--all] a target's merge queue: its entries, their state, what each waits for
     watch [RUN]            a live view of a run in the terminal (reads only; q quits)
     report RUN [--html FILE]   what a run did: Markdown, or one self-contained HTML file
     demo [--dir DIR] [--keep] | demo --print-recipe   an end-to-end run on a scratch repository, or its recipe
@@ -91,9 +92,10 @@ def build_parser() -> Parser:
     answer.add_argument("run_id", metavar="RUN")
     answer.add_argument("question_id", metavar="QUESTION")
     answer.add_argument("text", metavar="TEXT")
-    from . import report, transition, watch  # their heavy imports (rich...) happen only when they run
+    from . import queue, report, transition, watch  # their heavy imports (rich...) happen only when they run
 
     transition.configure(add)
+    queue.configure(add)
 
     watch.configure(add("watch", "a live view of a run (reads only; q quits)"))
     report.configure(add("report", "what a run did, as Markdown or one self-contained HTML file"))
@@ -433,6 +435,10 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         return handle(args, ctx)
     if args.command == "demo":
         return _demo(args, ctx)
+    if args.command == "queue":
+        from .queue import show
+
+        return show(args, ctx)
     if args.command == "watch":
         from .watch import watch
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Final
 
 import pygit2
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError, TargetCheckedOutDirty
-from ..gitstore.checkout import dirty_checkouts, move_checkout
+from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Event
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
@@ -243,7 +244,7 @@ def _evicted(ctx: JobContext, culprit: Checked) -> Entry:
         state=EntryState.EVICTED,
         code="RUN_VERIFICATION_FAILED",
         reason=(
-            f"its queue candidate {culprit.built.candidate[:12]} (on {culprit.built.base[:12]}, which passed) failed "
+            f"its queue candidate {culprit.built.candidate[:12]} (built on {culprit.built.base[:12]}) failed "
             f"verification twice ({failed}):\n" + "\n".join(lines)
         ),
         base=CommitId(culprit.built.base),
@@ -302,13 +303,19 @@ def _publish(ctx: JobContext, store: Store, target: str, me: book.Holder, tip: s
             _event(kinds.QUEUE_REBUILT, entries, "to be built again: the target moved"),
         )
         return 0
-    ctx.fault("queue:moved")
-    for worktree in checked_out:
+    ctx.fault("queue:moved")  # the branch moved, its checkouts not yet: the next processor brings them (_roll_forward)
+    _follow(ctx, target, tip, last, checked_out)
+    return _settle_published(ctx, store, target, me, entries)
+
+
+def _follow(ctx: JobContext, target: str, old: str, new: str, checkouts: Sequence[Path]) -> None:
+    """The target's clean checkouts brought from ``old`` to ``new`` (index and files), as git's ``updateInstead``
+    does for a push; safe to repeat (a checkout already at ``new`` stays), one changed since is left alone, logged."""
+    for worktree in checkouts:
         try:
-            move_checkout(worktree, tip, last)
+            move_checkout(worktree, old, new)
         except AgentOpsError as exc:
             ctx.log(f"{target} moved, but its checkout {worktree} could not follow: {exc.message}")
-    return _settle_published(ctx, store, target, me, entries)
 
 
 def _settle_published(ctx: JobContext, store: Store, target: str, me: book.Holder, entries: list[Entry]) -> int:
@@ -328,6 +335,8 @@ def _roll_forward(ctx: JobContext, store: Store, target: str, me: book.Holder, w
     last = publishing[-1].candidate
     held = tip is not None and last is not None and (tip == last or store.repo.descendant_of(tip, last))
     if held:
+        assert last is not None and publishing[0].base is not None
+        _follow(ctx, target, publishing[0].base, last, checkouts_of(store.common_dir, f"refs/heads/{target}"))
         return _settle_published(ctx, store, target, me, publishing)
     book.settle(
         store,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,18 @@ import pytest
 
 from ..conftest import git, make_repo
 from ..helpers import HANDOFF, child, commit_step, write_step
-from ..runkit import events, recipe, start, status, stop, trust, verify_receipts, wait_for
+from ..runkit import (
+    events,
+    recipe,
+    start,
+    status,
+    stop,
+    supervisor_log,
+    trust,
+    verify_receipts,
+    wait_for,
+    wait_supervisor_gone,
+)
 
 # fails a commit that holds src/poison.txt once it is a merge (a queue candidate): the delivery passes its own
 # verification at handoff and fails on any candidate, wherever it stands in the queue
@@ -143,3 +156,42 @@ def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culp
     assert verified.returncode == 0, verified.stdout + verified.stderr
     stop(repo, runs["poison"])  # its coordinator finalizes again and again: it is stopped before fsck looks
     git(repo, "fsck", "--strict")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["queue:publishing", "queue:moved"])
+def test_kill_9_of_the_queue_s_processor_then_another_supervisor_finishes_its_work_once(
+    tmp_path: Path, point: str
+) -> None:
+    """Invariant: the supervisor processing the queue killed with SIGKILL after recording the prefix it publishes
+    (before or after the CAS) costs nothing: the next supervisor to take the lease publishes that prefix exactly
+    once -- the target moving only by CAS, never back -- and the dead one's run, supervised again, receipts it."""
+    repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
+    first = start(repo, one_file(tmp_path, "a", "src/a.txt"), env={"AGENTOPS_FAULT": point})
+    wait_supervisor_gone(repo, first)
+    assert f"fault injection: SIGKILL at {point}" in supervisor_log(repo, first)
+    moved = git(repo, "rev-parse", "main")
+    assert (moved != base) is (point == "queue:moved")
+    second = start(repo, one_file(tmp_path, "b", "src/b.txt"))
+    wait_for(repo, second, lambda d: d["status"] == "complete", timeout=120)
+    supervised = subprocess.Popen(
+        ["git", "agentops-run", "supervise", first], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for(repo, first, lambda d: d["status"] == "complete", timeout=120)
+    finally:
+        supervised.wait(timeout=60)
+    entries = {e["runId"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]
+    assert [entries[r]["state"] for r in (first, second)] == ["published", "published"]
+    assert entries[first]["position"] < entries[second]["position"]
+    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
+    assert chain == [s["commit"] for r in (first, second) for s in entries[r]["steps"]]
+    # main moved forward only: every value it held is an ancestor of the next
+    held = git(repo, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
+    for old, new in itertools.pairwise(held):
+        git(repo, "merge-base", "--is-ancestor", old, new)
+    assert git(repo, "status", "--porcelain") == ""  # the checkout of main followed every move
+    verified = verify_receipts(repo, f"{base}..main")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    git(repo, "fsck", "--strict", "--no-dangling")
