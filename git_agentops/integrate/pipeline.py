@@ -55,10 +55,10 @@ from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
 from ..queue import book as queuebook
 from ..queue.record import EntryState, QueuedDelivery
-from ..queue.serve import Left, wait_settled
+from ..queue.serve import wait_settled
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
-from ..runs.jobs import Answered, Integrated, JobContext, Refused, Wait
+from ..runs.jobs import Answered, Integrated, JobContext, Left, Refused, Wait
 from ..transition import journal as transitions
 from ..verify.evidence import EvidenceStore
 from ..verify.proof import remove_slots
@@ -91,7 +91,7 @@ def check_finalize(worker: Worker, run: Run, tasks: Mapping[str, Task]) -> None:
 # -- the transaction ---------------------------------------------------------------------------------------------------
 
 
-def integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait:
+def integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait | Left:
     """The integration job (see the module docstring), from wherever the record says it stopped.
 
     A remote that stays unreachable, or a server that refuses the push, makes the run wait with everything kept
@@ -110,7 +110,7 @@ def _tip(ctx: JobContext, store: Store, target: str) -> str | None:
     return remote_tip(ctx, store, where, target) if where else read_ref(store, f"refs/heads/{target}")
 
 
-def _integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait:
+def _integrate(ctx: JobContext, store: Store) -> Integrated | Refused | Wait | Left:
     return roll_forward(ctx, store, QUEUE_STEPS if ctx.policy.queue_enabled else STEPS, _finish)
 
 
@@ -208,7 +208,7 @@ STEPS: Final = (
 """The integration, in order; :func:`_finish` (``complete``) follows the last row. See :mod:`.steps`."""
 
 
-def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | None:
+def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Left | None:
     """With ``[queue] enabled``: steps 1 to 4 through the target's merge queue (:mod:`git_agentops.queue`). The
     deliveries are checked, merged on the target's tip for the guards (and, when reviews are required, verified and
     reviewed there as without the queue), enqueued once, and the run waits -- processing the queue while it holds
@@ -259,9 +259,8 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | No
             order=order,
         )
     settled = wait_settled(ctx, store, run.target, position)
-    if isinstance(settled, Left):
-        ctx.log(f"waiting: {settled.message}")
-        return Wait(settled.code, settled.message)
+    if isinstance(settled, Left | Wait):
+        return settled
     if settled.state is not EntryState.PUBLISHED:
         code = settled.code or "RUN_VERIFICATION_FAILED"
         detail: dict[str, object] = {"queuePosition": position}

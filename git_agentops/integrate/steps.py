@@ -21,9 +21,9 @@ from ..gitstore.repo import Store
 from ..model.integration import Integration, IntegrationStatus
 from ..model.run import Run
 from ..runs import state as runstate
-from ..runs.jobs import Integrated, JobContext, Refused, Wait
+from ..runs.jobs import Integrated, JobContext, Left, Refused, Wait
 
-Outcome = Integrated | Refused | Wait
+Outcome = Integrated | Refused | Wait | Left
 """How an integration job ends (see :mod:`git_agentops.runs.jobs`)."""
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Final
 
 from ..errors import AgentOpsError, QueueLeaseLost, TargetCheckedOutDirty
@@ -19,21 +18,13 @@ from ..gitstore.repo import Store
 from ..model.run import RunStatus
 from ..process.groups import boot_id, process_identity
 from ..runs import state as runstate
-from ..runs.jobs import JobContext
+from ..runs.jobs import JobContext, Left, Wait
 from . import book
 from .process import process_round
 from .record import Entry
 
 POLL: Final = 0.2
 """Seconds between two reads of the queue by a supervisor that waits without the lease."""
-
-
-@dataclass(frozen=True, slots=True)
-class Left:
-    """The run stopped (or a person must act) while its entry waits: the entry keeps its place."""
-
-    code: str
-    message: str
 
 
 def holder(store: Store) -> book.Holder:
@@ -44,9 +35,10 @@ def holder(store: Store) -> book.Holder:
     return book.Holder(machine, os.getpid(), me.start_time if me is not None else 0)
 
 
-def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> Entry | Left:
+def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> Entry | Left | Wait:
     """The run's entry once settled (published, evicted, conflicted), processing the queue whenever this
-    supervisor may; :class:`Left` when the run is no longer active or the target's checkout is dirty."""
+    supervisor may; :class:`Left` when the run is no longer active (the entry keeps its place), :class:`Wait` when
+    a checkout of the target is dirty."""
     me = holder(store)
     try:
         while True:
@@ -60,7 +52,7 @@ def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> E
                 return entry
             status = runstate.read(store, ctx.run_id).run().status
             if status is not RunStatus.ACTIVE:
-                return Left("RUN_NOT_ACTIVE", f"the run is {status}; its queue entry #{position} keeps its place")
+                return Left(f"the run is {status}; its queue entry #{position} keeps its place")
             if book.claim(store, target, me, ctx.clock.now()) is not None:
                 try:
                     if process_round(ctx, store, target, me, ctx.policy.queue_parallel):
@@ -68,7 +60,7 @@ def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> E
                 except QueueLeaseLost:
                     continue
                 except TargetCheckedOutDirty as exc:
-                    return Left(exc.code, exc.message)
+                    return Wait(exc.code, exc.message)
                 book.release(store, target, me)  # nothing it may do now (another policy's entry is ahead)
             time.sleep(POLL)
     finally:

@@ -11,6 +11,7 @@ which the loop acts on:
   :class:`Answered`, which the loop writes to the worker's mailbox;
 * :class:`Block` -- a rule stopped the worker's task (a dependency conflict, a setup failure): block it;
 * :class:`Wait` -- a person must act first (commit or stash the checked-out target): the run waits, blocked;
+* :class:`Left` -- the run was paused or stopped while the job waited (in the merge queue): nothing changes;
 * :class:`Refused` -- the job refused a request it had accepted (a handoff that failed verification, a finalize
   whose integration failed): the loop records the refusal as that request's answer, writes it to the worker's
   mailbox, and fails the worker, which restarts.
@@ -125,6 +126,14 @@ class Wait:
 
 
 @dataclass(frozen=True, slots=True)
+class Left:
+    """The job let go of work the run's record keeps (an integration waiting in the merge queue when the run was
+    paused or stopped): nothing changes now; the supervisor that serves the run again rolls it forward."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Refused:
     """The job refused ``request`` after accepting it, with ``error`` (the code and message the worker is answered
     with, unchanged until the loop's one conversion into a response); ``head`` is what the worker had (for
@@ -144,4 +153,4 @@ class Refused:
         return self.error.message
 
 
-JobResult = Provisioned | Delivered | Integrated | Block | Wait | Refused
+JobResult = Provisioned | Delivered | Integrated | Block | Wait | Left | Refused

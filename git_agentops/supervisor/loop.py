@@ -67,7 +67,7 @@ from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
 from ..runs.controls import Stopped
-from ..runs.jobs import Answered, Block, Delivered, Integrated, JobContext, JobResult, Refused, Wait
+from ..runs.jobs import Answered, Block, Delivered, Integrated, JobContext, JobResult, Left, Refused, Wait
 from ..transition import drive as transition
 from ..transition import journal as transitions
 from ..transition.record import policy_changes
@@ -525,6 +525,8 @@ class Supervisor:
                 self.workers.block(worker_id, code, reason)
             case Wait(code, reason):
                 self.set_status(RunStatus.BLOCKED, f"{code}: {reason}", disable=True)
+            case Left(reason):
+                self.log(f"{worker_id}: {reason}")
             case Refused(error, request, detail, head):
                 response = requests.refuse_accepted(self, worker_id, request, error)
                 worker = self.state.workers().get(worker_id)

@@ -17,6 +17,7 @@ import pytest
 from ..conftest import git, make_repo
 from ..helpers import HANDOFF, child, commit_step, write_step
 from ..runkit import (
+    command,
     events,
     recipe,
     start,
@@ -127,6 +128,7 @@ def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culp
     }
     for name in names:
         assert done[name]["status"] == "complete", (name, done[name])
+    stop(repo, runs["poison"])  # its coordinator finalizes again and again: stopped before anything is looked at
     entries = {e["runId"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]  # newest per run
     poison = first_entry(repo, runs["poison"])
     assert poison["state"] == "evicted" and poison["code"] == "RUN_VERIFICATION_FAILED", poison
@@ -152,9 +154,17 @@ def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culp
     failures = [e for e in events(repo, runs["poison"]) if e["code"] == "INTEGRATION_FAILED"]
     assert failures and failures[0]["data"]["failure"] == "RUN_VERIFICATION_FAILED", failures
     assert "src/poison.txt" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    shown = command(repo, "agentops-run", "queue", "--json")
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)
+    assert listed["ref"] == "refs/agentops/queue/main" and listed["lease"] is None
+    assert {e["runId"] for e in listed["entries"] if e["state"] == "published"} == {runs[n] for n in names}
+    human = command(repo, "agentops-run", "queue", "main").stdout
+    assert "evicted" in human and "error[RUN_VERIFICATION_FAILED]" in human and "below" in human, human
+    bad = command(repo, "agentops-run", "queue", "no..such")
+    assert bad.returncode != 0 and "error[REF_NAME_INVALID]" in bad.stderr
     verified = verify_receipts(repo, f"{base}..main")  # every commit the queue published is covered
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    stop(repo, runs["poison"])  # its coordinator finalizes again and again: it is stopped before fsck looks
     git(repo, "fsck", "--strict")
 
 
@@ -195,3 +205,25 @@ def test_kill_9_of_the_queue_s_processor_then_another_supervisor_finishes_its_wo
     verified = verify_receipts(repo, f"{base}..main")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+@pytest.mark.slow
+def test_a_run_paused_while_queued_keeps_its_place_and_resume_publishes_it(tmp_path: Path) -> None:
+    """Invariant: pausing a run whose integration waits in the queue leaves it paused (not blocked) with its entry
+    in place; resumed, its supervisor rolls the integration forward from ``queued`` and publishes it once."""
+    repo = queue_project(tmp_path)
+    with held_queue(repo):
+        run_id = start(repo, one_file(tmp_path, "a", "src/a.txt"))
+        wait_for(repo, run_id, lambda d: (d["integration"] or {}).get("status") == "queued", timeout=120)
+        paused = command(repo, "agentops-run", "pause", run_id)
+        assert paused.returncode == 0, paused.stderr
+        wait_supervisor_gone(repo, run_id)
+    doc = status(repo, run_id)
+    assert doc["status"] == "paused" and doc["integration"]["status"] == "queued", doc
+    assert [e["state"] for e in queue_doc(repo)["entries"]] == ["waiting"]  # type: ignore[index]
+    resumed = command(repo, "agentops-run", "resume", run_id)
+    assert resumed.returncode == 0, resumed.stderr
+    doc = wait_for(repo, run_id, lambda d: d["status"] == "complete", timeout=120)
+    assert (
+        doc["integration"]["queuePosition"] == 1 and git(repo, "rev-parse", "main") == doc["integration"]["candidate"]
+    )

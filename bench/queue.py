@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""Benchmark of the merge queue: N runs finalizing together on one target, without the queue and with it.
+
+Two scratch projects, one after the other in this process run, identical but for ``[queue]``:
+
+* **off** -- today's integration: each run builds its candidate on the target's tip, verifies it, moves the target
+  by compare-and-swap, and rebuilds and verifies again when another run published first (at most three times; then
+  its finalize is refused with ``RUN_TARGET_CONTENDED`` and the scripted coordinator, restarted, finalizes again);
+* **on** -- ``[queue] enabled = true, parallel = P`` (default 2): the runs enqueue, one supervisor holding the
+  queue's lease verifies P speculative candidates at once and publishes the verified prefix by one CAS.
+
+In each, N runs are started back to back (``git agentops-run start --recipe R --detach --json``, as processes); each
+run has one child task writing ``src/rN.txt`` (no two runs conflict) and its coordinator finalizes once the child
+is delivered. The bench waits until every run is complete (its state read in this process every 0.5 s: what
+``git agentops-run status --json`` prints), or left ``active`` otherwise (blocked, paused...), or the timeout.
+
+**Counting verifications.** The project's only verification command is ``python3 check.py``: it sleeps
+``--verify-seconds``, then appends one line to a counter file outside the repository (written with one ``O_APPEND``
+write): ``candidate`` when the checked-out commit is a merge (``git rev-parse --verify -q HEAD^2``: a candidate is
+one merge commit per delivery on the target's tip), else ``handoff`` (a child's delivery, verified at its
+handoff). Only executions count -- evidence the supervisor reuses for an identical tree runs nothing. Candidate
+executions are the figure compared; handoffs (one per run in both modes) are reported beside them. The
+verification command writes outside its clean checkout, which the default sandbox forbids, so both projects run
+with ``[sandbox] mode = "none"`` (agents and commands unconfined: a throughput benchmark, equal in both modes).
+
+**Wall time** is from just before the first ``run start`` to the last run's ``integration.publishedAt`` (when the
+target moved to its candidate; the receipt and completion follow).
+
+Everything runs under a private HOME, XDG dirs and git config with a fixed identity (never the real ones); the
+supervisors are plain detached processes (``AGENTOPS_SUPERVISOR_MANAGER=process``). A run left active at the end
+is stopped (``git agentops-run stop``). Targets (the issue): verifications per published run at least 3x fewer
+with the queue, wall time at least 2x less, with ``parallel = 2`` on 2 cores.
+
+Usage: ``python bench/queue.py [--runs N] [--verify-seconds S] [--parallel P] [--timeout S] [--dir DIR] [--keep]``.
+Exits 1 when a mode did not publish all N runs within the timeout (saying which). Last line: ``queue runs=<n>
+parallel=<p> verifications_off=<x> verifications_on=<x> verifications_ratio=<x> wall_off_s=<s> wall_on_s=<s>
+wall_ratio=<x> published_off=<n> published_on=<n>`` (verifications per published run; ratios off/on).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is named like the standard library's ``queue``, which pygit2 (and concurrent.futures) import: its
+# directory goes last on sys.path, so ``import queue`` finds the standard library and benchenv is still found here.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import fcntl  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+from _clean_checkout import hermetic_env, seal  # noqa: E402
+from benchenv import git  # noqa: E402
+
+POLL = 0.5
+"""Seconds between two reads of the runs' states."""
+
+CHECK_PY = """import os, subprocess, sys, time
+started = time.time()
+time.sleep({seconds!r})
+merged = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD^2"], capture_output=True).returncode == 0
+head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+line = f"{{'candidate' if merged else 'handoff'}} {{head}} {{started:.3f}} {{time.time():.3f}}\\n"
+fd = os.open({counter!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+try:
+    os.write(fd, line.encode())
+finally:
+    os.close(fd)
+print("verified", head, "as a", "candidate" if merged else "delivery")
+"""
+
+POLICY = """version = 1
+[run]
+target = "main"
+max_workers = 2
+[[verify.commands]]
+id = "check"
+argv = ["python3", "check.py"]
+timeout = {timeout}
+[sandbox]
+mode = "none"
+"""
+
+QUEUE = """[queue]
+enabled = true
+parallel = {parallel}
+"""
+
+RECIPE = """[plan]
+title = "Bench {name}"
+intent = "Write src/{name}.txt"
+criteria = ["src/{name}.txt exists", "check passes"]
+
+[coordinator]
+finalize = true
+
+[[tasks]]
+name = "{name}"
+title = "Part {name}"
+intent = "Write src/{name}.txt"
+criteria = ["done"]
+
+[[tasks.attempts]]
+steps = [{{ write = "src/{name}.txt", content = "{name}\\n" }}, {{ commit = "Add {name}" }}, {{ request = "handoff" }}]
+"""
+
+
+@dataclass
+class Run:
+    """One run of a mode, as the bench saw it."""
+
+    name: str
+    run_id: str
+    doc: dict[str, Any] = field(default_factory=dict)
+    seen_complete: float | None = None  # when the bench first saw it complete (epoch seconds)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return str(self.doc.get("status", "?"))
+
+    @property
+    def integration(self) -> dict[str, Any]:
+        return dict(self.doc.get("integration") or {})
+
+    @property
+    def published_at(self) -> float | None:
+        value = self.integration.get("publishedAt")
+        return float(value) if value is not None and self.status == "complete" else None
+
+    def count(self, code: str, **data: str) -> int:
+        return sum(1 for e in self.events if e["code"] == code and all(e["data"].get(k) == v for k, v in data.items()))
+
+
+@dataclass
+class Mode:
+    """What one mode measured."""
+
+    name: str
+    runs: list[Run]
+    started: float  # epoch seconds, just before the first run start
+    timed_out: bool
+    verifications: list[tuple[str, str, float, float]]  # (kind, commit, started, ended) per execution
+    queue: dict[str, Any] | None
+
+    @property
+    def published(self) -> list[Run]:
+        return [r for r in self.runs if r.published_at is not None]
+
+    @property
+    def candidate_verifications(self) -> int:
+        return sum(1 for kind, *_ in self.verifications if kind == "candidate")
+
+    @property
+    def handoff_verifications(self) -> int:
+        return sum(1 for kind, *_ in self.verifications if kind == "handoff")
+
+    @property
+    def per_published(self) -> float:
+        return self.candidate_verifications / len(self.published) if self.published else math.nan
+
+    @property
+    def wall(self) -> float:
+        times = [r.published_at for r in self.published if r.published_at is not None]
+        return max(times) - self.started if times else math.nan
+
+    @property
+    def all_published(self) -> bool:
+        return len(self.published) == len(self.runs)
+
+
+def environment(root: Path) -> dict[str, str]:
+    """The private environment every process of the bench gets (and this one, for its in-process reads)."""
+    home = root / "home"
+    home.mkdir(parents=True)
+    env = hermetic_env(home, {k: v for k, v in os.environ.items() if not k.startswith("AGENTOPS_")})
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["AGENTOPS_SUPERVISOR_MANAGER"] = "process"  # never a unit of a user systemd manager
+    env["LC_ALL"] = "C.UTF-8"
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def project(root: Path, env: dict[str, str], *, verify_seconds: float, parallel: int | None) -> Path:
+    """A trusted project whose verification command counts its executions in ``root/verifications.log``."""
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main", env=env)
+    counter = root / "verifications.log"
+    (repo / "check.py").write_text(CHECK_PY.format(seconds=verify_seconds, counter=str(counter)))
+    (repo / "src").mkdir()
+    (repo / "src" / "base.txt").write_text("hello\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    policy = POLICY.format(timeout=int(60 + 4 * verify_seconds))
+    if parallel is not None:
+        policy += QUEUE.format(parallel=parallel)
+    (repo / ".agentops").mkdir()
+    (repo / ".agentops" / "policy.toml").write_text(policy)
+    git(repo, "add", "-A", env=env)
+    git(repo, "commit", "-qm", "Initial commit", env=env)
+    agentops(repo, env, "agentops-policy", "trust", "--yes")
+    return repo
+
+
+def agentops(repo: Path, env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    """``git ARGS`` (a toolkit command, as a process); its stdout. Exits with its output when it fails."""
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def read_state(repo: Path, run_id: str) -> dict[str, Any]:
+    """The run's status document, read in this process (what ``git agentops-run status --json`` prints)."""
+    from git_agentops.clock import SystemClock
+    from git_agentops.gitstore.repo import open_store
+    from git_agentops.runs.controls import summary
+
+    clock = SystemClock()
+    return dict(summary(open_store(repo, clock=clock), run_id, clock))
+
+
+def supervisor_running(repo: Path, run_id: str) -> bool:
+    """Whether the run's supervisor still holds its lock (as ``tests/runkit.py`` asks)."""
+    lock = repo / ".git" / "agentops" / "runs" / run_id / "supervisor.lock"
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def wait_supervisors_gone(repo: Path, runs: list[Run], timeout: float = 90) -> list[str]:
+    """Until every run's supervisor exited; the names of those still running at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [r.name for r in runs if supervisor_running(repo, r.run_id)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def stop_left(repo: Path, env: dict[str, str], runs: list[Run]) -> list[str]:
+    """``git agentops-run stop`` each run not complete, then wait for every supervisor; the names stopped."""
+    stopped = []
+    for run in runs:
+        with contextlib.suppress(Exception):  # a state that cannot be read: stop it anyway
+            run.doc = read_state(repo, run.run_id)
+        if run.status != "complete" or supervisor_running(repo, run.run_id):
+            subprocess.run(
+                ["git", "agentops-run", "stop", run.run_id], cwd=repo, env=env, capture_output=True, check=False
+            )
+            stopped.append(run.name)
+    left = wait_supervisors_gone(repo, runs)
+    if left:
+        print(f"  warning: the supervisors of {', '.join(left)} are still running", file=sys.stderr)
+    return stopped
+
+
+def measure(
+    name: str, root: Path, env: dict[str, str], args: argparse.Namespace, parallel: int | None
+) -> tuple[Mode, Path]:
+    """Start the runs back to back, wait for them, read what they did; stop whatever is left."""
+    repo = project(root, env, verify_seconds=args.verify_seconds, parallel=parallel)
+    recipes = []
+    for i in range(args.runs):
+        path = root / f"r{i}.toml"
+        path.write_text(RECIPE.format(name=f"r{i}"))
+        recipes.append(path)
+    runs: list[Run] = []
+    timed_out = False
+    started = time.time()
+    try:
+        for i, recipe in enumerate(recipes):
+            argv = ("start", "--goal", f"Bench r{i}", "--recipe", str(recipe), "--detach", "--json")
+            out = agentops(repo, env, "agentops-run", *argv)
+            runs.append(Run(f"r{i}", str(json.loads(out)["runId"])))
+        print(f"  {len(runs)} runs started in {time.time() - started:.1f} s", flush=True)
+        deadline = time.monotonic() + args.timeout
+        waiting = list(runs)
+        shown = ""
+        while waiting:
+            for run in list(waiting):
+                run.doc = read_state(repo, run.run_id)
+                if run.status == "complete":
+                    run.seen_complete = time.time()
+                if run.status != "active":
+                    waiting.remove(run)
+            states = Counter(
+                r.status if r.status != "active" else f"integration {r.integration.get('status', 'none')}" for r in runs
+            )
+            now = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            if now != shown:
+                print(f"  {time.time() - started:6.1f} s: {now}", flush=True)
+                shown = now
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                print(f"  timed out after {args.timeout:g} s: {', '.join(r.name for r in waiting)} still active")
+                break
+            time.sleep(POLL)
+    finally:
+        stopped = stop_left(repo, env, runs)
+    if stopped:
+        print(f"  stopped: {', '.join(stopped)}")
+    for run in runs:
+        log = subprocess.run(
+            ["git", "agentops-run", "log", run.run_id, "--json"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        run.events = list(json.loads(log.stdout)["events"]) if log.returncode == 0 else []
+    counted = root / "verifications.log"
+    lines = counted.read_text().split("\n") if counted.exists() else []
+    verifications = [
+        (kind, commit, float(begin), float(end)) for kind, commit, begin, end in (x.split() for x in lines if x)
+    ]
+    queue_doc = None
+    if parallel is not None:
+        text = git(repo, "show", "refs/agentops/queue/main:queue.json", env=env)
+        queue_doc = dict(json.loads(text))
+    return Mode(name, runs, started, timed_out, verifications, queue_doc), repo
+
+
+def run_of(repo: Path, env: dict[str, str], commit: str, ids: dict[str, str]) -> str:
+    """The name of the run a candidate commit integrates (its message says ``of run <id>``)."""
+    message = git(repo, "show", "-s", "--format=%B", commit, env=env)
+    return next((name for run_id, name in ids.items() if run_id in message), "?")
+
+
+def report(mode: Mode, repo: Path, env: dict[str, str]) -> None:
+    """What one mode measured, per run and in total."""
+    ids = {r.run_id: r.name for r in mode.runs}
+    per_run = Counter(run_of(repo, env, commit, ids) for kind, commit, *_ in mode.verifications if kind == "candidate")
+    entries: dict[str, list[dict[str, Any]]] = {}
+    for entry in (mode.queue or {}).get("entries", []):
+        entries.setdefault(ids.get(entry["runId"], "?"), []).append(entry)
+    print(
+        f"  {'run':<5}{'status':<10}{'publish s':>10}{'complete s':>11}{'finalizes':>10}{'contended':>10}"
+        f"{'built':>7}{'cand. verif.':>13}  queue"
+    )
+    for run in mode.runs:
+        published = f"{run.published_at - mode.started:.1f}" if run.published_at is not None else "-"
+        complete = f"{run.seen_complete - mode.started:.1f}" if run.seen_complete is not None else "-"
+        queued = ", ".join(
+            f"#{e['position']} {e['state']} ({e.get('verifications', 0)} verif.)" for e in entries.get(run.name, [])
+        )
+        print(
+            f"  {run.name:<5}{run.status:<10}{published:>10}{complete:>11}"
+            f"{run.count('INTEGRATION_REQUESTED'):>10}"
+            f"{run.count('INTEGRATION_FAILED', failure='RUN_TARGET_CONTENDED'):>10}"
+            f"{run.count('INTEGRATION_PREPARED'):>7}{per_run.get(run.name, 0):>13}  {queued or '-'}"
+        )
+    failures = Counter(
+        e["data"].get("failure", "?") for r in mode.runs for e in r.events if e["code"] == "INTEGRATION_FAILED"
+    )
+    distinct = len({commit for kind, commit, *_ in mode.verifications if kind == "candidate"})
+    print(
+        f"  published {len(mode.published)}/{len(mode.runs)}; wall (first start -> last publish) {mode.wall:.1f} s"
+        + ("; timed out" if mode.timed_out else "")
+    )
+    print(
+        f"  candidate verifications executed: {mode.candidate_verifications} ({distinct} distinct commits), "
+        f"{mode.per_published:.2f} per published run; handoff verifications: {mode.handoff_verifications}"
+    )
+    busy = sum(end - begin for _, _, begin, end in mode.verifications)
+    print(f"  verification command time, summed: {busy:.1f} s")
+    if failures:
+        print(f"  finalizes refused: {', '.join(f'{n} {code}' for code, n in sorted(failures.items()))}")
+    blocked = [r for r in mode.runs if r.status != "complete"]
+    for run in blocked:
+        print(f"  {run.name} ({run.run_id}) ended {run.status}: {run.doc.get('statusReason')}")
+    if mode.queue is not None:
+        recorded = sum(int(e.get("verifications", 0)) for e in mode.queue.get("entries", []))
+        states = Counter(str(e["state"]) for e in mode.queue.get("entries", []))
+        print(
+            f"  queue: entries {dict(states)}; verifications its entries record: {recorded} "
+            f"(executions counted: {mode.candidate_verifications})"
+        )
+
+
+def ratio(off: float, on: float) -> float:
+    return off / on if on and not math.isnan(on) else math.nan
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=8, help="runs finalizing together on one target (default 8)")
+    parser.add_argument(
+        "--verify-seconds", type=float, default=2.0, help="what the verification command takes (default 2.0)"
+    )
+    parser.add_argument("--parallel", type=int, default=2, help="[queue] parallel of the queue mode (default 2)")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds each mode may take (default 1200)")
+    parser.add_argument("--dir", default=None, help="where to create the scratch directory")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory (its path is printed)")
+    args = parser.parse_args()
+    if shutil.which("git-agentops-run") is None:
+        raise SystemExit("git-agentops-run is not on PATH: install the project (pip install -e .) first")
+    root = Path(tempfile.mkdtemp(prefix="agentops-queue-bench-", dir=args.dir))
+    try:
+        env = environment(root)
+        os.environ.clear()  # this process's own reads (the runs' states) are as hermetic as its children
+        os.environ.update(env)
+        seal(root / "home", env)
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(
+            f"git-agentops merge queue benchmark: {args.runs} runs, one child each, verification "
+            f"{args.verify_seconds:g} s, queue parallel {args.parallel}; {os.cpu_count()} cpus, load average {load}; "
+            f"{git(root, '--version', env=env)}",
+            flush=True,
+        )
+        modes: dict[str, Mode] = {}
+        for name, parallel in (("off", None), ("on", args.parallel)):
+            title = "without the queue" if parallel is None else f"with the queue (parallel = {parallel})"
+            print(f"\nmode {name}: {title}", flush=True)
+            mode, repo = measure(name, root / name, env, args, parallel)
+            report(mode, repo, env)
+            modes[name] = mode
+    finally:
+        if args.keep:
+            print(f"\nkept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    off, on = modes["off"], modes["on"]
+    print()
+    print(
+        f"queue runs={args.runs} parallel={args.parallel} verifications_off={off.per_published:.2f} "
+        f"verifications_on={on.per_published:.2f} verifications_ratio={ratio(off.per_published, on.per_published):.2f} "
+        f"wall_off_s={off.wall:.1f} wall_on_s={on.wall:.1f} wall_ratio={ratio(off.wall, on.wall):.2f} "
+        f"published_off={len(off.published)} published_on={len(on.published)}"
+    )
+    failed = [m for m in (off, on) if not m.all_published]
+    for mode in failed:
+        why = "timed out" if mode.timed_out else "runs ended without publishing"
+        print(
+            f"error: mode {mode.name} published {len(mode.published)}/{len(mode.runs)} runs within "
+            f"{args.timeout:g} s ({why})",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
