@@ -224,6 +224,10 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_REVIEW_BLOCKED": _c(EXIT_NEGATIVE, "a reviewer rejected the candidate or raised a blocking finding"),
     "RUN_TARGET_CONTENDED": _c(EXIT_NEGATIVE, "the target kept moving while the candidate was rebuilt"),
     "RUN_QUEUE_REPLACED": _c(EXIT_NEGATIVE, "a queue entry gave way to the same run's newer deliveries"),
+    "QUEUE_ENTRY_STALE": _c(
+        EXIT_NEGATIVE,
+        "a queue entry does not match its run's own record (a rewound or replayed queue): never integrated",
+    ),
     "QUEUE_LEASE_LOST": _c(EXIT_REFUSED, "another supervisor took the merge queue over; this one wrote nothing"),
     "RUN_TARGET_CHECKED_OUT_DIRTY": _c(
         EXIT_NEGATIVE, "the target is checked out with uncommitted changes: commit or stash them, then resume"

@@ -313,6 +313,9 @@ QUEUE_PUBLISHING: Final = _k(
     "QUEUE_PUBLISHING", "the verified prefix of the queue is recorded before the target moves", positions=_ARRAY
 )
 QUEUE_PUBLISHED: Final = _k("QUEUE_PUBLISHED", "the target moved to the queue's verified prefix", positions=_ARRAY)
+QUEUE_RECONCILED: Final = _k(
+    "QUEUE_RECONCILED", "the queue was held against the runs' own records: stale entries evicted, missing ones restored"
+)
 QUEUE_REBUILT: Final = _k(
     "QUEUE_REBUILT", "queue entries go back to waiting: the target moved before they were published", positions=_ARRAY
 )

@@ -66,7 +66,7 @@ class QueueView:
     commit: str | None
 
 
-def _view(snapshot: Snapshot, target: str) -> QueueView:
+def view_of(snapshot: Snapshot, target: str) -> QueueView:
     raw = snapshot.get(QUEUE_FILE)
     doc = QueueDoc.from_json(json.loads(raw)) if raw is not None else QueueDoc(target)
     lease_raw = snapshot.get(LEASE_FILE)
@@ -77,7 +77,7 @@ def _view(snapshot: Snapshot, target: str) -> QueueView:
 def read(store: Store, target: str) -> QueueView:
     """The queue now (empty when there is none); ``RUN_STATE_TAMPERED`` when its tip is not the toolkit's."""
     try:
-        return _view(journal(store, target).read(), target)
+        return view_of(journal(store, target).read(), target)
     except JournalTampered as exc:
         raise AgentOpsError(
             "RUN_STATE_TAMPERED",
@@ -87,7 +87,7 @@ def read(store: Store, target: str) -> QueueView:
         ) from exc
 
 
-def _put(change: Change, doc: QueueDoc) -> None:
+def put(change: Change, doc: QueueDoc) -> None:
     change.put_json(QUEUE_FILE, doc.to_json(), schema="queue")
 
 
@@ -98,12 +98,12 @@ def enqueue(
     deliveries (enqueueing is safe to repeat after a crash)."""
 
     def add(change: Change) -> Entry:
-        doc = _view(change, target).doc
+        doc = view_of(change, target).doc
         mine = doc.of_run(run_id)
         if mine is not None and mine.waiting and mine.deliveries == tuple(deliveries):
             return mine
         if mine is not None and mine.waiting:  # the run enqueues other deliveries: its old entry gives way
-            _put(
+            put(
                 change,
                 doc := doc.with_entry(
                     replace(
@@ -116,7 +116,7 @@ def enqueue(
                 ),
             )
         entry = Entry(doc.next_position, run_id, tuple(deliveries), policy_hash, now, EntryState.WAITING)
-        _put(change, doc.with_entry(entry))
+        put(change, doc.with_entry(entry))
         return entry
 
     entry = (
@@ -138,7 +138,7 @@ def claim(store: Store, target: str, me: Holder, now: float, ttl: float = LEASE_
     """The queue's lease, now held by ``me`` (claimed or renewed by CAS), or None while another holds it."""
 
     def take(change: Change) -> Lease | None:
-        lease = _view(change, target).lease
+        lease = view_of(change, target).lease
         if not me.holds(lease) and not _free(lease, me.machine, now):
             return None
         term = (lease.term if lease is not None else 0) + (0 if me.holds(lease) else 1)
@@ -159,7 +159,7 @@ def release(store: Store, target: str, me: Holder) -> None:
         return
 
     def drop(change: Change) -> None:
-        if me.holds(_view(change, target).lease):
+        if me.holds(view_of(change, target).lease):
             change.delete(LEASE_FILE)
 
     journal(store, target).mutate(drop, Event(kinds.QUEUE_RELEASED, f"pid {me.pid} released the queue", {}))
@@ -170,7 +170,7 @@ def settle(store: Store, target: str, me: Holder, entries: list[Entry], event: E
     no longer holds it, and nothing is written). An entry settled before stays as it was."""
 
     def write(change: Change) -> None:
-        view = _view(change, target)
+        view = view_of(change, target)
         if not me.holds(view.lease):
             raise QueueLeaseLost(f"the queue of {target} is processed by another supervisor now")
         doc = view.doc
@@ -179,6 +179,6 @@ def settle(store: Store, target: str, me: Holder, entries: list[Entry], event: E
             if current is None or not current.waiting:
                 continue
             doc = doc.with_entry(entry)
-        _put(change, doc)
+        put(change, doc)
 
     journal(store, target).mutate(write, event)

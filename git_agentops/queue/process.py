@@ -41,7 +41,7 @@ from ..runs.jobs import JobContext
 from ..verify.core import Outcome
 from ..verify.failing import failed_commands
 from ..verify.proof import prove
-from . import book
+from . import audit, book
 from .record import Entry, EntryState
 
 SPECULATION_DEPTH: Final = 16
@@ -89,6 +89,8 @@ def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, p
 
     ``RUN_TARGET_CHECKED_OUT_DIRTY`` when a checkout of the target has uncommitted changes (nothing is published;
     every entry keeps its place), ``QUEUE_LEASE_LOST`` when another supervisor took the queue."""
+    if audit.reconcile(store, target, me, ctx.clock.now()):
+        ctx.log(f"queue: the queue of {target} did not match the runs' records; it was held against them")
     view = book.read(store, target)
     settled = _roll_forward(ctx, store, target, me, view.doc.waiting())
     if settled:

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Final
 
-from ..errors import AgentOpsError, QueueLeaseLost, TargetCheckedOutDirty
+from ..errors import QueueLeaseLost, TargetCheckedOutDirty
 from ..gitstore.repo import Store
 from ..model.run import RunStatus
 from ..process.groups import boot_id, process_identity
@@ -40,16 +40,15 @@ def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> E
     supervisor may; :class:`Left` when the run is no longer active (the entry keeps its place), :class:`Wait` when
     a checkout of the target is dirty."""
     me = holder(store)
+    missing = False
     try:
         while True:
             entry = book.read(store, target).doc.entry(position)
-            if entry is None:
-                raise AgentOpsError(
-                    "RUN_STATE_TAMPERED",
-                    f"the merge queue of {target} no longer holds entry #{position} of {ctx.run_id}",
-                )
-            if not entry.waiting:
+            if entry is not None and not entry.waiting:
                 return entry
+            if entry is None and not missing:  # a queue ref rewound or deleted: restored from the run's record
+                missing = True
+                ctx.log(f"queue: the queue of {target} does not hold entry #{position}; waiting for it to be restored")
             status = runstate.read(store, ctx.run_id).run().status
             if status is not RunStatus.ACTIVE:
                 return Left(f"the run is {status}; its queue entry #{position} keeps its place")

@@ -74,19 +74,27 @@ def one_file(tmp: Path, name: str, path: str) -> Path:
 
 @contextlib.contextmanager
 def held_queue(repo: Path) -> Iterator[None]:
-    """The queue's lease held by this (live) process meanwhile: supervisors enqueue and wait, none processes."""
+    """The queue's lease held meanwhile by a live process of this machine (a ``sleep`` this test started, as a busy
+    processor): supervisors enqueue and wait, none processes. Its holder is gone once the block ends, so a queue
+    commit written meanwhile names a dead holder, as one a crashed processor left."""
     from git_agentops.clock import SystemClock
     from git_agentops.gitstore.repo import open_store
+    from git_agentops.process.groups import process_identity
     from git_agentops.queue import book
     from git_agentops.queue.serve import holder
 
     store = open_store(repo, clock=SystemClock())
-    me = holder(store)
-    assert book.claim(store, "main", me, time.time(), ttl=600) is not None
+    sleeper = subprocess.Popen(["sleep", "600"])
     try:
+        found = process_identity(sleeper.pid)
+        assert found is not None
+        me = book.Holder(holder(store).machine, sleeper.pid, found.start_time)
+        assert book.claim(store, "main", me, time.time(), ttl=600) is not None
         yield
-    finally:
         book.release(store, "main", me)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def first_entry(repo: Path, run_id: str) -> dict[str, Any]:
@@ -227,3 +235,50 @@ def test_a_run_paused_while_queued_keeps_its_place_and_resume_publishes_it(tmp_p
     assert (
         doc["integration"]["queuePosition"] == 1 and git(repo, "rev-parse", "main") == doc["integration"]["candidate"]
     )
+
+
+@pytest.mark.slow
+def test_a_queue_ref_rewound_to_an_old_authentic_tip_never_publishes_an_entry_twice(tmp_path: Path) -> None:
+    """Invariant: a queue ref rewound to an older commit the supervisors did write (a replay: it shows an entry that
+    was published since as waiting again) is held against the runs' records: the replayed entry is evicted
+    ``QUEUE_ENTRY_STALE``, never merged again, and the next run publishes on top of what is already there."""
+    repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
+    with held_queue(repo):
+        first = start(repo, one_file(tmp_path, "a", "src/a.txt"))
+        wait_for(repo, first, lambda d: (d["integration"] or {}).get("status") == "queued", timeout=120)
+        waiting = git(repo, "rev-parse", "refs/agentops/queue/main")  # authentic: entry #1 waits here
+    wait_for(repo, first, lambda d: d["status"] == "complete", timeout=120)
+    git(repo, "update-ref", "refs/agentops/queue/main", waiting)  # replayed, as anyone with the repository can
+    second = start(repo, one_file(tmp_path, "b", "src/b.txt"))
+    wait_for(repo, second, lambda d: d["status"] == "complete", timeout=120)
+    entries = {e["position"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]
+    assert entries[1]["state"] == "evicted" and entries[1]["code"] == "QUEUE_ENTRY_STALE", entries[1]
+    assert entries[2]["state"] == "published" and entries[2]["runId"] == second
+    chain = git(repo, "rev-list", "--first-parent", f"{base}..main").split()
+    assert len(chain) == 2  # a's merge once, b's once
+    assert git(repo, "show", "main:src/a.txt") == "a" and git(repo, "show", "main:src/b.txt") == "b"
+
+
+@pytest.mark.slow
+def test_a_deleted_queue_ref_is_rebuilt_from_the_runs_records_in_their_order(tmp_path: Path) -> None:
+    """Invariant: with the queue ref deleted while runs wait in it, the next supervisor to process it restores
+    every waiting run's entry from that run's own record, at its position, and publishes them in that order."""
+    repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
+    with held_queue(repo):
+        runs = [start(repo, one_file(tmp_path, name, f"src/{name}.txt")) for name in ("a", "b")]
+        for run_id in runs:
+            wait_for(repo, run_id, lambda d: (d["integration"] or {}).get("status") == "queued", timeout=120)
+        positions = [status(repo, r)["integration"]["queuePosition"] for r in runs]
+        git(repo, "update-ref", "-d", "refs/agentops/queue/main")  # the lease goes with it
+    for run_id in runs:
+        wait_for(repo, run_id, lambda d: d["status"] == "complete", timeout=120)
+    entries = {e["runId"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]
+    assert [entries[r]["position"] for r in runs] == positions
+    assert all(entries[r]["state"] == "published" for r in runs)
+    in_order = sorted(runs, key=lambda r: entries[r]["position"])
+    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
+    assert chain == [s["commit"] for r in in_order for s in entries[r]["steps"]]
+    log = git(repo, "log", "--format=%s", "refs/agentops/queue/main")
+    assert "QUEUE_RECONCILED" in log

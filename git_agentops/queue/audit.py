@@ -1,0 +1,154 @@
+"""The queue held against the runs' own records: what a rewound, replayed or deleted queue ref cannot make happen.
+
+The queue's journal is authenticated (:mod:`.book`), but an authentic *old* tip is authentic too: a queue ref
+rewound to it (or deleted, and the next enqueue starting a new one) would bring back entries that were published
+long ago and lose entries that wait now. So before each round the processor holds every entry against the run it
+names, whose state journal is authenticated on its own:
+
+* a waiting entry stands only while its run's integration is on its way to the queue or ``queued`` at that position,
+  with exactly these deliveries -- the commits its state records as delivered, in merge order. Anything else (a
+  run already published, failed or complete; another position; other commits: an entry replayed from an old tip or
+  pointing at what the run never froze) is settled ``evicted`` with ``QUEUE_ENTRY_STALE`` and never integrated;
+* a run whose record says ``queued`` at a position the queue does not hold as waiting gets its entry back, rebuilt
+  from the record, at that position (so the order is the runs' order, whatever the ref says).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .. import eventkinds as kinds
+from ..errors import AgentOpsError, QueueLeaseLost
+from ..gitstore.journal import Change, Event
+from ..gitstore.refs import list_refs
+from ..gitstore.repo import Store
+from ..model.integration import IntegrationStatus
+from ..runs import state as runstate
+from . import book
+from .record import Entry, EntryState, QueuedDelivery
+
+_ON_THE_WAY: frozenset[IntegrationStatus] = frozenset(
+    {
+        IntegrationStatus.REQUESTED,
+        IntegrationStatus.PREPARED,
+        IntegrationStatus.VERIFIED,
+        IntegrationStatus.REVIEWED,
+    }
+)
+"""Integration steps before ``queued``: a run there may have enqueued already (the record follows the queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a run's own state says about its place in the queue."""
+
+    run_id: str
+    status: IntegrationStatus
+    position: int | None
+    deliveries: tuple[QueuedDelivery, ...]
+    policy_hash: str
+
+
+def recorded(store: Store, target: str) -> dict[str, Recorded]:
+    """Every run of ``target`` whose integration is on its way to the queue or waits in it, by run id."""
+    out: dict[str, Recorded] = {}
+    for name in list_refs(store, runstate.RUNS_PREFIX):
+        if not name.endswith("/state"):
+            continue
+        run_id = name[len(runstate.RUNS_PREFIX) : -len("/state")]
+        try:
+            view = runstate.read(store, run_id)
+            run = view.run()
+        except AgentOpsError:  # a run whose state cannot be authenticated has no say here
+            continue
+        integration = run.integration
+        if run.target != target or integration is None:
+            continue
+        if integration.status is not IntegrationStatus.QUEUED and integration.status not in _ON_THE_WAY:
+            continue
+        tasks = view.tasks()
+        order = integration.order or ()
+        deliveries = tuple(
+            QueuedDelivery(t, tasks[t].title, d.commit)
+            for t in order
+            if t in tasks and (d := tasks[t].delivery) is not None
+        )
+        out[run_id] = Recorded(
+            run_id,
+            integration.status,
+            integration.queue_position,
+            deliveries,
+            run.policy_config_hash,
+        )
+    return out
+
+
+def reconcile(store: Store, target: str, me: book.Holder, now: float) -> int:
+    """Hold the queue against the runs' records (see the module docstring), fenced by the lease; how many entries
+    it evicted or gave back."""
+    runs = recorded(store, target)
+    changed: list[str] = []
+
+    def fix(change: Change) -> None:
+        view = book.view_of(change, target)
+        if not me.holds(view.lease):
+            raise QueueLeaseLost(f"the queue of {target} is processed by another supervisor now")
+        doc = view.doc
+        for entry in doc.waiting():
+            run = runs.get(entry.run_id)
+            if run is not None and _stands(entry, run):
+                continue
+            why = "its run no longer waits in the queue" if run is None else "it is not what its run recorded"
+            doc = doc.with_entry(
+                replace(
+                    entry,
+                    state=EntryState.EVICTED,
+                    code="QUEUE_ENTRY_STALE",
+                    reason=f"entry #{entry.position} does not match its run's own record ({why}); never integrated",
+                    publishing=False,
+                    settled_at=now,
+                )
+            )
+            changed.append(f"#{entry.position} stale")
+        for run in runs.values():
+            if run.status is not IntegrationStatus.QUEUED or run.position is None or not run.deliveries:
+                continue
+            held = doc.entry(run.position)
+            if held is not None and (held.waiting or held.run_id == run.run_id):
+                continue  # waiting already, or settled (the run follows the queue's outcome)
+            doc = doc.with_entry(
+                Entry(run.position, run.run_id, run.deliveries, run.policy_hash, now, EntryState.WAITING)
+            )
+            changed.append(f"#{run.position} restored")
+        if changed:
+            book.put(change, doc)
+
+    if not _needed(store, target, runs):
+        return 0
+    book.journal(store, target).mutate(
+        fix, Event(kinds.QUEUE_RECONCILED, f"queue of {target} held against the runs' records", {})
+    )
+    return len(changed)
+
+
+def _needed(store: Store, target: str, runs: dict[str, Recorded]) -> bool:
+    """Whether :func:`reconcile` has anything to do (read-only: most rounds write nothing)."""
+    doc = book.read(store, target).doc
+    for entry in doc.waiting():
+        run = runs.get(entry.run_id)
+        if run is None or not _stands(entry, run):
+            return True
+    for run in runs.values():
+        if run.status is IntegrationStatus.QUEUED and run.position is not None and run.deliveries:
+            held = doc.entry(run.position)
+            if held is None or (not held.waiting and held.run_id != run.run_id):
+                return True
+    return False
+
+
+def _stands(entry: Entry, run: Recorded) -> bool:
+    """Whether a waiting entry is what its run recorded. A run still on its way to ``queued`` records no position
+    yet (it enqueues, then records): its entry stands."""
+    if run.status is IntegrationStatus.QUEUED:
+        return run.position == entry.position and run.deliveries == entry.deliveries
+    return True
