@@ -9,10 +9,13 @@ Two scratch projects, one after the other in this process run, identical but for
 * **on** -- ``[queue] enabled = true, parallel = P`` (default 2): the runs enqueue, one supervisor holding the
   queue's lease verifies P speculative candidates at once and publishes the verified prefix by one CAS.
 
-In each, N runs are started back to back (``git agentops-run start --recipe R --detach --json``, as processes); each
-run has one child task writing ``src/rN.txt`` (no two runs conflict) and its coordinator finalizes once the child
-is delivered. The bench waits until every run is complete (its state read in this process every 0.5 s: what
-``git agentops-run status --json`` prints), or left ``active`` otherwise (blocked, paused...), or the timeout.
+In each, N runs are started back to back (``git agentops-run start --recipe R --detach --json``, one process after
+the other; ``--start concurrent``: all at once); each run has one child task writing ``src/rN.txt`` (no two runs
+conflict) and its coordinator finalizes once the child is delivered. The bench waits until every run is complete
+(its state read in this process every 0.5 s: what ``git agentops-run status --json`` prints), or left ``active``
+otherwise (blocked, paused...), or the timeout. How close together the runs finalize -- what the queue is for --
+is printed per mode: the starts (about 1.5 s of a loaded core each) and the handoffs, which take the same
+``[run] max_verifications`` slots (default: the number of cores) as the candidates, spread them out.
 
 **Counting verifications.** The project's only verification command is ``python3 check.py``: it sleeps
 ``--verify-seconds``, then appends one line to a counter file outside the repository (written with one ``O_APPEND``
@@ -31,38 +34,51 @@ supervisors are plain detached processes (``AGENTOPS_SUPERVISOR_MANAGER=process`
 is stopped (``git agentops-run stop``). Targets (the issue): verifications per published run at least 3x fewer
 with the queue, wall time at least 2x less, with ``parallel = 2`` on 2 cores.
 
-Usage: ``python bench/queue.py [--runs N] [--verify-seconds S] [--parallel P] [--timeout S] [--dir DIR] [--keep]``.
-Exits 1 when a mode did not publish all N runs within the timeout (saying which). Last line: ``queue runs=<n>
+Usage: ``python bench/queue.py [--runs N] [--verify-seconds S] [--parallel P] [--start process|concurrent]
+[--timeout S] [--dir DIR] [--keep]``. Exits 1 when a mode did not publish all N runs within the timeout of its
+first start (saying which). Last line: ``queue runs=<n>
 parallel=<p> verifications_off=<x> verifications_on=<x> verifications_ratio=<x> wall_off_s=<s> wall_on_s=<s>
 wall_ratio=<x> published_off=<n> published_on=<n>`` (verifications per published run; ratios off/on).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fcntl
+import importlib
+import json
+import math
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-# This file is named like the standard library's ``queue``, which pygit2 (and concurrent.futures) import: its
-# directory goes last on sys.path, so ``import queue`` finds the standard library and benchenv is still found here.
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import fcntl  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-
-from _clean_checkout import hermetic_env, seal  # noqa: E402
-from benchenv import git  # noqa: E402
+if __name__ == "queue":
+    # This file is named like the standard library's ``queue``, and Python puts a script's directory first on
+    # sys.path: ``import queue`` (pygit2's, concurrent.futures') in any other ``python bench/X.py`` finds it. It
+    # loads the standard library's in its place then, which the importer hands back instead of this module (and
+    # nothing below runs anything: the bench's own imports are in the branch below).
+    del sys.modules["queue"]
+    _path = sys.path[:]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+    try:
+        importlib.import_module("queue")
+    finally:
+        sys.path[:] = _path
+else:
+    # Run as the script: this directory goes last on sys.path, so ``import queue`` finds the standard library (and
+    # benchenv is still found here).
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
+    from _clean_checkout import hermetic_env, seal
+    from benchenv import git
 
 POLL = 0.5
 """Seconds between two reads of the runs' states."""
@@ -266,12 +282,13 @@ def wait_supervisors_gone(repo: Path, runs: list[Run], timeout: float = 90) -> l
 
 
 def stop_left(repo: Path, env: dict[str, str], runs: list[Run]) -> list[str]:
-    """``git agentops-run stop`` each run not complete, then wait for every supervisor; the names stopped."""
+    """``git agentops-run stop`` each run not complete, then wait for every supervisor (a complete run's exits by
+    itself); the names stopped."""
     stopped = []
     for run in runs:
         with contextlib.suppress(Exception):  # a state that cannot be read: stop it anyway
             run.doc = read_state(repo, run.run_id)
-        if run.status != "complete" or supervisor_running(repo, run.run_id):
+        if run.status != "complete":
             done = subprocess.run(
                 ["git", "agentops-run", "stop", run.run_id],
                 cwd=repo,
@@ -289,19 +306,19 @@ def stop_left(repo: Path, env: dict[str, str], runs: list[Run]) -> list[str]:
     return stopped
 
 
-def start(repo: Path, env: dict[str, str], recipes: list[Path], runs: list[Run], *, concurrent: bool) -> None:
-    """``git agentops-run start --goal G --recipe R --detach --json`` per recipe, one after the other (or all at
-    once), each run appended to ``runs`` as soon as it started (so that a failure leaves the others to stop)."""
-    argvs = [
-        ["git", "agentops-run", "start", "--goal", f"Bench {r.stem}", "--recipe", str(r), "--detach", "--json"]
-        for r in recipes
-    ]
-    if not concurrent:
+def start(repo: Path, env: dict[str, str], recipes: list[Path], runs: list[Run], *, how: str) -> None:
+    """``git agentops-run start --goal G --recipe R --detach --json`` per recipe, each run appended to ``runs`` as
+    soon as it started (so that a failure leaves the others to stop): ``process`` one process after the other,
+    ``concurrent`` all the processes at once."""
+    argvs = [["start", "--goal", f"Bench {r.stem}", "--recipe", str(r), "--detach", "--json"] for r in recipes]
+    if how == "process":
         for recipe, argv in zip(recipes, argvs, strict=True):
-            runs.append(Run(recipe.stem, str(json.loads(agentops(repo, env, *argv[1:]))["runId"])))
+            runs.append(Run(recipe.stem, str(json.loads(agentops(repo, env, "agentops-run", *argv))["runId"])))
         return
     procs = [
-        subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            ["git", "agentops-run", *argv], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for argv in argvs
     ]
     errors = []
@@ -329,7 +346,7 @@ def measure(
     timed_out = False
     started, deadline = time.time(), time.monotonic() + args.timeout
     try:
-        start(repo, env, recipes, runs, concurrent=args.concurrent_starts)
+        start(repo, env, recipes, runs, how=args.start)
         print(f"  {len(runs)} runs started in {time.time() - started:.1f} s", flush=True)
         waiting = list(runs)
         shown = ""
@@ -460,9 +477,11 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=2, help="[queue] parallel of the queue mode (default 2)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds each mode may take (default 1200)")
     parser.add_argument(
-        "--concurrent-starts",
-        action="store_true",
-        help="issue the N 'run start' commands at once rather than one after the other (both modes alike)",
+        "--start",
+        choices=("process", "concurrent"),
+        default="process",
+        help="how the N runs are started, the same in both modes: one 'git agentops-run start' process after the "
+        "other (default), or all of them at once",
     )
     parser.add_argument("--dir", default=None, help="where to create the scratch directory")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (its path is printed)")
@@ -478,8 +497,8 @@ def main() -> int:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(
             f"git-agentops merge queue benchmark: {args.runs} runs, one child each, verification "
-            f"{args.verify_seconds:g} s, queue parallel {args.parallel}; {os.cpu_count()} cpus, load average {load}; "
-            f"{git(root, '--version', env=env)}",
+            f"{args.verify_seconds:g} s, queue parallel {args.parallel}, starts: {args.start}; {os.cpu_count()} cpus, "
+            f"load average {load}; {git(root, '--version', env=env)}",
             flush=True,
         )
         modes: dict[str, Mode] = {}

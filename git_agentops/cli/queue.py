@@ -26,8 +26,8 @@ def _default_target(ctx: Context) -> str:
 
 
 def show(args: argparse.Namespace, ctx: Context) -> int:
-    from ..queue import book
-    from ..queue.record import Entry
+    from ..mergequeue import book
+    from ..mergequeue.record import Entry
 
     target = args.target or _default_target(ctx)
     view = book.read(ctx.store(), target)

@@ -161,10 +161,14 @@ def mirror(
             )
         raise error
     found = list_refs(store, prefix)
+    # only what was asked for: the mirror also holds what earlier fetches of other namespaces left there (the
+    # target's tip a run fetched), and a caller adopting everything returned would move a branch it never asked
+    # about -- a checked-out target, whose checkout would then show the move reversed
+    asked = tuple(n[len("refs/") :] for n in namespaces)
     return {
         "refs/" + name[len(prefix) :]: oid
         for name, oid in found.items()
-        if not name[len(prefix) :].startswith("conflicts/")
+        if name[len(prefix) :].startswith(asked) and not name[len(prefix) :].startswith("conflicts/")
     }
 
 

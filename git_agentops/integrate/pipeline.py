@@ -48,14 +48,14 @@ from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
+from ..mergequeue import book as queuebook
+from ..mergequeue.record import EntryState, QueuedDelivery
+from ..mergequeue.serve import wait_settled
 from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.request import RequestRecord, ResponseDoc
 from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
 from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
-from ..queue import book as queuebook
-from ..queue.record import EntryState, QueuedDelivery
-from ..queue.serve import wait_settled
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Answered, Integrated, JobContext, Left, Refused, Wait
@@ -209,7 +209,7 @@ STEPS: Final = (
 
 
 def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Left | None:
-    """With ``[queue] enabled``: steps 1 to 4 through the target's merge queue (:mod:`git_agentops.queue`). The
+    """With ``[queue] enabled``: steps 1 to 4 through the target's merge queue (:mod:`git_agentops.mergequeue`). The
     deliveries are checked, merged on the target's tip for the guards (and, when reviews are required, verified and
     reviewed there as without the queue), enqueued once, and the run waits -- processing the queue while it holds
     its lease -- until its entry is published (the record then says so), evicted or conflicted (the finalize is

@@ -100,6 +100,8 @@ def test_two_machines_integrate_into_one_remote_target_concurrently(tmp_path: Pa
     for machine in (a, b):  # each machine's local main followed its own publish (or was left where it was)
         local = git(machine, "rev-parse", "main")
         assert git(machine, "merge-base", "--is-ancestor", local, chain[0], check=False) == ""
+        # ...and its checkout with it: a sync of the run's refs never moves the target behind the checkout's back
+        assert git(machine, "status", "--porcelain") == "", machine
     git(server, "fsck", "--strict")
 
 

@@ -15,9 +15,9 @@ from git_agentops import eventkinds as kinds
 from git_agentops.errors import AgentOpsError, QueueLeaseLost
 from git_agentops.gitstore.journal import Event
 from git_agentops.gitstore.repo import Store
-from git_agentops.queue import book
-from git_agentops.queue.process import Built, Checked, build, judge
-from git_agentops.queue.record import Entry, EntryState, QueuedDelivery
+from git_agentops.mergequeue import book
+from git_agentops.mergequeue.process import Built, Checked, build, judge
+from git_agentops.mergequeue.record import Entry, EntryState, QueuedDelivery
 from git_agentops.verify.core import Outcome
 
 from ..conftest import git

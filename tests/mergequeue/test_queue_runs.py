@@ -79,9 +79,9 @@ def held_queue(repo: Path) -> Iterator[None]:
     commit written meanwhile names a dead holder, as one a crashed processor left."""
     from git_agentops.clock import SystemClock
     from git_agentops.gitstore.repo import open_store
+    from git_agentops.mergequeue import book
+    from git_agentops.mergequeue.serve import holder
     from git_agentops.process.groups import process_identity
-    from git_agentops.queue import book
-    from git_agentops.queue.serve import holder
 
     store = open_store(repo, clock=SystemClock())
     sleeper = subprocess.Popen(["sleep", "600"])
