@@ -145,6 +145,8 @@ class _TreeMerger:
         self.repo = store.repo
         self.odb = store.repo.odb
         self._records: dict[pygit2.Oid, frozenset[bytes]] = {}
+        self._odd: dict[pygit2.Oid, bool] = {}  # odd_modes by tree: a chain reads each tree it wrote once more
+        self._maps: dict[pygit2.Oid, dict[str, _Entry]] = {}  # entries by name, of the trees ours were
         self._conflicts: list[str] = []
         self.graph = Graph(store.repo, store)
         self.renormalize = _boolean(store.config_value("merge.renormalize"))
@@ -176,7 +178,13 @@ class _TreeMerger:
 
     def odd_modes(self, tree: pygit2.Oid, path: str) -> bool:
         """Whether the directory ``tree`` holds an entry whose mode git would rewrite (:data:`_STANDARD`)."""
-        return any(not record.startswith(_STANDARD) for record in self._tree_records(tree, path))
+        known = self._odd.get(tree)
+        if known is None:
+            known = any(not record.startswith(_STANDARD) for record in self._tree_records(tree, path))
+            if len(self._odd) > 65536:
+                self._odd.clear()
+            self._odd[tree] = known
+        return known
 
     def _differing(self, path: str, *trees: pygit2.Oid | None) -> tuple[dict[str, _Entry], ...]:
         """Per tree, the entries of the names whose entries are not the same in all ``trees``."""
@@ -190,22 +198,38 @@ class _TreeMerger:
                     entries[name] = entry
         return maps
 
+    def _entries(self, tree: pygit2.Oid, path: str) -> dict[str, _Entry]:
+        """Every entry of the directory ``tree`` by name (cached: in a chain, ours is the tree the last merge wrote,
+        whose entries are known without reading it)."""
+        known = self._maps.get(tree)
+        if known is None:
+            known = dict(_parse_record(record, path) for record in self._tree_records(tree, path))
+            if len(self._maps) > 4096:
+                self._maps.clear()
+            self._maps[tree] = known
+        return known
+
     def _merge_dir(self, path: str, base: pygit2.Oid | None, ours: pygit2.Oid, theirs: pygit2.Oid) -> pygit2.Oid | None:
-        """The merged tree of a directory changed on both sides; None when it ends up empty."""
-        b_entries, o_entries, t_entries = self._differing(path, base, ours, theirs)
-        gone = b_entries.keys() - o_entries.keys() - t_entries.keys()
+        """The merged tree of a directory changed on both sides; None when it ends up empty.
+
+        Only the names whose entry theirs changed against the base can change ours (where theirs kept the base's
+        entry, ours stands), so only those records are decoded -- a chain's ours accumulates every earlier
+        delivery's changes, which are never looked at again."""
+        b_records, t_records = self._tree_records(base, path), self._tree_records(theirs, path)
+        b_entries = dict(_parse_record(record, path) for record in b_records - t_records)
+        t_entries = dict(_parse_record(record, path) for record in t_records - b_records)
+        o_all = self._entries(ours, path)
+        gone = {name for name in b_entries if name not in t_entries and name not in o_all}
         if gone:
             raise _Fallback("deleted on both sides", _join(path, min(gone)))
         changes: dict[str, objects.TreeChange] = {}
-        for name in o_entries.keys() | t_entries.keys():
-            o = o_entries.get(name)
+        for name in b_entries.keys() | t_entries.keys():
+            o = o_all.get(name)
             t = t_entries.get(name)
             b = b_entries.get(name)
             if o == t:
                 if b is not None and self._drops_files(_join(path, name), b, o):
                     raise _Fallback("deleted on both sides", _join(path, name))
-                continue
-            if b == t:
                 continue
             if b == o:
                 changes[name] = None if t is None else (str(t[0]), t[1])
@@ -218,7 +242,18 @@ class _TreeMerger:
         if self.odd_modes(ours, path) or any(c is not None and c[1] not in _STANDARD_MODES for c in changes.values()):
             raise _Fallback("a non-standard file mode in a directory the merge rewrites", path)
         tree = objects.write_tree(self.store, changes, base=str(ours))
-        return None if tree is None else pygit2.Oid(hex=tree)
+        if tree is None:
+            return None
+        written = pygit2.Oid(hex=tree)
+        self._odd[written] = False  # ours had no odd mode (checked above), and no change brings one
+        entries = dict(o_all)
+        for name, change in changes.items():
+            if change is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = (pygit2.Oid(hex=change[0]), change[1])
+        self._maps[written] = entries
+        return written
 
     def _merge_both_changed(self, path: str, b: _Entry | None, o: _Entry | None, t: _Entry | None) -> _Entry | None:
         if o is None or t is None:
@@ -419,6 +454,7 @@ def merge_chain(
         parents = (CommitId(str(head.id)), CommitId(str(theirs.id)))
         commit = objects.write_commit(store, result.tree, parents, message(label, parents[1]))
         steps.append(MergeStep(label, CommitId(commit), parents, TreeId(result.tree)))
+        merger.graph.chained(pygit2.Oid(hex=commit), head.id, theirs.id)
         head = store.resolve_commit(commit)
     return ChainResult(str(head.id), tuple(steps), None)
 
