@@ -249,6 +249,7 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
             ctx.clock.now(),
         )
         position = entry.position
+        ctx.fault("queue:enqueued")  # in the queue, not in the run's record yet: enqueueing again finds the entry
         advance(
             ctx,
             store,

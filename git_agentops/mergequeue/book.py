@@ -94,13 +94,22 @@ def put(change: Change, doc: QueueDoc) -> None:
 def enqueue(
     store: Store, target: str, run_id: str, deliveries: list[QueuedDelivery], policy_hash: str, now: float
 ) -> Entry:
-    """The run's waiting entry: appended at the end of the queue, or the one it already has for exactly these
-    deliveries (enqueueing is safe to repeat after a crash)."""
+    """The run's entry: appended at the end of the queue, or the one it already has for exactly these deliveries,
+    waiting or published (enqueueing is safe to repeat after a crash: a run whose supervisor died between enqueueing
+    and recording it finds its entry, even once another supervisor published it)."""
 
     def add(change: Change) -> Entry:
         doc = view_of(change, target).doc
         mine = doc.of_run(run_id)
-        if mine is not None and mine.waiting and mine.deliveries == tuple(deliveries):
+        if (
+            mine is not None
+            and mine.deliveries == tuple(deliveries)
+            and mine.state
+            in (
+                EntryState.WAITING,
+                EntryState.PUBLISHED,  # enqueued before a crash, published since: the run adopts it, never twice
+            )
+        ):
             return mine
         if mine is not None and mine.waiting:  # the run enqueues other deliveries: its old entry gives way
             put(

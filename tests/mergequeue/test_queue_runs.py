@@ -177,20 +177,23 @@ def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["queue:publishing", "queue:moved"])
+@pytest.mark.parametrize(
+    "point", ["queue:enqueued", "integration:queued", "queue:publishing", "queue:moved", "integration:published"]
+)
 def test_kill_9_of_the_queue_s_processor_then_another_supervisor_finishes_its_work_once(
     tmp_path: Path, point: str
 ) -> None:
-    """Invariant: the supervisor processing the queue killed with SIGKILL after recording the prefix it publishes
-    (before or after the CAS) costs nothing: the next supervisor to take the lease publishes that prefix exactly
-    once -- the target moving only by CAS, never back -- and the dead one's run, supervised again, receipts it."""
+    """Invariant: a queued run's supervisor killed with SIGKILL at any step -- enqueued but not recorded, recorded,
+    processing the queue after recording the prefix it publishes (before or after the CAS), published but not
+    receipted -- costs nothing: the next supervisor to take the lease publishes that work exactly once, the target
+    moving only by CAS and never back, and the dead one's run, supervised again, receipts it."""
     repo = queue_project(tmp_path)
     base = git(repo, "rev-parse", "main")
     first = start(repo, one_file(tmp_path, "a", "src/a.txt"), env={"AGENTOPS_FAULT": point})
     wait_supervisor_gone(repo, first)
     assert f"fault injection: SIGKILL at {point}" in supervisor_log(repo, first)
     moved = git(repo, "rev-parse", "main")
-    assert (moved != base) is (point == "queue:moved")
+    assert (moved != base) is (point in ("queue:moved", "integration:published"))
     second = start(repo, one_file(tmp_path, "b", "src/b.txt"))
     wait_for(repo, second, lambda d: d["status"] == "complete", timeout=120)
     supervised = subprocess.Popen(
