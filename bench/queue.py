@@ -141,6 +141,7 @@ class Run:
     run_id: str
     doc: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    left: dict[str, Any] | None = None  # its status document when the bench saw it leave ``active``
 
     @property
     def status(self) -> str:
@@ -355,6 +356,11 @@ def measure(
                 run.doc = read_state(repo, run.run_id)
                 if run.status != "active":
                     waiting.remove(run)
+                    run.left = run.doc
+                    if run.status != "complete":
+                        print(
+                            f"  {time.time() - started:6.1f} s: {run.name} is {run.status}: {run.doc['statusReason']}"
+                        )
             states = Counter(
                 r.status if r.status != "active" else f"integration {r.integration.get('status', 'none')}" for r in runs
             )
@@ -453,8 +459,18 @@ def report(mode: Mode, repo: Path, env: dict[str, str]) -> None:
         print(f"  finalizes refused: {', '.join(f'{n} {code}' for code, n in sorted(failures.items()))}")
     for run in mode.runs:
         if run not in mode.published:
-            reason = run.doc.get("statusReason") or (run.integration.get("failure") if run.integration else None)
-            print(f"  {run.name} ({run.run_id}) not published in time: {run.status}, {reason or 'no reason recorded'}")
+            left = run.left or {}
+            seen = f"left active as {left.get('status')} ({left.get('statusReason')})" if left else "still active"
+            print(f"  {run.name} ({run.run_id}) not published in time: {seen}; now {run.status}")
+            for event in run.events:
+                if event["code"] in (
+                    "INTEGRATION_FAILED",
+                    "WORKER_FAILED",
+                    "WORKER_BLOCKED",
+                    "RUN_STATUS",
+                    "RUN_STOPPED",
+                ):
+                    print(f"    {event['time'] - mode.started:6.1f} s {event['code']}: {event['summary']}")
     if mode.queue is not None:
         recorded = sum(int(e.get("verifications", 0)) for e in mode.queue.get("entries", []))
         states = Counter(str(e["state"]) for e in mode.queue.get("entries", []))

@@ -289,7 +289,16 @@ INTEGRATION_PREPARED: Final = _k(
 INTEGRATION_VERIFIED: Final = _k("INTEGRATION_VERIFIED", "the candidate passed verification", status=_STRING)
 INTEGRATION_REVIEWED: Final = _k("INTEGRATION_REVIEWED", "the candidate passed review", status=_STRING)
 INTEGRATION_PUBLISHED: Final = _k(
-    "INTEGRATION_PUBLISHED", "the target moved to the candidate", status=_STRING, publishedAt="number?"
+    "INTEGRATION_PUBLISHED",
+    "the target moved to the candidate (published by the merge queue: its candidate, chain and place in it)",
+    status=_STRING,
+    publishedAt="number?",
+    base="string?",
+    candidate="string?",
+    steps="array?",
+    attempts="integer?",
+    queueBelow="array?",
+    queueRetried="boolean?",
 )
 INTEGRATION_RECEIPTED: Final = _k(
     "INTEGRATION_RECEIPTED", "the receipt was added to the candidate", status=_STRING, receiptDigest=_STRING
@@ -298,7 +307,11 @@ INTEGRATION_FAILED: Final = _k(
     "INTEGRATION_FAILED", "the integration failed (the refusal's code)", status=_STRING, failure=_STRING
 )
 INTEGRATION_QUEUED: Final = _k(
-    "INTEGRATION_QUEUED", "the run's deliveries were enqueued on the target's merge queue", status=_STRING
+    "INTEGRATION_QUEUED",
+    "the run's deliveries were enqueued on the target's merge queue (its position, the merge order)",
+    status=_STRING,
+    queuePosition=_INT,
+    order=_ARRAY,
 )
 QUEUE_ENQUEUED: Final = _k("QUEUE_ENQUEUED", "a run's integration joined the target's merge queue", runId=_STRING)
 QUEUE_LEASED: Final = _k("QUEUE_LEASED", "a supervisor took (or renewed) the lease to process the merge queue")

@@ -280,6 +280,7 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
         verification=settled.verification,
         attempts=settled.verifications,
         queue_below=settled.below,
+        queue_retried=settled.retried,
         published_at=settled.settled_at,
     )
     return None

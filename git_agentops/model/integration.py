@@ -70,6 +70,7 @@ class Integration(JsonRecord):
     queue_position: int | None = on_disk("queuePosition", absent=None)  # its entry in the target's merge queue
     # the queue entries published in the same CAS before it: the candidates it was verified on top of
     queue_below: tuple[int, ...] | None = on_disk("queueBelow", absent=None)
+    queue_retried: bool = on_disk("queueRetried", absent=False)  # its candidate failed once, passed on the retry
 
     @property
     def pending(self) -> bool:

@@ -120,6 +120,8 @@ def integration_receipt(
         given["targetRewritten"] = True
     if integration.queue_position is not None:
         given["queue"] = {"position": integration.queue_position, "below": list(integration.queue_below or ())}
+        if integration.queue_retried:
+            given["queue"]["retried"] = True
     predicate = build_predicate(
         run_id=run.run_id,
         goal=run.goal,

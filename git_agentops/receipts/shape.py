@@ -143,6 +143,7 @@ class QueueMarkDoc(TypedDict):
 
     position: int
     below: list[int]
+    retried: NotRequired[bool]
 
 
 class IntegrationDoc(TypedDict):

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from git_agentops import eventkinds
+
 from ..conftest import git, make_repo
 from ..helpers import HANDOFF, child, commit_step, write_step
 from ..runkit import (
@@ -150,6 +152,14 @@ def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culp
     chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
     assert chain == [s["commit"] for e in published for s in e["steps"]]
     assert git(repo, "rev-parse", "main") == published[-1]["candidate"]
+    for run_id in runs.values():  # what the supervisors wrote fits the registered kinds (checked here, not there)
+        for event in events(repo, run_id):
+            eventkinds.check(event["code"], event["data"])
+    trailers = git(repo, "log", "--format=%(trailers:key=Agentops-Event,valueonly)", "refs/agentops/queue/main")
+    for line in trailers.split("\n"):
+        if line.strip():
+            event = json.loads(line)
+            eventkinds.check(event["code"], event["data"])
     for entry in published:
         doc = status(repo, entry["runId"])
         assert doc["integration"]["candidate"] == entry["candidate"]
@@ -285,3 +295,43 @@ def test_a_deleted_queue_ref_is_rebuilt_from_the_runs_records_in_their_order(tmp
     assert chain == [s["commit"] for r in in_order for s in entries[r]["steps"]]
     log = git(repo, "log", "--format=%s", "refs/agentops/queue/main")
     assert "QUEUE_RECONCILED" in log
+
+
+FLAKY_CHECK = """import pathlib, subprocess, sys
+merged = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD^2"], capture_output=True).returncode == 0
+seen = pathlib.Path({seen!r})
+if merged and not seen.exists():  # the first verification of a candidate fails, once
+    seen.write_text("failed once")
+    sys.exit(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_candidate_that_fails_once_and_passes_on_the_same_tree_is_published_and_its_receipt_says_retried(
+    tmp_path: Path,
+) -> None:
+    """Invariant: a flaky verification is not an eviction: the candidate that failed is verified once more on the
+    same tree; passing then, it is published, and the queue entry, the run's record and the sealed receipt say it
+    was retried."""
+    seen = tmp_path / "seen"
+    policy = QUEUE_POLICY.replace('argv = ["python3", "check.py"]', 'argv = ["python3", "flaky.py"]')
+    repo = queue_project(tmp_path, policy + '[sandbox]\nmode = "none"\n')
+    (repo / "flaky.py").write_text(FLAKY_CHECK.format(seen=str(seen)))
+    git(repo, "add", "flaky.py")
+    git(repo, "commit", "-q", "-m", "a check that fails a candidate once")
+    runs = []
+    with held_queue(repo):
+        for name in ("a", "b"):
+            runs.append(start(repo, one_file(tmp_path, name, f"src/{name}.txt")))
+            wait_for(repo, runs[-1], lambda d: (d["integration"] or {}).get("status") == "queued", timeout=120)
+    docs = [wait_for(repo, r, lambda d: d["status"] in ("complete", "blocked"), timeout=120) for r in runs]
+    assert [d["status"] for d in docs] == ["complete", "complete"], docs
+    assert seen.read_text() == "failed once"
+    retried = [d for d in docs if d["integration"].get("queueRetried")]
+    assert len(retried) == 1, [d["integration"] for d in docs]
+    candidate = retried[0]["integration"]["candidate"]
+    note = json.loads(git(repo, "notes", "--ref=agentops/receipts", "show", candidate))
+    sealed = json.loads(base64.b64decode(note["payload"]))["predicate"]["integration"]["value"]
+    assert sealed["queue"]["retried"] is True
+    entry = next(e for e in queue_doc(repo)["entries"] if e["candidate"] == candidate)  # type: ignore[attr-defined]
+    assert entry["retried"] is True and entry["verifications"] == 2
