@@ -29,6 +29,9 @@ def add_worktree(store: Store, *, name: str, path: Path, branch: str) -> Path:
     if reference is None:
         raise AgentOpsError("OBJECT_MISSING", f"cannot create a worktree on {branch}: no such branch")
     path.parent.mkdir(parents=True, exist_ok=True)
+    # libgit2 makes $GIT_COMMON_DIR/worktrees without tolerating a racer: two runs started at once in a repository
+    # that had no linked worktree yet failed with "failed to make directory ... directory exists"
+    (store.common_dir / "worktrees").mkdir(exist_ok=True)
     try:
         worktree = store.repo.add_worktree(name, str(path), reference)
     except (pygit2.GitError, ValueError) as exc:

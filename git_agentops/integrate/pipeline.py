@@ -478,10 +478,8 @@ def _prepare(
     steps = list(chain.steps)
     candidate_ref = runstate.candidate_ref(ctx.run_id)
     current = read_ref(store, candidate_ref)
-    recorded = (
-        runstate.read(store, ctx.run_id).run().integration or Integration(IntegrationStatus.REQUESTED)
-    ).candidate
-    if current is not None and current != recorded:
+    record = runstate.read(store, ctx.run_id).run().integration or Integration(IntegrationStatus.REQUESTED)
+    if current is not None and current not in (record.candidate, record.prior_candidate):
         custody.quarantine(
             store, ctx.run_id, candidate_ref, current, None, "the candidate ref was moved by someone else"
         )

@@ -23,6 +23,7 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
 from ..model.integration import IntegrationStatus
+from ..model.run import RunStatus
 from ..runs import state as runstate
 from . import book
 from .record import Entry, EntryState, QueuedDelivery
@@ -47,6 +48,7 @@ class Recorded:
     position: int | None
     deliveries: tuple[QueuedDelivery, ...]
     policy_hash: str
+    active: bool  # the run is served: a paused or stopped run's entry keeps its place but is not integrated
 
 
 def recorded(store: Store, target: str) -> dict[str, Recorded]:
@@ -79,14 +81,14 @@ def recorded(store: Store, target: str) -> dict[str, Recorded]:
             integration.queue_position,
             deliveries,
             run.policy_config_hash,
+            run.status is RunStatus.ACTIVE,
         )
     return out
 
 
-def reconcile(store: Store, target: str, me: book.Holder, now: float) -> int:
-    """Hold the queue against the runs' records (see the module docstring), fenced by the lease; how many entries
-    it evicted or gave back."""
-    runs = recorded(store, target)
+def reconcile(store: Store, target: str, me: book.Holder, now: float, runs: dict[str, Recorded]) -> int:
+    """Hold the queue against the runs' records (``runs``: :func:`recorded`; see the module docstring), fenced by
+    the lease; how many entries it evicted or gave back."""
     changed: list[str] = []
 
     def fix(change: Change) -> None:

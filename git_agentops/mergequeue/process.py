@@ -5,7 +5,8 @@ One **round** (:func:`process_round`), run by the supervisor holding the queue's
 
 1. an entry the record says was being published when its processor died is settled by what the target holds;
 2. candidate k is merged in memory on candidate k-1 (the first on the target's tip), for every waiting entry that
-   shares the processor's policy, in queue order. An entry whose deliveries conflict with what is ahead of it is
+   shares the processor's policy and whose run is served (a paused or stopped run's entry keeps its place and is
+   passed over until it is resumed), in queue order. An entry whose deliveries conflict with what is ahead of it is
    settled ``conflicted`` -- naming the paths and the entries ahead that touched them -- and skipped: nothing is
    resolved by favouring a side;
 3. the first ``parallel`` candidates are verified at once, each in a clean checkout of its own
@@ -89,13 +90,16 @@ def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, p
 
     ``RUN_TARGET_CHECKED_OUT_DIRTY`` when a checkout of the target has uncommitted changes (nothing is published;
     every entry keeps its place), ``QUEUE_LEASE_LOST`` when another supervisor took the queue."""
-    if audit.reconcile(store, target, me, ctx.clock.now()):
+    runs = audit.recorded(store, target)
+    if audit.reconcile(store, target, me, ctx.clock.now(), runs):
         ctx.log(f"queue: the queue of {target} did not match the runs' records; it was held against them")
     view = book.read(store, target)
     settled = _roll_forward(ctx, store, target, me, view.doc.waiting())
     if settled:
         return settled
-    waiting = _mine(ctx, view.doc.waiting())
+    # a paused or stopped run's entry keeps its place and is passed over: published, nobody would receipt it
+    served = [e for e in view.doc.waiting() if (run := runs.get(e.run_id)) is not None and run.active]
+    waiting = _mine(ctx, served)
     if not waiting:
         return 0
     tip = read_ref(store, f"refs/heads/{target}")

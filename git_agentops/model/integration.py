@@ -67,6 +67,8 @@ class Integration(JsonRecord):
     unreviewed: tuple[str, ...] | None = on_disk("unreviewed", absent=None)
     # the run's base is not an ancestor of the candidate's base
     target_rewritten: bool | None = on_disk("targetRewritten", absent=None)
+    # the candidate an earlier attempt of the run left in its candidate ref (the supervisor's own, not a forgery)
+    prior_candidate: CommitId | None = on_disk("priorCandidate", absent=None)
     queue_position: int | None = on_disk("queuePosition", absent=None)  # its entry in the target's merge queue
     # the queue entries published in the same CAS before it: the candidates it was verified on top of
     queue_below: tuple[int, ...] | None = on_disk("queueBelow", absent=None)

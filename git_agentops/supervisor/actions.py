@@ -359,7 +359,9 @@ def begin_integration(
     """The integration recorded as requested and the coordinator as handing off, in one commit."""
 
     def begin(change: Change, view: runstate.RunView) -> None:
-        integration = Integration(IntegrationStatus.REQUESTED, request=pending, attempts=0)
+        earlier = view.run().integration
+        prior = (earlier.candidate or earlier.prior_candidate) if earlier is not None else None
+        integration = Integration(IntegrationStatus.REQUESTED, request=pending, attempts=0, prior_candidate=prior)
         runstate.put_run(change, replace(view.run(), integration=integration))
         current = view.worker(worker.worker_id)
         woken = (*current.woken_for, woken_for) if woken_for else current.woken_for

@@ -226,3 +226,30 @@ def test_at_integration_a_delivery_whose_evidence_is_gone_or_forged_does_not_hol
     mismatch = custody.check_delivered(store, run_id, task, policy_hash)
     assert mismatch is not None and "evidence" in mismatch.why
     assert custody.check_delivered(store, run_id, task, "f" * 64) is not None  # and never under another policy
+
+
+@pytest.mark.slow
+def test_a_finalize_again_after_a_failed_integration_finds_its_own_candidate_ref_and_quarantines_nothing(
+    tmp_path: Path,
+) -> None:
+    """Invariant: the candidate ref an earlier integration attempt of the run left is the supervisor's own: the
+    coordinator's next finalize moves it on without a ``RUN_REF_QUARANTINED`` alarm (which stays for a ref someone
+    else moved: test_a_forged_delivery_ref_and_note_are_not_adopted_after_a_kill_9)."""
+    from ..mergequeue.test_queue_runs import CHECK_PY as FAILS_ON_MERGES
+
+    repo = project(tmp_path)
+    (repo / "check.py").write_text(FAILS_ON_MERGES)
+    git(repo, "commit", "-q", "-am", "a check that fails poison.txt on a merge")
+    part = child(
+        "poison",
+        "Part poison",
+        [[write_step("src/poison.txt", "p\n"), commit_step("Add poison"), {"sleep": 2}, HANDOFF]],
+    )
+    run_id = start(repo, recipe(tmp_path, part, finalize=True))
+    (repo / "notes.txt").write_text("the target moves on while the run works\n")
+    git(repo, "add", "notes.txt")
+    git(repo, "commit", "-q", "-m", "a person's commit: the candidate is a real merge, verified afresh")
+    wait_for(repo, run_id, lambda d: d["status"] != "active", timeout=180)
+    codes = [e["code"] for e in events(repo, run_id)]
+    assert codes.count("INTEGRATION_FAILED") >= 2, codes  # it finalized again after the first failure
+    assert "RUN_REF_QUARANTINED" not in codes

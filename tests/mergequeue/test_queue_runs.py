@@ -231,23 +231,33 @@ def test_kill_9_of_the_queue_s_processor_then_another_supervisor_finishes_its_wo
 @pytest.mark.slow
 def test_a_run_paused_while_queued_keeps_its_place_and_resume_publishes_it(tmp_path: Path) -> None:
     """Invariant: pausing a run whose integration waits in the queue leaves it paused (not blocked) with its entry
-    in place; resumed, its supervisor rolls the integration forward from ``queued`` and publishes it once."""
+    in place; the queue passes over it -- the run behind it publishes, nobody publishes work its paused run would
+    not receipt -- and resumed, its supervisor rolls the integration forward from ``queued`` and publishes it."""
     repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
     with held_queue(repo):
         run_id = start(repo, one_file(tmp_path, "a", "src/a.txt"))
         wait_for(repo, run_id, lambda d: (d["integration"] or {}).get("status") == "queued", timeout=120)
         paused = command(repo, "agentops-run", "pause", run_id)
         assert paused.returncode == 0, paused.stderr
         wait_supervisor_gone(repo, run_id)
+        behind = start(repo, one_file(tmp_path, "b", "src/b.txt"))
+        wait_for(repo, behind, lambda d: (d["integration"] or {}).get("status") == "queued", timeout=120)
+    wait_for(repo, behind, lambda d: d["status"] == "complete", timeout=120)
     doc = status(repo, run_id)
     assert doc["status"] == "paused" and doc["integration"]["status"] == "queued", doc
-    assert [e["state"] for e in queue_doc(repo)["entries"]] == ["waiting"]  # type: ignore[index]
+    states = {e["runId"]: e["state"] for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]
+    assert states == {run_id: "waiting", behind: "published"}
+    assert "src/a.txt" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    verified = verify_receipts(repo, f"{base}..main")  # nothing on the target lacks its receipt
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     resumed = command(repo, "agentops-run", "resume", run_id)
     assert resumed.returncode == 0, resumed.stderr
     doc = wait_for(repo, run_id, lambda d: d["status"] == "complete", timeout=120)
-    assert (
-        doc["integration"]["queuePosition"] == 1 and git(repo, "rev-parse", "main") == doc["integration"]["candidate"]
-    )
+    assert doc["integration"]["queuePosition"] == 1
+    assert git(repo, "rev-parse", "main") == doc["integration"]["candidate"]
+    verified = verify_receipts(repo, f"{base}..main")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 @pytest.mark.slow
