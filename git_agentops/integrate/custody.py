@@ -36,6 +36,7 @@ from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import RefUpdate, read_ref, update_refs
 from ..gitstore.repo import Store
 from ..model.delivery import CommitId, Digest
+from ..model.integration import BUILT, IntegrationStatus
 from ..model.task import Task
 from ..runs import state as runstate
 from ..schema import documents
@@ -169,7 +170,11 @@ def unreviewed(store: Store, since: str, tip: str) -> tuple[list[str], bool]:
         rewritten = not repo.descendant_of(tip, since)
     except (pygit2.GitError, KeyError, ValueError):
         rewritten = True
+    from ..receipts.verify import claimed_steps  # lazily: the receipts package is integration-only
+
     receipts = Notes(store, RECEIPTS_REF)
+    in_flight = _in_flight(store)
+    covered: set[str] = set()
     found: list[str] = []
     walker = repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL)
     walker.simplify_first_parent()
@@ -178,6 +183,50 @@ def unreviewed(store: Store, since: str, tip: str) -> tuple[list[str], bool]:
     for count, commit in enumerate(walker):
         if count >= UNREVIEWED_LIMIT * 4 or len(found) >= UNREVIEWED_LIMIT:
             break
-        if receipts.read(str(commit.id)) is None:
-            found.append(str(commit.id))
+        oid = str(commit.id)
+        if oid in covered:
+            continue
+        note = receipts.read(oid)
+        if note is not None:  # a receipt: it and the merge steps its run recorded are a reviewed integration
+            steps, run_id = claimed_steps(note)
+            if run_id is not None and _recorded(store, run_id, oid, steps):
+                covered.update(steps)
+        elif oid in in_flight:  # another run's candidate, published a moment before its receipt is added
+            covered.update(in_flight[oid])
+        else:
+            found.append(oid)
     return found, rewritten
+
+
+def _recorded(store: Store, run_id: str, candidate: str, steps: tuple[str, ...]) -> bool:
+    """Whether ``run_id``'s own (authentic) record says it integrated ``candidate`` through exactly ``steps``: a
+    receipt note anyone could have written names the merge steps it covers, and only the run's record makes them
+    count here (a run this repository does not hold leaves its inner steps reported)."""
+    try:
+        integration = runstate.read(store, run_id).run().integration
+    except AgentOpsError:
+        return False
+    return (
+        integration is not None
+        and integration.candidate == candidate
+        and tuple(step.commit for step in integration.steps or ()) == steps
+    )
+
+
+def _in_flight(store: Store) -> dict[str, tuple[str, ...]]:
+    """Each run's built or published, not yet receipted candidate -> its merge steps, from the run's own
+    (authentic) record: a commit another supervisor has just moved the target to, and is about to receipt, is not
+    "unreviewed" (the record says published only after the compare-and-swap, so a built one counts too)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for run_id in runstate.list_runs(store):
+        try:
+            integration = runstate.read(store, run_id).run().integration
+        except AgentOpsError:
+            continue
+        if (
+            integration is not None
+            and (integration.status in BUILT or integration.status is IntegrationStatus.PUBLISHED)
+            and integration.candidate is not None
+        ):
+            out[integration.candidate] = tuple(step.commit for step in integration.steps or ())
+    return out

@@ -160,6 +160,15 @@ def _claims(statement: StatementDoc) -> tuple[tuple[str, ...], str | None]:
     return tuple(str(step["commit"]) for step in integration["steps"]), str(predicate["runId"])
 
 
+def claimed_steps(data: bytes) -> tuple[tuple[str, ...], str | None]:
+    """The merge steps and run a receipt note names, unchecked (none when it does not parse): for the caller to hold
+    against that run's own record, never what covers a commit in a verification."""
+    try:
+        return _claims(_parse(data)[1])
+    except (_Fail, KeyError, TypeError, ValueError):
+        return (), None
+
+
 def _parse(data: bytes) -> tuple[Envelope, StatementDoc]:
     try:
         env = parse_envelope(data)

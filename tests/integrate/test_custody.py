@@ -253,3 +253,26 @@ def test_a_finalize_again_after_a_failed_integration_finds_its_own_candidate_ref
     codes = [e["code"] for e in events(repo, run_id)]
     assert codes.count("INTEGRATION_FAILED") >= 2, codes  # it finalized again after the first failure
     assert "RUN_REF_QUARANTINED" not in codes
+
+
+@pytest.mark.slow
+def test_another_run_s_whole_integration_is_not_reported_unreviewed_but_a_plain_commit_is(tmp_path: Path) -> None:
+    """Invariant: the target commits a run reports as unreviewed are exactly the ones no integration accounts for:
+    every merge step of another run's receipted integration -- not only the receipted last one -- counts as
+    reviewed (held against that run's own record), a person's plain commit does not."""
+    from ..helpers import simple_child
+
+    repo = project(tmp_path)
+    first = start(
+        repo, recipe(tmp_path, simple_child("a", "src/a.txt") + simple_child("b", "src/b.txt"), finalize=True)
+    )
+    slow = child("c", "Part C", [[write_step("src/c.txt", "c\n"), commit_step("Add c"), {"sleep": 3}, HANDOFF]])
+    second = start(repo, recipe(tmp_path, slow, finalize=True, name="second.toml"))
+    wait_for(repo, first, lambda d: d["status"] == "complete", timeout=120)
+    (repo / "plain.txt").write_text("a person's commit\n")
+    git(repo, "add", "plain.txt")
+    git(repo, "commit", "-q", "-m", "a plain commit")
+    plain = git(repo, "rev-parse", "HEAD")
+    wait_for(repo, second, lambda d: d["status"] == "complete", timeout=120)
+    reported = [e["data"]["unreviewed"] for e in events(repo, second) if e["code"] == "RUN_TARGET_UNREVIEWED"]
+    assert reported and reported[-1] == [plain], reported  # a's two merges are a's, receipted
