@@ -301,14 +301,7 @@ def _publish(ctx: JobContext, store: Store, target: str, me: book.Holder, tip: s
         update_ref(store, target_ref, last, tip, f"agentops: merge queue publishes #{positions[0]}..#{positions[-1]}")
     except RefConflict:
         ctx.log(f"queue: {target} moved while verifying; the next round builds on its new tip")
-        book.settle(
-            store,
-            target,
-            me,
-            [replace(e, publishing=False) for e in entries],
-            _event(kinds.QUEUE_REBUILT, entries, "to be built again: the target moved"),
-        )
-        return 0
+        return _unpublished(store, target, me, entries, "the target moved")
     ctx.fault("queue:moved")  # the branch moved, its checkouts not yet: the next processor brings them (_roll_forward)
     _follow(ctx, target, tip, last, checked_out)
     return _settle_published(ctx, store, target, me, entries)
@@ -344,13 +337,13 @@ def _roll_forward(ctx: JobContext, store: Store, target: str, me: book.Holder, w
         assert last is not None and publishing[0].base is not None
         _follow(ctx, target, publishing[0].base, last, checkouts_of(store.common_dir, f"refs/heads/{target}"))
         return _settle_published(ctx, store, target, me, publishing)
-    book.settle(
-        store,
-        target,
-        me,
-        [replace(e, publishing=False) for e in publishing],
-        _event(kinds.QUEUE_REBUILT, publishing, "to be built again: the target does not hold them"),
-    )
+    return _unpublished(store, target, me, publishing, "the target does not hold them")
+
+
+def _unpublished(store: Store, target: str, me: book.Holder, entries: Sequence[Entry], why: str) -> int:
+    """Entries recorded as being published that the target did not take: waiting again, built anew next round."""
+    again = [replace(e, publishing=False) for e in entries]
+    book.settle(store, target, me, again, _event(kinds.QUEUE_REBUILT, entries, f"to be built again: {why}"))
     return 0
 
 

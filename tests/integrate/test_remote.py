@@ -45,6 +45,19 @@ def remote_policy(setup_log: Path, patience: str = "3s") -> str:
 def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
     """A bare server with the toolkit's pre-receive, and two machines that cloned it and trust its policy (which
     retries an unreachable server for ``patience``)."""
+    server = guarded_server(tmp, patience=patience)
+    machines = []
+    for name in ("a", "b"):
+        where = tmp / name
+        git(tmp, "clone", "-q", str(server), str(where))
+        git(where, "config", "user.name", f"Machine {name.upper()}")
+        trust(where)
+        machines.append(where)
+    return server, machines[0], machines[1]
+
+
+def guarded_server(tmp: Path, *, patience: str = "3s") -> Path:
+    """``tmp/server.git``: a bare repository holding the team's project, with the toolkit's pre-receive."""
     (tmp / "setup-logs").mkdir()
     seed = make_repo(
         tmp / "seed",
@@ -59,14 +72,7 @@ def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
     git(tmp, "clone", "-q", "--bare", str(seed), str(server))
     installed = command(server, "agentops-init", "--server", "--yes")
     assert installed.returncode == 0, installed.stderr
-    machines = []
-    for name in ("a", "b"):
-        where = tmp / name
-        git(tmp, "clone", "-q", str(server), str(where))
-        git(where, "config", "user.name", f"Machine {name.upper()}")
-        trust(where)
-        machines.append(where)
-    return server, machines[0], machines[1]
+    return server
 
 
 def server_chain(server: Path, base: str) -> list[str]:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import git, make_repo
+from ..conftest import git
 from ..helpers import simple_child
-from ..runkit import CHECK_PY, command, recipe, start, supervisor_log, trust, verify_receipts, wait_for
+from ..runkit import command, recipe, start, supervisor_log, trust, verify_receipts, wait_for
 from ..sshd import ssh_server
-from .test_remote import remote_policy, server_chain
+from .test_remote import guarded_server, server_chain
 
 
 @pytest.mark.slow
@@ -19,20 +19,7 @@ def test_two_machines_publish_to_one_server_over_ssh_and_its_history_verifies(tm
     """Invariant: over ``ssh://`` -- git's own transport, the server's pre-receive running behind sshd -- two runs on
     two machines both land, each by one atomic push with its receipt and notes, the later one rebuilt on the
     earlier one's tip; the server's history verifies and fsck is clean; the local checkouts stay clean."""
-    (tmp_path / "setup-logs").mkdir()
-    seed = make_repo(
-        tmp_path / "seed",
-        files={
-            "check.py": CHECK_PY,
-            "src/base.txt": "hello\n",
-            ".agentops/policy.toml": remote_policy(tmp_path / "setup-logs" / "setup.log"),
-            ".gitignore": "__pycache__/\n",
-        },
-    )
-    server = tmp_path / "server.git"
-    git(tmp_path, "clone", "-q", "--bare", str(seed), str(server))
-    installed = command(server, "agentops-init", "--server", "--yes")
-    assert installed.returncode == 0, installed.stderr
+    server = guarded_server(tmp_path)
     base = git(server, "rev-parse", "main")
     with ssh_server(tmp_path) as sshd:
         machines = []
