@@ -246,6 +246,13 @@ def toplevel(path: Path) -> Path:
     return Path(done.stdout.decode().strip())
 
 
+PUBLISH_LOCK: Final = "publish.lock"
+"""The private lock (``flock``: a crash drops it) a publisher of a local target holds from the check of the target's
+checkouts to their follow after the compare-and-swap: another publisher's check in between would read a checkout the
+CAS has moved past, not yet brought up, as a person's staged reversal."""
+PUBLISH_LOCK_WAIT: Final = 120.0
+
+
 def checkouts_of(common_dir: Path, branch: str) -> list[Path]:
     """Every worktree (the main one included) that has ``branch`` (``refs/heads/...``) checked out."""
     done = _git(common_dir, "worktree", "list", "--porcelain")

@@ -41,9 +41,10 @@ import pygit2
 from .. import eventkinds as kinds
 from ..canonical import JsonObject, sha256_hex
 from ..errors import AgentOpsError, NoteExists, PushRefused, RemoteUnreachable
-from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
+from ..gitstore.checkout import PUBLISH_LOCK, PUBLISH_LOCK_WAIT, checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
+from ..gitstore.private import file_lock
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
@@ -391,22 +392,25 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     where = ctx.policy.remote
     if where is not None:
         return _publish_remote(ctx, store, where, target, base, candidate)
-    checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
-    if dirty:
-        shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
-        reason = (
-            f"{target} is checked out with uncommitted changes ({shown}); publishing would leave them looking like "
-            f"the integration reversed. Commit or stash them, then 'git agentops-run resume {ctx.run_id}' "
-            f"(the candidate {candidate[:12]} is kept)"
-        )
-        ctx.log(f"waiting: {reason}")
-        return Wait("RUN_TARGET_CHECKED_OUT_DIRTY", reason)
-    try:
-        update_ref(store, target_ref, candidate, base, f"agentops: integrate run {ctx.run_id}")
-    except RefConflict:
-        return False
-    ctx.fault("integration:moved")  # the branch moved, its checkouts not yet: a restart brings them (_follow_local)
-    _follow_local(ctx, store, target, base, candidate, checked_out)
+    # the check, the CAS and the checkouts' follow are one step among supervisors: another's check between this
+    # CAS and this follow would read the half-moved checkout as a person's staged reversal and wait for nothing
+    with file_lock(store.private_dir(), PUBLISH_LOCK, timeout=PUBLISH_LOCK_WAIT):
+        checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
+        if dirty:
+            shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
+            reason = (
+                f"{target} is checked out with uncommitted changes ({shown}); publishing would leave them looking "
+                f"like the integration reversed. Commit or stash them, then 'git agentops-run resume {ctx.run_id}' "
+                f"(the candidate {candidate[:12]} is kept)"
+            )
+            ctx.log(f"waiting: {reason}")
+            return Wait("RUN_TARGET_CHECKED_OUT_DIRTY", reason)
+        try:
+            update_ref(store, target_ref, candidate, base, f"agentops: integrate run {ctx.run_id}")
+        except RefConflict:
+            return False
+        ctx.fault("integration:moved")  # the branch moved, its checkouts not yet: a restart brings them
+        _follow_local(ctx, store, target, base, candidate, checked_out)
     advance(
         ctx,
         store,

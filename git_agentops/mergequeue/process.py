@@ -31,8 +31,9 @@ import pygit2
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError, TargetCheckedOutDirty
-from ..gitstore.checkout import checkouts_of, dirty_checkouts, move_checkout
+from ..gitstore.checkout import PUBLISH_LOCK, PUBLISH_LOCK_WAIT, checkouts_of, dirty_checkouts, move_checkout
 from ..gitstore.journal import Event
+from ..gitstore.private import file_lock
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
@@ -284,26 +285,31 @@ def _publish(ctx: JobContext, store: Store, target: str, me: book.Holder, tip: s
     if not prefix:
         return 0
     target_ref = f"refs/heads/{target}"
-    checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
-    if dirty:
-        shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
-        raise TargetCheckedOutDirty(
-            f"{target} is checked out with uncommitted changes ({shown}); the queue publishes once they are "
-            "committed or stashed",
-        )
-    positions = [c.built.entry.position for c in prefix]
-    entries = [_published(ctx, c, tuple(positions[:i])) for i, c in enumerate(prefix)]
-    book.settle(store, target, me, entries, _event(kinds.QUEUE_PUBLISHING, entries, "being published"))
-    ctx.fault("queue:publishing")
-    last = entries[-1].candidate
-    assert last is not None
-    try:
-        update_ref(store, target_ref, last, tip, f"agentops: merge queue publishes #{positions[0]}..#{positions[-1]}")
-    except RefConflict:
-        ctx.log(f"queue: {target} moved while verifying; the next round builds on its new tip")
-        return _unpublished(store, target, me, entries, "the target moved")
-    ctx.fault("queue:moved")  # the branch moved, its checkouts not yet: the next processor brings them (_roll_forward)
-    _follow(ctx, target, tip, last, checked_out)
+    with file_lock(store.private_dir(), PUBLISH_LOCK, timeout=PUBLISH_LOCK_WAIT):
+        checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
+        if dirty:
+            shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
+            raise TargetCheckedOutDirty(
+                f"{target} is checked out with uncommitted changes ({shown}); the queue publishes once they are "
+                "committed or stashed",
+            )
+        positions = [c.built.entry.position for c in prefix]
+        entries = [_published(ctx, c, tuple(positions[:i])) for i, c in enumerate(prefix)]
+        book.settle(store, target, me, entries, _event(kinds.QUEUE_PUBLISHING, entries, "being published"))
+        ctx.fault("queue:publishing")
+        last = entries[-1].candidate
+        assert last is not None
+        try:
+            update_ref(
+                store, target_ref, last, tip, f"agentops: merge queue publishes #{positions[0]}..#{positions[-1]}"
+            )
+        except RefConflict:
+            ctx.log(f"queue: {target} moved while verifying; the next round builds on its new tip")
+            return _unpublished(store, target, me, entries, "the target moved")
+        ctx.fault(
+            "queue:moved"
+        )  # the branch moved, its checkouts not yet: the next processor brings them (_roll_forward)
+        _follow(ctx, target, tip, last, checked_out)
     return _settle_published(ctx, store, target, me, entries)
 
 

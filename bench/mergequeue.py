@@ -10,35 +10,61 @@ Two scratch projects, one after the other in this process run, identical but for
   queue's lease verifies P speculative candidates at once and publishes the verified prefix by one CAS.
 
 In each, N runs are started back to back (``git agentops-run start --recipe R --detach --json``, one process after
-the other; ``--start concurrent``: all at once); each run has one child task writing ``src/rN.txt`` (no two runs
-conflict) and its coordinator finalizes once the child is delivered. The bench waits until every run is complete
-(its state read in this process every 0.5 s: what ``git agentops-run status --json`` prints), or left ``active``
-otherwise (blocked, paused...), or the timeout. How close together the runs finalize -- what the queue is for --
-is printed per mode: the starts (about 1.5 s of a loaded core each) and the handoffs, which take the same
-``[run] max_verifications`` slots (default: the number of cores) as the candidates, spread them out.
+the other; ``--start concurrent``: all at once); each run has a child task writing ``src/rN.txt`` (no two runs
+conflict) and its coordinator finalizes once its children are delivered.
+
+**The barrier.** A start costs 1.5-2.5 s of a loaded core, so runs started back to back would finalize spread over
+as many seconds -- not the issue's "N runs finalizing within seconds of each other". So the runs wait for each
+other at a barrier: a ``run`` step of a child's recipe (``python3 -c BARRIER_PY``, in its worktree, unconfined
+under ``[sandbox] mode = "none"``) first creates ``barrier/ready-rN`` in the mode's scratch directory, then polls
+every 50 ms for ``barrier/go``, and writes ``barrier/released-rN`` (the time it saw it) when it does. The bench
+creates ``go`` once all N ``ready-*`` exist (or a run left ``active``, or the timeout), identically in both modes.
+Where the runs wait (``--barrier``):
+
+* ``finalize`` (default) -- after the handoff: the child writes, commits and hands off (its verification in the
+  start phase); a second child, ``Gate rN``, depending on it, waits at the barrier and hands off its base, the
+  first one's delivery (a no-change delivery naming ``src/rN.txt``: its tree's evidence is reused, nothing runs).
+  The coordinator finalizes as soon as the gate is delivered: the N finalizes come within a second of the barrier;
+* ``handoff`` -- before the handoff: the one child writes, commits, waits, then hands off. The N handoff
+  verifications then run after the barrier in the same ``[run] max_verifications`` slots (default: the number of
+  cores) as the candidates, and spread the finalizes over about N / slots verification times (8-13 s for 8 runs
+  of 2 s on 2 cores).
+
+The **start phase** (first start -> barrier) is reported apart; it is not in the wall time. The bench waits until
+every run is complete (its state read in this process every 0.5 s: what ``git agentops-run status --json``
+prints), or left ``active`` otherwise (blocked, paused...), or the timeout. How close together the runs asked to
+finalize (their first ``INTEGRATION_REQUESTED``) is printed per mode.
 
 **Counting verifications.** The project's only verification command is ``python3 check.py``: it sleeps
 ``--verify-seconds``, then appends one line to a counter file outside the repository (written with one ``O_APPEND``
 write): ``candidate`` when the checked-out commit is a merge (``git rev-parse --verify -q HEAD^2``: a candidate is
 one merge commit per delivery on the target's tip), else ``handoff`` (a child's delivery, verified at its
 handoff). Only executions count -- evidence the supervisor reuses for an identical tree runs nothing. Candidate
-executions are the figure compared; handoffs (one per run in both modes) are reported beside them. The
-verification command writes outside its clean checkout, which the default sandbox forbids, so both projects run
-with ``[sandbox] mode = "none"`` (agents and commands unconfined: a throughput benchmark, equal in both modes).
+executions per published run are the figure compared; handoffs (one per run in both modes) are reported beside
+them. The verification command writes outside its clean checkout, which the default sandbox forbids, so both
+projects run with ``[sandbox] mode = "none"`` (agents and commands unconfined: a throughput benchmark, equal in
+both modes).
 
-**Wall time** is from just before the first ``run start`` to the last run's ``integration.publishedAt`` (when the
-target moved to its candidate; the receipt and completion follow).
+**Wall time** is from the barrier's creation to the last run's ``integration.publishedAt`` (when the target moved
+to its candidate; the receipt and completion follow). With ``--barrier handoff`` it includes the N handoff
+verifications, in both modes.
 
 Everything runs under a private HOME, XDG dirs and git config with a fixed identity (never the real ones); the
 supervisors are plain detached processes (``AGENTOPS_SUPERVISOR_MANAGER=process``). A run left active at the end
-is stopped (``git agentops-run stop``). Targets (the issue): verifications per published run at least 3x fewer
+is stopped (``git agentops-run stop``). The scratch repository's HEAD is detached, so no publish brings a checkout
+of ``main`` along: with one, concurrent publishes without the queue race (a run checking the checkout between
+another's compare-and-swap and its update of the checkout sees it dirty and blocks,
+``RUN_TARGET_CHECKED_OUT_DIRTY``). Targets (the issue): verifications per published run at least 3x fewer
 with the queue, wall time at least 2x less, with ``parallel = 2`` on 2 cores.
 
-Usage: ``python bench/queue.py [--runs N] [--verify-seconds S] [--parallel P] [--start process|concurrent]
-[--timeout S] [--dir DIR] [--keep]``. Exits 1 when a mode did not publish all N runs within the timeout of its
-first start (saying which). Last line: ``queue runs=<n>
-parallel=<p> verifications_off=<x> verifications_on=<x> verifications_ratio=<x> wall_off_s=<s> wall_on_s=<s>
-wall_ratio=<x> published_off=<n> published_on=<n>`` (verifications per published run; ratios off/on).
+Usage: ``python bench/mergequeue.py [--runs N] [--verify-seconds S] [--parallel P] [--start process|concurrent]
+[--barrier finalize|handoff] [--timeout S] [--dir DIR] [--keep]``. Exits 1 when a mode did not publish all N runs
+within the timeout of its first start (saying which). Last line: ``queue runs=<n> parallel=<p>
+verifications_off=<x> verifications_on=<x> verifications_ratio=<x> wall_off_s=<s> wall_on_s=<s> wall_ratio=<x>
+published_off=<n> published_on=<n> start_off_s=<s> start_on_s=<s> spread_off_s=<s> spread_on_s=<s>
+handoffs_off=<n> handoffs_on=<n>`` (verifications: candidate executions per published run; ratios off/on; start:
+first start -> barrier; spread: first to last run's first finalize request; handoffs: handoff verifications
+executed).
 """
 
 from __future__ import annotations
@@ -46,7 +72,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import importlib
 import json
 import math
 import os
@@ -60,25 +85,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-if __name__ == "queue":
-    # This file is named like the standard library's ``queue``, and Python puts a script's directory first on
-    # sys.path: ``import queue`` (pygit2's, concurrent.futures') in any other ``python bench/X.py`` finds it. It
-    # loads the standard library's in its place then, which the importer hands back instead of this module (and
-    # nothing below runs anything: the bench's own imports are in the branch below).
-    del sys.modules["queue"]
-    _path = sys.path[:]
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-    try:
-        importlib.import_module("queue")
-    finally:
-        sys.path[:] = _path
-else:
-    # Run as the script: this directory goes last on sys.path, so ``import queue`` finds the standard library (and
-    # benchenv is still found here).
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
-    from _clean_checkout import hermetic_env, seal
-    from benchenv import git
+from _clean_checkout import hermetic_env, seal
+from benchenv import git
 
 POLL = 0.5
 """Seconds between two reads of the runs' states."""
@@ -114,6 +122,21 @@ enabled = true
 parallel = {parallel}
 """
 
+BARRIER_PY = """import os, sys, time
+ready, go, released, limit = sys.argv[1:5]
+open(ready, "a").close()  # "a": a restarted generation replays the step
+deadline = time.monotonic() + float(limit)
+while not os.path.exists(go):
+    if time.monotonic() > deadline:
+        sys.exit(f"no {go} after {limit} s")
+    time.sleep(0.05)
+seen = time.time()
+with open(released, "a") as out:
+    out.write(f"{seen:.3f}\\n")
+print("released at", seen)
+"""
+"""The child's barrier step: ``python3 -c BARRIER_PY READY GO RELEASED LIMIT`` (see the module docstring)."""
+
 RECIPE = """[plan]
 title = "Bench {name}"
 intent = "Write src/{name}.txt"
@@ -127,10 +150,56 @@ name = "{name}"
 title = "Part {name}"
 intent = "Write src/{name}.txt"
 criteria = ["done"]
+"""
 
+WAIT_THEN_HANDOFF = """
+[[tasks.attempts]]
+steps = [
+  {{ write = "src/{name}.txt", content = "{name}\\n" }},
+  {{ commit = "Add {name}" }},
+  {{ run = {barrier}, timeout = {barrier_timeout} }},
+  {{ request = "handoff" }},
+]
+"""
+"""``--barrier handoff``: the child commits, waits at the barrier, hands off."""
+
+HANDOFF_THEN_GATE = """
 [[tasks.attempts]]
 steps = [{{ write = "src/{name}.txt", content = "{name}\\n" }}, {{ commit = "Add {name}" }}, {{ request = "handoff" }}]
+
+[[tasks]]
+name = "gate"
+title = "Gate {name}"
+intent = "Wait at the bench's barrier"
+criteria = ["src/{name}.txt is there"]
+depends_on = ["{name}"]
+
+[[tasks.attempts]]
+steps = [
+  {{ run = {barrier}, timeout = {barrier_timeout} }},
+  {{ request = "handoff", source_files = ["src/{name}.txt"] }},
+]
 """
+"""``--barrier finalize``: the child commits and hands off; a second child, started from its delivery, waits at the
+barrier and hands off that same commit (no change: nothing to merge, its tree's evidence reused)."""
+
+
+def recipe(path: Path, name: str, barrier: Path, *, wait: float, where: str) -> Path:
+    """Write the recipe of run ``name`` to ``path``: a child waits at most ``wait`` seconds at ``barrier``, before
+    the handoff of ``src/<name>.txt`` (``where`` = ``handoff``) or after it (``finalize``)."""
+    argv = [
+        "python3",
+        "-c",
+        BARRIER_PY,
+        str(barrier / f"ready-{name}"),
+        str(barrier / "go"),
+        str(barrier / f"released-{name}"),
+        f"{wait:g}",
+    ]
+    # a JSON array of strings is a TOML array of basic strings (the same escapes)
+    tail = WAIT_THEN_HANDOFF if where == "handoff" else HANDOFF_THEN_GATE
+    path.write_text((RECIPE + tail).format(name=name, barrier=json.dumps(argv), barrier_timeout=int(wait + 60)))
+    return path
 
 
 @dataclass
@@ -171,7 +240,10 @@ class Mode:
     name: str
     runs: list[Run]
     started: float  # epoch seconds, just before the first run start
-    timeout: float  # seconds from then
+    barrier: float  # epoch seconds, just before the barrier was created
+    ready: dict[str, float]  # run name -> when its child was at the barrier (its ready file's mtime)
+    released: dict[str, float]  # run name -> when its child saw the barrier
+    timeout: float  # seconds from ``started``
     timed_out: bool
     verifications: list[tuple[str, str, float, float]]  # (kind, commit, started, ended) per execution
     queue: dict[str, Any] | None
@@ -194,9 +266,25 @@ class Mode:
         return self.candidate_verifications / len(self.published) if self.published else math.nan
 
     @property
+    def start_phase(self) -> float:
+        """Seconds from the first start to the barrier."""
+        return self.barrier - self.started
+
+    @property
     def wall(self) -> float:
+        """Seconds from the barrier to the last publish."""
         times = [r.published_at for r in self.published if r.published_at is not None]
-        return max(times) - self.started if times else math.nan
+        return max(times) - self.barrier if times else math.nan
+
+    @property
+    def finalizes(self) -> list[float]:
+        """When each run first asked to finalize (its first ``INTEGRATION_REQUESTED``), epoch seconds."""
+        return [at for r in self.runs if (at := r.first("INTEGRATION_REQUESTED")) is not None]
+
+    @property
+    def spread(self) -> float:
+        """Seconds between the first and the last run's first finalize request."""
+        return max(self.finalizes) - min(self.finalizes) if self.finalizes else math.nan
 
     @property
     def all_published(self) -> bool:
@@ -216,7 +304,8 @@ def environment(root: Path) -> dict[str, str]:
 
 
 def project(root: Path, env: dict[str, str], *, verify_seconds: float, parallel: int | None) -> Path:
-    """A trusted project whose verification command counts its executions in ``root/verifications.log``."""
+    """A trusted project whose verification command counts its executions in ``root/verifications.log``; its HEAD
+    is detached (at the initial commit), so no publish has a checkout of the target to bring along."""
     repo = root / "repo"
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main", env=env)
@@ -233,6 +322,9 @@ def project(root: Path, env: dict[str, str], *, verify_seconds: float, parallel:
     git(repo, "add", "-A", env=env)
     git(repo, "commit", "-qm", "Initial commit", env=env)
     agentops(repo, env, "agentops-policy", "trust", "--yes")
+    # no checkout of the target: with one, concurrent publishes without the queue race (a run may see the checkout
+    # that another run's publish has not brought along yet as dirty, and block: RUN_TARGET_CHECKED_OUT_DIRTY)
+    git(repo, "checkout", "-q", "--detach", env=env)
     return repo
 
 
@@ -333,40 +425,85 @@ def start(repo: Path, env: dict[str, str], recipes: list[Path], runs: list[Run],
         raise SystemExit("git agentops-run start failed:\n" + "\n".join(errors))
 
 
+def poll_states(runs: list[Run], waiting: list[Run], repo: Path, since: float) -> None:
+    """Read the state of each run in ``waiting``; drop from it (saying so) those no longer ``active``."""
+    for run in list(waiting):
+        run.doc = read_state(repo, run.run_id)
+        if run.status != "active":
+            waiting.remove(run)
+            run.left = run.doc
+            if run.status != "complete":
+                print(f"  {time.time() - since:6.1f} s: {run.name} is {run.status}: {run.doc['statusReason']}")
+
+
+def wait_ready(repo: Path, runs: list[Run], barrier: Path, deadline: float, started: float) -> list[str]:
+    """Until every run's child is at the barrier, a run left ``active`` or the deadline (monotonic); the names of
+    the runs whose child is not at it."""
+    waiting = list(runs)
+    polled = 0.0
+    while True:
+        missing = [r.name for r in runs if not (barrier / f"ready-{r.name}").exists()]
+        if not missing:
+            return []
+        if time.monotonic() - polled >= 2 * POLL:
+            polled = time.monotonic()
+            poll_states(runs, waiting, repo, started)
+            if len(waiting) < len(runs):
+                print("  a run left 'active' before the barrier: releasing the others now", flush=True)
+                return missing
+        if time.monotonic() > deadline:
+            print(f"  timed out waiting at the barrier: {', '.join(missing)} not there", flush=True)
+            return missing
+        time.sleep(0.05)
+
+
+def stamps(barrier: Path, prefix: str, runs: list[Run]) -> dict[str, float]:
+    """Run name -> the time in ``barrier/<prefix><name>`` (released) or its mtime (ready), for those there."""
+    found = {}
+    for run in runs:
+        path = barrier / f"{prefix}{run.name}"
+        with contextlib.suppress(OSError, ValueError):
+            text = path.read_text().split()
+            found[run.name] = float(text[0]) if text else path.stat().st_mtime
+    return found
+
+
 def measure(
     name: str, root: Path, env: dict[str, str], args: argparse.Namespace, parallel: int | None
 ) -> tuple[Mode, Path]:
-    """Start the runs back to back, wait for them, read what they did; stop whatever is left."""
+    """Start the runs back to back, release them together at the barrier, wait for them, read what they did; stop
+    whatever is left."""
     repo = project(root, env, verify_seconds=args.verify_seconds, parallel=parallel)
-    recipes = []
-    for i in range(args.runs):
-        path = root / f"r{i}.toml"
-        path.write_text(RECIPE.format(name=f"r{i}"))
-        recipes.append(path)
+    barrier = root / "barrier"
+    barrier.mkdir()
+    recipes = [
+        recipe(root / f"r{i}.toml", f"r{i}", barrier, wait=args.timeout, where=args.barrier) for i in range(args.runs)
+    ]
     runs: list[Run] = []
     timed_out = False
     started, deadline = time.time(), time.monotonic() + args.timeout
+    released_at = math.nan
     try:
         start(repo, env, recipes, runs, how=args.start)
         print(f"  {len(runs)} runs started in {time.time() - started:.1f} s", flush=True)
-        waiting = list(runs)
+        missing = wait_ready(repo, runs, barrier, deadline, started)
+        released_at = time.time()
+        (barrier / "go").touch()
+        print(
+            f"  {time.time() - started:6.1f} s: barrier created, {len(runs) - len(missing)}/{len(runs)} children "
+            "waiting at it; times below are from it",
+            flush=True,
+        )
+        waiting = [r for r in runs if r.status in ("active", "?")]
         shown = ""
         while waiting:
-            for run in list(waiting):
-                run.doc = read_state(repo, run.run_id)
-                if run.status != "active":
-                    waiting.remove(run)
-                    run.left = run.doc
-                    if run.status != "complete":
-                        print(
-                            f"  {time.time() - started:6.1f} s: {run.name} is {run.status}: {run.doc['statusReason']}"
-                        )
+            poll_states(runs, waiting, repo, released_at)
             states = Counter(
                 r.status if r.status != "active" else f"integration {r.integration.get('status', 'none')}" for r in runs
             )
             now = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
             if now != shown:
-                print(f"  {time.time() - started:6.1f} s: {now}", flush=True)
+                print(f"  {time.time() - released_at:6.1f} s: {now}", flush=True)
                 shown = now
             if not waiting:
                 break
@@ -401,7 +538,19 @@ def measure(
             ["git", "show", "refs/agentops/queue/main:queue.json"], cwd=repo, env=env, capture_output=True, check=False
         )
         queue_doc = dict(json.loads(held.stdout)) if held.returncode == 0 else {"entries": []}
-    return Mode(name, runs, started, args.timeout, timed_out, verifications, queue_doc), repo
+    mode = Mode(
+        name,
+        runs,
+        started,
+        released_at,
+        stamps(barrier, "ready-", runs),
+        stamps(barrier, "released-", runs),
+        args.timeout,
+        timed_out,
+        verifications,
+        queue_doc,
+    )
+    return mode, repo
 
 
 def run_of(repo: Path, env: dict[str, str], commit: str, ids: dict[str, str]) -> str:
@@ -418,43 +567,59 @@ def report(mode: Mode, repo: Path, env: dict[str, str]) -> None:
     for entry in (mode.queue or {}).get("entries", []):
         entries.setdefault(ids.get(entry["runId"], "?"), []).append(entry)
     print(
-        f"  {'run':<5}{'status':<10}{'finalize s':>11}{'publish s':>10}{'complete s':>11}{'finalizes':>10}"
-        f"{'contended':>10}{'built':>7}{'cand. verif.':>13}  queue"
+        f"  {'run':<5}{'status':<10}{'ready s':>8}{'released s':>11}{'finalize s':>11}{'publish s':>10}"
+        f"{'complete s':>11}{'finalizes':>10}{'contended':>10}{'built':>7}{'cand. verif.':>13}  queue"
     )
     for run in mode.runs:
-        finalized, published, complete = (
-            f"{at - mode.started:.1f}" if at is not None else "-"
-            for at in (run.first("INTEGRATION_REQUESTED"), run.published_at, run.first("RUN_COMPLETE"))
+        ready = f"{mode.ready[run.name] - mode.started:.1f}" if run.name in mode.ready else "-"
+        released, finalized, published, complete = (
+            f"{at - mode.barrier:.2f}" if at is not None else "-"
+            for at in (
+                mode.released.get(run.name),
+                run.first("INTEGRATION_REQUESTED"),
+                run.published_at,
+                run.first("RUN_COMPLETE"),
+            )
         )
         queued = ", ".join(
             f"#{e['position']} {e['state']} ({e.get('verifications', 0)} verif.)" for e in entries.get(run.name, [])
         )
         print(
-            f"  {run.name:<5}{run.status:<10}{finalized:>11}{published:>10}{complete:>11}"
+            f"  {run.name:<5}{run.status:<10}{ready:>8}{released:>11}{finalized:>11}{published:>10}{complete:>11}"
             f"{run.count('INTEGRATION_REQUESTED'):>10}"
             f"{run.count('INTEGRATION_FAILED', failure='RUN_TARGET_CONTENDED'):>10}"
             f"{run.count('INTEGRATION_PREPARED'):>7}{per_run.get(run.name, 0):>13}  {queued or '-'}"
         )
+    print("  (ready: seconds after the first start; the others: seconds after the barrier)")
     failures = Counter(
         e["data"].get("failure", "?") for r in mode.runs for e in r.events if e["code"] == "INTEGRATION_FAILED"
     )
     distinct = len({commit for kind, commit, *_ in mode.verifications if kind == "candidate"})
     print(
-        f"  published {len(mode.published)}/{len(mode.runs)}; wall (first start -> last publish) {mode.wall:.1f} s"
-        + ("; timed out" if mode.timed_out else "")
+        f"  start phase (first start -> barrier) {mode.start_phase:.1f} s, {len(mode.ready)}/{len(mode.runs)} "
+        f"children at it; published {len(mode.published)}/{len(mode.runs)}; wall (barrier -> last publish) "
+        f"{mode.wall:.1f} s" + ("; timed out" if mode.timed_out else "")
     )
+    if mode.released:
+        late = [at - mode.barrier for at in mode.released.values()]
+        print(f"  children saw the barrier {min(late):.2f}-{max(late):.2f} s after it was created")
+    if mode.finalizes:
+        print(
+            f"  first finalize requests between {min(mode.finalizes) - mode.barrier:.1f} s and "
+            f"{max(mode.finalizes) - mode.barrier:.1f} s after the barrier (spread {mode.spread:.1f} s)"
+        )
     print(
         f"  candidate verifications executed: {mode.candidate_verifications} ({distinct} distinct commits), "
         f"{mode.per_published:.2f} per published run; handoff verifications: {mode.handoff_verifications}"
     )
+    handoffs = [(begin, end) for kind, _, begin, end in mode.verifications if kind == "handoff"]
+    if handoffs:
+        print(
+            f"  handoff verifications ran from {min(b for b, _ in handoffs) - mode.barrier:+.1f} s to "
+            f"{max(e for _, e in handoffs) - mode.barrier:+.1f} s from the barrier"
+        )
     busy = sum(end - begin for _, _, begin, end in mode.verifications)
     print(f"  verification command time, summed: {busy:.1f} s")
-    finalizes = [at for r in mode.runs if (at := r.first("INTEGRATION_REQUESTED")) is not None]
-    if finalizes:
-        print(
-            f"  first finalize requests between {min(finalizes) - mode.started:.1f} s and "
-            f"{max(finalizes) - mode.started:.1f} s after the first start"
-        )
     if failures:
         print(f"  finalizes refused: {', '.join(f'{n} {code}' for code, n in sorted(failures.items()))}")
     for run in mode.runs:
@@ -470,7 +635,7 @@ def report(mode: Mode, repo: Path, env: dict[str, str]) -> None:
                     "RUN_STATUS",
                     "RUN_STOPPED",
                 ):
-                    print(f"    {event['time'] - mode.started:6.1f} s {event['code']}: {event['summary']}")
+                    print(f"    {event['time'] - mode.barrier:6.1f} s {event['code']}: {event['summary']}")
     if mode.queue is not None:
         recorded = sum(int(e.get("verifications", 0)) for e in mode.queue.get("entries", []))
         states = Counter(str(e["state"]) for e in mode.queue.get("entries", []))
@@ -499,6 +664,13 @@ def main() -> int:
         help="how the N runs are started, the same in both modes: one 'git agentops-run start' process after the "
         "other (default), or all of them at once",
     )
+    parser.add_argument(
+        "--barrier",
+        choices=("handoff", "finalize"),
+        default="finalize",
+        help="where the runs wait for each other: before their child's handoff (its verification after the "
+        "barrier), or after it, just before the coordinator finalizes (default)",
+    )
     parser.add_argument("--dir", default=None, help="where to create the scratch directory")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (its path is printed)")
     args = parser.parse_args()
@@ -512,9 +684,9 @@ def main() -> int:
         seal(root / "home", env)
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(
-            f"git-agentops merge queue benchmark: {args.runs} runs, one child each, verification "
-            f"{args.verify_seconds:g} s, queue parallel {args.parallel}, starts: {args.start}; {os.cpu_count()} cpus, "
-            f"load average {load}; {git(root, '--version', env=env)}",
+            f"git-agentops merge queue benchmark: {args.runs} runs, verification {args.verify_seconds:g} s, "
+            f"queue parallel {args.parallel}, starts: {args.start}, barrier: {args.barrier}; {os.cpu_count()} "
+            f"cpus, load average {load}; {git(root, '--version', env=env)}",
             flush=True,
         )
         modes: dict[str, Mode] = {}
@@ -535,7 +707,9 @@ def main() -> int:
         f"queue runs={args.runs} parallel={args.parallel} verifications_off={off.per_published:.2f} "
         f"verifications_on={on.per_published:.2f} verifications_ratio={ratio(off.per_published, on.per_published):.2f} "
         f"wall_off_s={off.wall:.1f} wall_on_s={on.wall:.1f} wall_ratio={ratio(off.wall, on.wall):.2f} "
-        f"published_off={len(off.published)} published_on={len(on.published)}"
+        f"published_off={len(off.published)} published_on={len(on.published)} "
+        f"start_off_s={off.start_phase:.1f} start_on_s={on.start_phase:.1f} spread_off_s={off.spread:.1f} "
+        f"spread_on_s={on.spread:.1f} handoffs_off={off.handoff_verifications} handoffs_on={on.handoff_verifications}"
     )
     failed = [m for m in (off, on) if not m.all_published]
     for mode in failed:
