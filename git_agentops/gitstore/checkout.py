@@ -9,6 +9,7 @@ runs inside the toolkit's git.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -266,6 +267,12 @@ def checkouts_of(common_dir: Path, branch: str) -> list[Path]:
         elif line == f"branch {branch}" and path is not None and (path / ".git").exists():
             found.append(path)
     return found
+
+
+def shown_dirty(dirty: Mapping[Path, Sequence[str]]) -> str:
+    """``/repo: src/a.txt, src/b.txt; /other: x`` -- the dirty checkouts :func:`dirty_checkouts` found, for a
+    message (the first 8 paths of each)."""
+    return "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
 
 
 def dirty_checkouts(common_dir: Path, branch: str) -> tuple[list[Path], dict[Path, list[str]]]:

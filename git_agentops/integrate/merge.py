@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
@@ -431,6 +431,16 @@ def merge_commits(store: Store, ours: str, theirs: str) -> MergeResult:
     ``OBJECT_MISSING``, or ``GIT_FAILED`` when the git fallback fails.
     """
     return _merge_commit_ids(store, _TreeMerger(store), store.resolve_commit(ours), store.resolve_commit(theirs))
+
+
+def integration_message(titles: Mapping[str, str], run_id: str) -> Callable[[str, str], str]:
+    """The message of a run's merge of one delivery (``titles``: task id -> title), as :func:`merge_chain` asks for
+    it -- the same whether the run or the merge queue builds the chain."""
+
+    def message(label: str, commit: str) -> str:
+        return f"Integrate {titles.get(label, label)} ({label})\n\nFrozen delivery {commit} of run {run_id}.\n"
+
+    return message
 
 
 def merge_chain(

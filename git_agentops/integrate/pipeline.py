@@ -41,7 +41,14 @@ import pygit2
 from .. import eventkinds as kinds
 from ..canonical import JsonObject, sha256_hex
 from ..errors import AgentOpsError, NoteExists, PushRefused, RemoteUnreachable
-from ..gitstore.checkout import PUBLISH_LOCK, PUBLISH_LOCK_WAIT, checkouts_of, dirty_checkouts, move_checkout
+from ..gitstore.checkout import (
+    PUBLISH_LOCK,
+    PUBLISH_LOCK_WAIT,
+    checkouts_of,
+    dirty_checkouts,
+    move_checkout,
+    shown_dirty,
+)
 from ..gitstore.journal import Change, Event
 from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.private import file_lock
@@ -66,7 +73,7 @@ from ..verify.proof import remove_slots
 from . import custody
 from .gate import gate
 from .guards import candidate_breach
-from .merge import ChainResult, merge_chain
+from .merge import ChainResult, integration_message, merge_chain
 from .record import ZERO_DIGEST, advance, fail
 from .remote import follow, publish, remote_tip
 from .steps import Progress, Step, roll_forward
@@ -228,7 +235,7 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
             store,
             tip,
             [(task_id, delivered(tasks[task_id]).commit) for task_id in order],
-            message=lambda label, commit: f"Integrate {tasks[label].title} ({label})\n\nFrozen delivery {commit}.\n",
+            message=integration_message({t: tasks[t].title for t in order}, ctx.run_id),
         )
         if chain.conflict is not None or chain.head is None:
             return _conflict(ctx, store, tip, chain, tasks)
@@ -325,9 +332,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
             store,
             base,
             deliveries,
-            message=lambda label, commit: (
-                f"Integrate {tasks[label].title} ({label})\n\nFrozen delivery {commit} of run {ctx.run_id}.\n"
-            ),
+            message=integration_message({t: tasks[t].title for t in order}, ctx.run_id),
         )
         if chain.conflict is not None or chain.head is None:
             return _conflict(ctx, store, base, chain, tasks)
@@ -397,11 +402,10 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
     with file_lock(store.private_dir(), PUBLISH_LOCK, timeout=PUBLISH_LOCK_WAIT):
         checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
         if dirty:
-            shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
             reason = (
-                f"{target} is checked out with uncommitted changes ({shown}); publishing would leave them looking "
-                f"like the integration reversed. Commit or stash them, then 'git agentops-run resume {ctx.run_id}' "
-                f"(the candidate {candidate[:12]} is kept)"
+                f"{target} is checked out with uncommitted changes ({shown_dirty(dirty)}); publishing would leave "
+                "them looking like the integration reversed. Commit or stash them, then "
+                f"'git agentops-run resume {ctx.run_id}' (the candidate {candidate[:12]} is kept)"
             )
             ctx.log(f"waiting: {reason}")
             return Wait("RUN_TARGET_CHECKED_OUT_DIRTY", reason)

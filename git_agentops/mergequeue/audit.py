@@ -18,15 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import eventkinds as kinds
-from ..errors import AgentOpsError, QueueLeaseLost
+from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
-from ..gitstore.refs import list_refs
 from ..gitstore.repo import Store
 from ..model.integration import IntegrationStatus
 from ..model.run import RunStatus
 from ..runs import state as runstate
 from . import book
-from .record import Entry, EntryState, QueuedDelivery
+from .record import Entry, EntryState, QueuedDelivery, QueueDoc
 
 _ON_THE_WAY: frozenset[IntegrationStatus] = frozenset(
     {
@@ -54,10 +53,7 @@ class Recorded:
 def recorded(store: Store, target: str) -> dict[str, Recorded]:
     """Every run of ``target`` whose integration is on its way to the queue or waits in it, by run id."""
     out: dict[str, Recorded] = {}
-    for name in list_refs(store, runstate.RUNS_PREFIX):
-        if not name.endswith("/state"):
-            continue
-        run_id = name[len(runstate.RUNS_PREFIX) : -len("/state")]
+    for run_id in runstate.list_runs(store):
         try:
             view = runstate.read(store, run_id)
             run = view.run()
@@ -88,64 +84,49 @@ def recorded(store: Store, target: str) -> dict[str, Recorded]:
 
 def reconcile(store: Store, target: str, me: book.Holder, now: float, runs: dict[str, Recorded]) -> int:
     """Hold the queue against the runs' records (``runs``: :func:`recorded`; see the module docstring), fenced by
-    the lease; how many entries it evicted or gave back."""
-    changed: list[str] = []
+    the lease; how many entries it evicted or gave back (most rounds: none, and nothing is written)."""
+    if not _reconciled(book.read(store, target).doc, runs, now)[1]:
+        return 0
 
-    def fix(change: Change) -> None:
-        view = book.view_of(change, target)
-        if not me.holds(view.lease):
-            raise QueueLeaseLost(f"the queue of {target} is processed by another supervisor now")
-        doc = view.doc
-        for entry in doc.waiting():
-            run = runs.get(entry.run_id)
-            if run is not None and _stands(entry, run):
-                continue
-            why = "its run no longer waits in the queue" if run is None else "it is not what its run recorded"
-            doc = doc.with_entry(
-                replace(
-                    entry,
-                    state=EntryState.EVICTED,
-                    code="QUEUE_ENTRY_STALE",
-                    reason=f"entry #{entry.position} does not match its run's own record ({why}); never integrated",
-                    publishing=False,
-                    settled_at=now,
-                )
-            )
-            changed.append(f"#{entry.position} stale")
-        for run in runs.values():
-            if run.status is not IntegrationStatus.QUEUED or run.position is None or not run.deliveries:
-                continue
-            held = doc.entry(run.position)
-            if held is not None and (held.waiting or held.run_id == run.run_id):
-                continue  # waiting already, or settled (the run follows the queue's outcome)
-            doc = doc.with_entry(
-                Entry(run.position, run.run_id, run.deliveries, run.policy_hash, now, EntryState.WAITING)
-            )
-            changed.append(f"#{run.position} restored")
+    def fix(change: Change) -> int:
+        doc, changed = _reconciled(book.fenced(change, target, me).doc, runs, now)
         if changed:
             book.put(change, doc)
+        return changed
 
-    if not _needed(store, target, runs):
-        return 0
-    book.journal(store, target).mutate(
-        fix, Event(kinds.QUEUE_RECONCILED, f"queue of {target} held against the runs' records", {})
-    )
-    return len(changed)
+    event = Event(kinds.QUEUE_RECONCILED, f"queue of {target} held against the runs' records", {})
+    return book.journal(store, target).mutate(fix, event).value
 
 
-def _needed(store: Store, target: str, runs: dict[str, Recorded]) -> bool:
-    """Whether :func:`reconcile` has anything to do (read-only: most rounds write nothing)."""
-    doc = book.read(store, target).doc
+def _reconciled(doc: QueueDoc, runs: dict[str, Recorded], now: float) -> tuple[QueueDoc, int]:
+    """``doc`` with its stale waiting entries evicted and the entries its runs record as queued restored; and how
+    many entries that changed."""
+    changed = 0
     for entry in doc.waiting():
         run = runs.get(entry.run_id)
-        if run is None or not _stands(entry, run):
-            return True
+        if run is not None and _stands(entry, run):
+            continue
+        why = "its run no longer waits in the queue" if run is None else "it is not what its run recorded"
+        doc = doc.with_entry(
+            replace(
+                entry,
+                state=EntryState.EVICTED,
+                code="QUEUE_ENTRY_STALE",
+                reason=f"entry #{entry.position} does not match its run's own record ({why}); never integrated",
+                publishing=False,
+                settled_at=now,
+            )
+        )
+        changed += 1
     for run in runs.values():
-        if run.status is IntegrationStatus.QUEUED and run.position is not None and run.deliveries:
-            held = doc.entry(run.position)
-            if held is None or (not held.waiting and held.run_id != run.run_id):
-                return True
-    return False
+        if run.status is not IntegrationStatus.QUEUED or run.position is None or not run.deliveries:
+            continue
+        held = doc.entry(run.position)
+        if held is not None and (held.waiting or held.run_id == run.run_id):
+            continue  # waiting already, or settled (the run follows the queue's outcome)
+        doc = doc.with_entry(Entry(run.position, run.run_id, run.deliveries, run.policy_hash, now, EntryState.WAITING))
+        changed += 1
+    return doc, changed
 
 
 def _stands(entry: Entry, run: Recorded) -> bool:

@@ -174,15 +174,21 @@ def release(store: Store, target: str, me: Holder) -> None:
     journal(store, target).mutate(drop, Event(kinds.QUEUE_RELEASED, f"pid {me.pid} released the queue", {}))
 
 
+def fenced(change: Change, target: str, me: Holder) -> QueueView:
+    """The queue as ``change`` holds it, for a write by ``me``: ``QUEUE_LEASE_LOST`` (nothing is written) when
+    ``me`` no longer holds the lease."""
+    view = view_of(change, target)
+    if not me.holds(view.lease):
+        raise QueueLeaseLost(f"the queue of {target} is processed by another supervisor now")
+    return view
+
+
 def settle(store: Store, target: str, me: Holder, entries: list[Entry], event: Event) -> None:
     """Write ``entries`` (settled or rebuilt) into the queue, fenced by the lease (``QUEUE_LEASE_LOST`` when ``me``
     no longer holds it, and nothing is written). An entry settled before stays as it was."""
 
     def write(change: Change) -> None:
-        view = view_of(change, target)
-        if not me.holds(view.lease):
-            raise QueueLeaseLost(f"the queue of {target} is processed by another supervisor now")
-        doc = view.doc
+        doc = fenced(change, target, me).doc
         for entry in entries:
             current = doc.entry(entry.position)
             if current is None or not current.waiting:

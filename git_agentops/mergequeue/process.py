@@ -31,13 +31,20 @@ import pygit2
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError, TargetCheckedOutDirty
-from ..gitstore.checkout import PUBLISH_LOCK, PUBLISH_LOCK_WAIT, checkouts_of, dirty_checkouts, move_checkout
+from ..gitstore.checkout import (
+    PUBLISH_LOCK,
+    PUBLISH_LOCK_WAIT,
+    checkouts_of,
+    dirty_checkouts,
+    move_checkout,
+    shown_dirty,
+)
 from ..gitstore.journal import Event
 from ..gitstore.private import file_lock
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
-from ..integrate.merge import ChainResult, merge_chain
+from ..integrate.merge import ChainResult, integration_message, merge_chain
 from ..model.delivery import CommitId
 from ..runs.jobs import JobContext
 from ..verify.core import Outcome
@@ -82,10 +89,6 @@ class Checked:
         return isinstance(last, Outcome) and last.passed
 
 
-Verifier = Callable[[Store, str, str], Outcome]
-"""``verify(store, slot, commit)``: verify a candidate in the clean checkout of ``slot`` (a thread's own store)."""
-
-
 def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, parallel: int) -> int:
     """One round (see the module docstring); returns how many entries it settled (0: nothing to do now).
 
@@ -112,12 +115,8 @@ def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, p
         return len(conflicted)
     checked = _verify(ctx, store, built[: max(1, parallel)])
     prefix, culprit = judge(checked, lambda c: _again(ctx, store, c))
-    if not prefix and culprit is not None:
-        evicted = _evicted(ctx, culprit)
-        book.settle(store, target, me, [evicted], _event(kinds.QUEUE_EVICTED, [evicted], "evicted"))
-        return 1
     published = _publish(ctx, store, target, me, tip, prefix)
-    if culprit is not None and published:
+    if culprit is not None and (published or not prefix):  # judged on candidates the target now holds (or its tip)
         evicted = _evicted(ctx, culprit)
         book.settle(store, target, me, [evicted], _event(kinds.QUEUE_EVICTED, [evicted], "evicted"))
         published += 1
@@ -141,7 +140,12 @@ def build(store: Store, tip: str, entries: Sequence[Entry]) -> tuple[list[Built]
     conflicted: list[Entry] = []
     head = tip
     for entry in entries:
-        chain = merge_chain(store, head, [(d.task_id, d.commit) for d in entry.deliveries], message=_message(entry))
+        chain = merge_chain(
+            store,
+            head,
+            [(d.task_id, d.commit) for d in entry.deliveries],
+            message=integration_message({d.task_id: d.title for d in entry.deliveries}, entry.run_id),
+        )
         if chain.conflict is None and chain.head is not None:
             built.append(Built(entry, head, chain))
             head = chain.head
@@ -165,16 +169,6 @@ def build(store: Store, tip: str, entries: Sequence[Entry]) -> tuple[list[Built]
             )
         )
     return built, conflicted
-
-
-def _message(entry: Entry) -> Callable[[str, str], str]:
-    """The merge message of each of ``entry``'s deliveries (as a run without the queue writes it)."""
-    titles = {d.task_id: d.title for d in entry.deliveries}
-
-    def message(label: str, commit: str) -> str:
-        return f"Integrate {titles.get(label, label)} ({label})\n\nFrozen delivery {commit} of run {entry.run_id}.\n"
-
-    return message
 
 
 def _touched(store: Store, tip: str, built: Built, paths: set[str]) -> bool:
@@ -288,10 +282,9 @@ def _publish(ctx: JobContext, store: Store, target: str, me: book.Holder, tip: s
     with file_lock(store.private_dir(), PUBLISH_LOCK, timeout=PUBLISH_LOCK_WAIT):
         checked_out, dirty = dirty_checkouts(store.common_dir, target_ref)
         if dirty:
-            shown = "; ".join(f"{worktree}: {', '.join(paths[:8])}" for worktree, paths in dirty.items())
             raise TargetCheckedOutDirty(
-                f"{target} is checked out with uncommitted changes ({shown}); the queue publishes once they are "
-                "committed or stashed",
+                f"{target} is checked out with uncommitted changes ({shown_dirty(dirty)}); the queue publishes "
+                "once they are committed or stashed",
             )
         positions = [c.built.entry.position for c in prefix]
         entries = [_published(ctx, c, tuple(positions[:i])) for i, c in enumerate(prefix)]
