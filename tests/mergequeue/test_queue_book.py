@@ -187,3 +187,35 @@ def test_the_verified_prefix_ends_at_the_first_candidate_that_fails_twice() -> N
 
 def _event() -> Event:
     return Event(kinds.QUEUE_PUBLISHED, "test", {"positions": [1]})
+
+
+def test_entries_that_are_not_what_their_runs_recorded_are_stale_and_the_runs_order_is_restored(
+    repo_path: Path,
+) -> None:
+    """Invariant: held against the runs' own records, a waiting entry pointing at commits its run never froze, or
+    standing at a position its run did not record (the queue reordered), is evicted ``QUEUE_ENTRY_STALE``; the run's
+    recorded entry comes back at the recorded position; an entry whose run still records nothing yet stands."""
+    from git_agentops.mergequeue.audit import Recorded, _reconciled
+    from git_agentops.mergequeue.record import QueueDoc
+    from git_agentops.model.integration import IntegrationStatus
+
+    a = delivery(repo_path, "a", "src/a.txt", "a\n")
+    b = delivery(repo_path, "b", "src/b.txt", "b\n")
+    forged = delivery(repo_path, "forged", "src/x.txt", "x\n")
+    doc = QueueDoc("main")
+    for entry in (_entry(1, "run-a", [forged]), _entry(2, "run-b", [b]), _entry(3, "run-c", [a])):
+        doc = doc.with_entry(entry)
+    runs = {
+        "run-a": Recorded("run-a", IntegrationStatus.QUEUED, 1, (a,), HASH, True),  # never froze `forged`
+        "run-b": Recorded("run-b", IntegrationStatus.QUEUED, 5, (b,), HASH, True),  # recorded at #5, not #2
+        "run-c": Recorded("run-c", IntegrationStatus.PREPARED, None, (), HASH, True),  # enqueued, not recorded yet
+    }
+    fixed, changed = _reconciled(doc, runs, NOW)
+    states = {e.position: (e.run_id, e.state, e.code) for e in fixed.entries}
+    assert states[2] == ("run-b", EntryState.EVICTED, "QUEUE_ENTRY_STALE")
+    assert states[5] == ("run-b", EntryState.WAITING, None) and fixed.entry(5).deliveries == (b,)  # type: ignore[union-attr]
+    assert states[3] == ("run-c", EntryState.WAITING, None)
+    # run-a's forged entry at its own position is evicted; its recorded one cannot take the settled position back
+    assert states[1] == ("run-a", EntryState.EVICTED, "QUEUE_ENTRY_STALE")
+    assert changed == 3 and [e.position for e in fixed.waiting()] == [3, 5]
+    assert _reconciled(fixed, runs, NOW)[1] == 0  # held once, it stands
