@@ -198,6 +198,13 @@ RUN_POLICY_PENDING: Final = _k(
 )
 # -- tasks
 TASK_REVISED: Final = _k("TASK_REVISED", "a task's contract was revised", taskId=_STRING)
+TASK_REPAIR_PLANNED: Final = _k(
+    "TASK_REPAIR_PLANNED",
+    "an integration conflicted: the supervisor planned a task to repair the conflicting delivery",
+    taskId=_STRING,
+    onto=_STRING,
+    paths=_ARRAY,
+)
 TASK_PROVISIONING: Final = _k(
     "TASK_PROVISIONING", "a worker is being provisioned for a task", taskId=_STRING, workerId=_STRING
 )
@@ -317,7 +324,7 @@ QUEUE_ENQUEUED: Final = _k("QUEUE_ENQUEUED", "a run's integration joined the tar
 QUEUE_LEASED: Final = _k("QUEUE_LEASED", "a supervisor took (or renewed) the lease to process the merge queue")
 QUEUE_RELEASED: Final = _k("QUEUE_RELEASED", "the supervisor processing the merge queue gave its lease up")
 QUEUE_CONFLICTED: Final = _k(
-    "QUEUE_CONFLICTED", "queue entries whose deliveries conflict with what is ahead of them", positions=_ARRAY
+    "QUEUE_CONFLICTED", "queue entries whose deliveries conflict with the target's tip", positions=_ARRAY
 )
 QUEUE_EVICTED: Final = _k(
     "QUEUE_EVICTED", "a queue entry whose own candidate failed verification twice was evicted", positions=_ARRAY

@@ -79,8 +79,15 @@ class Part:
         return Part(self.tasks + other.tasks, self.reviewers + other.reviewers)
 
 
-def child(name: str, title: str, attempts: Sequence[Sequence[Step]], depends_on: Iterable[str] | None = None) -> Part:
-    """One recipe task with one attempt per list of steps."""
+def child(
+    name: str,
+    title: str,
+    attempts: Sequence[Sequence[Step]],
+    depends_on: Iterable[str] | None = None,
+    *,
+    repair: Sequence[Sequence[Step]] = (),
+) -> Part:
+    """One recipe task with one attempt per list of steps (and ``repair`` attempts for its repair task's worker)."""
     task = {
         "name": name,
         "title": title,
@@ -89,6 +96,8 @@ def child(name: str, title: str, attempts: Sequence[Sequence[Step]], depends_on:
         "depends_on": list(depends_on or []),
         "attempts": [{"steps": [step(s) for s in steps]} for steps in attempts],
     }
+    if repair:
+        task["repair"] = [{"steps": [step(s) for s in steps]} for steps in repair]
     return Part(tasks=(task,))
 
 

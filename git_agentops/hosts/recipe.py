@@ -17,6 +17,8 @@ step, and a complete example a test runs (``git agentops-run demo --print-recipe
     name = "parser"; title = "Parser"; intent = "..."; criteria = ["..."]; depends_on = []
     [[tasks.attempts]]
     steps = [{ write = "parser.py", content = "..." }, { commit = "Add parser" }, { request = "handoff" }]
+    [[tasks.repair]]                   # optional: the worker of a repair task of this task's delivery
+    steps = [{ write = "parser.py", content = "both sides" }, { commit = "Merge" }, { request = "handoff" }]
 
 A recipe is input a user wrote, so it is checked completely before anything runs: unknown keys and wrong types
 against ``schemas/recipe.schema.json``, then what a schema cannot say -- task names and titles unique,
@@ -90,6 +92,7 @@ class TaskDoc(TypedDict):
     criteria: list[CriterionValue]
     depends_on: NotRequired[list[str]]
     attempts: list[AttemptDoc]
+    repair: NotRequired[list[AttemptDoc]]
 
 
 class ApprovalDoc(TypedDict):
@@ -265,11 +268,14 @@ class Task:
     criteria: tuple[Criterion, ...]
     depends_on: tuple[str, ...]
     attempts: tuple[Attempt, ...]
+    repair: tuple[Attempt, ...] = ()  # played by the worker of a repair task of this task's delivery
 
-    def attempt_for(self, generation: int) -> tuple[int, Attempt]:
-        """The 1-based number and the attempt the worker's ``generation`` plays (the last one repeats)."""
-        number = max(1, min(generation, len(self.attempts)))
-        return number, self.attempts[number - 1]
+    def attempt_for(self, generation: int, *, repairing: bool = False) -> tuple[int, Attempt]:
+        """The 1-based number and the attempt the worker's ``generation`` plays (the last one repeats): of the
+        task's own attempts, or of its ``repair`` ones for the worker of its repair task."""
+        attempts = self.repair if repairing else self.attempts
+        number = max(1, min(generation, len(attempts)))
+        return number, attempts[number - 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,9 +399,10 @@ def _steps_of(doc: RecipeDoc) -> Iterator[tuple[JsonPath, StepDoc]]:
     for index, step in enumerate(doc.get("coordinator", {}).get("steps", [])):
         yield ("coordinator", "steps", index), step
     for t, task in enumerate(doc.get("tasks", [])):
-        for a, attempt in enumerate(task["attempts"]):
-            for s, step in enumerate(attempt["steps"]):
-                yield ("tasks", t, "attempts", a, "steps", s), step
+        for key, attempts in (("attempts", task["attempts"]), ("repair", task.get("repair", []))):
+            for a, attempt in enumerate(attempts):
+                for s, step in enumerate(attempt["steps"]):
+                    yield ("tasks", t, key, a, "steps", s), step
 
 
 def _criteria_of(doc: RecipeDoc) -> Iterator[tuple[JsonPath, CriterionValue]]:
@@ -553,6 +560,7 @@ def _build(doc: RecipeDoc, path: Path, digest: str) -> Recipe:
                 criteria=tuple(map(_criterion, task["criteria"])),
                 depends_on=tuple(task.get("depends_on", [])),
                 attempts=tuple(Attempt(tuple(map(_step, a["steps"]))) for a in task["attempts"]),
+                repair=tuple(Attempt(tuple(map(_step, a["steps"]))) for a in task.get("repair", [])),
             )
             for task in doc.get("tasks", [])
         ),

@@ -31,7 +31,7 @@ from ..errors import AgentOpsError, RequestTimeout
 from ..gitstore.private import resolve_contained
 from ..model.instructionsdoc import InstructionsDoc
 from ..model.request import ResponseDoc
-from ..model.task import TaskStatus
+from ..model.task import REPAIR_TITLE, TaskStatus
 from ..protocol import mailbox
 from .recipe import (
     Commit,
@@ -241,7 +241,8 @@ class _Agent:
         self._git("add", "-A")
         # the mailbox is excluded through info/exclude; should it not be, it still never goes into a commit
         self._git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", mailbox.MAILBOX)
-        if self._git("diff", "--cached", "--quiet", ok=(0, 1)) == 0:
+        merging = self._git("rev-parse", "-q", "--verify", "MERGE_HEAD", ok=(0, 1)) == 0  # concluding a merge
+        if not merging and self._git("diff", "--cached", "--quiet", ok=(0, 1)) == 0:
             self.log("nothing to commit; skipped")
             return
         self._git("commit", "-q", "-m", message)
@@ -401,12 +402,24 @@ class _Agent:
         if own is None:
             self.log("no task is assigned to this worker; nothing to do")
             return 1
-        task = self.recipe.task_titled(own["title"])
+        extra = own.get("extra")
+        repair = extra.get("repair") if isinstance(extra, Mapping) else None
+        repairing = isinstance(repair, Mapping)
+        title = own["title"]
+        if isinstance(repair, Mapping):  # a repair task: the recipe's repair attempts of the task it repairs
+            title = next((t["title"] for t in instructions["tasks"] if t["id"] == repair.get("taskId")), title)
+            while self.recipe.task_titled(title) is None and title.startswith(REPAIR_TITLE):
+                title = title.removeprefix(REPAIR_TITLE)  # a repair of a repair
+        task = self.recipe.task_titled(title)
+        where = f"recipe {self.recipe.path}"
         if task is None:
-            where = f"recipe {self.recipe.path}"
-            raise AgentOpsError("RUN_RECIPE_INVALID", f"{where} has no task titled {own['title']!r} ({own['id']})")
-        number, attempt = task.attempt_for(generation)
-        self.log(f"task {task.name!r} ({own['id']}), generation {generation}: attempt {number}/{len(task.attempts)}")
+            raise AgentOpsError("RUN_RECIPE_INVALID", f"{where} has no task titled {title!r} ({own['id']})")
+        if repairing and not task.repair:
+            raise AgentOpsError("RUN_RECIPE_INVALID", f"{where}: task {task.name!r} has no repair attempts")
+        number, attempt = task.attempt_for(generation, repairing=repairing)
+        what = "repair attempt" if repairing else "attempt"
+        total = len(task.repair if repairing else task.attempts)
+        self.log(f"task {task.name!r} ({own['id']}), generation {generation}: {what} {number}/{total}")
         self.steps(attempt.steps, f"attempt {number}")
         self.log("attempt done")
         return 0

@@ -6,7 +6,9 @@ transaction:
 
 1. **prepared** -- merge every frozen delivery, in dependency order with ties broken by plan order, into the
    target's current tip, in memory, one merge commit per delivery; ``refs/agentops/runs/<run>/candidate`` -> the
-   last one. A conflict is ``RUN_INTEGRATION_CONFLICT`` naming both tasks and the paths;
+   last one (a delivered repair task's delivery in the place of the one it repairs). A conflict is
+   ``RUN_INTEGRATION_CONFLICT`` naming both tasks and the paths, and a repair task is planned for it
+   (:mod:`.repair`): nothing is resolved by favouring a side;
 2. **verified** -- the policy's commands on the supervisor's clean checkout of the candidate (:mod:`.gate`; the
    evidence cache by tree id applies to what the supervisor itself produced and can authenticate, so a candidate
    whose tree was already verified at a handoff costs nothing);
@@ -31,7 +33,7 @@ diagnostic.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -61,7 +63,7 @@ from ..mergequeue.record import EntryState, QueuedDelivery
 from ..mergequeue.serve import wait_settled
 from ..model.integration import BUILT, Integration, IntegrationStatus
 from ..model.request import RequestRecord, ResponseDoc
-from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus, topological
+from ..model.run import Role, Run, RunStatus, Worker, WorkerStatus
 from ..model.task import Task, TaskStatus, delivered
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -70,7 +72,7 @@ from ..runs.jobs import Answered, Integrated, JobContext, Left, Refused, Wait
 from ..transition import journal as transitions
 from ..verify.evidence import EvidenceStore
 from ..verify.proof import remove_slots
-from . import custody
+from . import custody, repair
 from .gate import gate
 from .guards import candidate_breach
 from .merge import ChainResult, integration_message, merge_chain
@@ -270,11 +272,21 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
     settled = wait_settled(ctx, store, run.target, position)
     if isinstance(settled, Left | Wait):
         return settled
+    if settled.state is EntryState.CONFLICTED and settled.base is not None and settled.conflicting is not None:
+        return _refuse_conflict(
+            ctx,
+            store,
+            settled.conflicting,
+            settled.base,
+            settled.paths or (),
+            f"the target {run.target} at {settled.base[:12]}",
+            f"queue entry #{position}: {settled.reason}",
+            {"queuePosition": position, "paths": list(settled.paths or ())},
+            queue_position=position,
+        )
     if settled.state is not EntryState.PUBLISHED:
         code = settled.code or "RUN_VERIFICATION_FAILED"
         detail: dict[str, object] = {"queuePosition": position}
-        if settled.paths is not None:
-            detail.update(paths=list(settled.paths), ahead=list(settled.ahead or ()))
         return fail(ctx, store, code, f"queue entry #{position}: {settled.reason}", detail)
     advance(
         ctx,
@@ -358,8 +370,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
 def _custody(ctx: JobContext, store: Store, run: Run, tasks: dict[str, Task]) -> tuple[list[str], Refused | None]:
     """The deliveries' merge order (dependency order, ties by plan order), or the refusal of one whose refs, notes
     or evidence do not agree with the (authentic) state."""
-    children = [t for t in tasks.values() if t.parent is not None]
-    order = topological([t for t in run.plan_order if t in tasks], {t.id: list(t.dependencies) for t in children})
+    order = repair.merge_order(run.plan_order, tasks)
     frozen_before = _frozen_before_transitions(store, ctx.run_id)
     for task_id in order:
         commit = str(delivery.commit if (delivery := tasks[task_id].delivery) is not None else None)
@@ -508,7 +519,8 @@ def _prepare(
 
 
 def _conflict(ctx: JobContext, store: Store, base: str, chain: ChainResult, tasks: dict[str, Task]) -> Refused:
-    """``RUN_INTEGRATION_CONFLICT`` naming the delivery, the party it conflicts with and the paths."""
+    """``RUN_INTEGRATION_CONFLICT`` naming the delivery, the party it conflicts with and the paths; the repair task
+    planned for it (:mod:`.repair`) is named too."""
     label, paths = chain.conflict or ("?", ())
     other = "the target branch"
     for step in chain.steps:  # which earlier delivery touched the conflicted paths
@@ -516,13 +528,42 @@ def _conflict(ctx: JobContext, store: Store, base: str, chain: ChainResult, task
             other = step.label
             break
     title = tasks[label].title if label in tasks else label
-    return fail(
+    onto = chain.steps[-1].commit if chain.steps else base
+    return _refuse_conflict(
         ctx,
         store,
-        "RUN_INTEGRATION_CONFLICT",
+        label,
+        onto,
+        paths,
+        f"the delivery of {other} ({tasks[other].title})" if other in tasks else f"the target at {base[:12]}",
         f"the delivery of {label} ({title}) conflicts with {other} in: {', '.join(paths)}",
         {"tasks": sorted([label, other]), "paths": list(paths)},
     )
+
+
+def _refuse_conflict(
+    ctx: JobContext,
+    store: Store,
+    task_id: str,
+    onto: str,
+    paths: Sequence[str],
+    with_what: str,
+    message: str,
+    detail: dict[str, object],
+    *,
+    queue_position: int | None = None,
+) -> Refused:
+    """Plan the repair task of a conflict (:func:`.repair.plan`), then refuse the finalize naming it."""
+    planned = repair.plan(ctx, store, task_id, onto, paths, with_what, queue_position=queue_position)
+    if planned is not None:
+        message += (
+            f"; repair task {planned.id} was planned: its worker resolves the conflict in a worktree at "
+            f"{onto[:12]} with the delivery being merged; finalize again once it is delivered"
+        )
+        detail = {**detail, "repairTask": planned.id}
+    else:
+        message += f"; no repair task was planned (more than {repair.MAX_REPAIR_DEPTH} repairs, or no delivery)"
+    return fail(ctx, store, "RUN_INTEGRATION_CONFLICT", message, detail)
 
 
 def _changed(store: Store, base: str, commit: str) -> set[str]:

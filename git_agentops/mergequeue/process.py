@@ -6,9 +6,9 @@ One **round** (:func:`process_round`), run by the supervisor holding the queue's
 1. an entry the record says was being published when its processor died is settled by what the target holds;
 2. candidate k is merged in memory on candidate k-1 (the first on the target's tip), for every waiting entry that
    shares the processor's policy and whose run is served (a paused or stopped run's entry keeps its place and is
-   passed over until it is resumed), in queue order. An entry whose deliveries conflict with what is ahead of it is
-   settled ``conflicted`` -- naming the paths and the entries ahead that touched them -- and skipped: nothing is
-   resolved by favouring a side;
+   passed over until it is resumed), in queue order. An entry whose deliveries conflict with the target's tip is
+   settled ``conflicted``, naming the paths, and its run plans a repair task (:mod:`git_agentops.integrate.repair`):
+   nothing is resolved by favouring a side. One that conflicts with an entry ahead waits for it to settle;
 3. the first ``parallel`` candidates are verified at once, each in a clean checkout of its own
    (:func:`git_agentops.verify.proof.prove`: evidence of an identical tree is reused);
 4. the first candidate that failed, on top of candidates that all passed, is verified once more on the same tree (a
@@ -135,7 +135,12 @@ def _mine(ctx: JobContext, waiting: Sequence[Entry]) -> list[Entry]:
 
 
 def build(store: Store, tip: str, entries: Sequence[Entry]) -> tuple[list[Built], list[Entry]]:
-    """Candidate k on candidate k-1, in memory; (the candidates, the entries settled ``conflicted``)."""
+    """Candidate k on candidate k-1, in memory; (the candidates, the entries settled ``conflicted``).
+
+    An entry whose deliveries conflict with the target's tip is settled ``conflicted`` (its run plans a repair task
+    on that tip). One that conflicts with an entry ahead of it, not published yet, is passed over this round: it
+    waits for that entry to settle -- published, its conflict is with the tip; evicted, it may merge cleanly -- so a
+    repair never starts on work the target may not take."""
     built: list[Built] = []
     conflicted: list[Entry] = []
     head = tip
@@ -151,20 +156,17 @@ def build(store: Store, tip: str, entries: Sequence[Entry]) -> tuple[list[Built]
             head = chain.head
             continue
         label, paths = chain.conflict or ("?", ())
-        ahead = [b.entry.position for b in built if _touched(store, tip, b, set(paths))]
+        if any(_touched(store, tip, b, set(paths)) for b in built):
+            continue  # waits for the entries ahead it conflicts with to settle
         conflicted.append(
             replace(
                 entry,
                 state=EntryState.CONFLICTED,
                 code="RUN_INTEGRATION_CONFLICT",
-                reason=(
-                    f"the delivery of {label} conflicts with "
-                    + (", ".join(f"queue entry #{p}" for p in ahead) or f"the target's tip {tip[:12]}")
-                    + f" in: {', '.join(paths)}"
-                ),
-                base=CommitId(head),
+                reason=f"the delivery of {label} conflicts with the target's tip {tip[:12]} in: {', '.join(paths)}",
+                base=CommitId(tip),
                 paths=tuple(paths),
-                ahead=tuple(ahead),
+                conflicting=label if label != "?" else None,
                 settled_at=store.clock.now(),
             )
         )

@@ -3,7 +3,7 @@
 ``queue.json`` of ``refs/agentops/queue/<target>`` holds the queue (:class:`QueueDoc`); ``lease.json`` beside it the
 lease of the supervisor processing it (:class:`git_agentops.lease.record.Lease`, with the holder's pid identity).
 An entry moves ``waiting -> published``, or ends ``evicted`` (its own candidate failed verification) or
-``conflicted`` (its deliveries conflict with what is ahead of it); a settled entry never changes again.
+``conflicted`` (its deliveries conflict with the target's tip); a settled entry never changes again.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Entry(JsonRecord):
     code: str | None = on_disk("code", absent=None)
     reason: str | None = on_disk("reason", absent=None)
     paths: tuple[str, ...] | None = on_disk("paths", absent=None)  # the conflicting paths
-    ahead: tuple[int, ...] | None = on_disk("ahead", absent=None)  # the entries ahead its deliveries conflict with
+    conflicting: str | None = on_disk("conflicting", absent=None)  # the task whose delivery conflicted
     settled_at: float | None = on_disk("settledAt", absent=None)
     publishing: bool = on_disk("publishing", absent=False)  # its candidate is being published (before the CAS)
 

@@ -23,8 +23,8 @@ from typing import Any, Final
 
 from ..canonical import digest
 from ..errors import AgentOpsError
-from .delivery import Delivery
-from .jsonform import FieldMap, field_map, on_disk
+from .delivery import CommitId, Delivery
+from .jsonform import FieldMap, JsonRecord, field_map, on_disk
 
 TASK_ID: Final = re.compile(r"task-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CRITERION_ID: Final = re.compile(r"[a-z][a-z0-9-]{0,63}")
@@ -70,6 +70,27 @@ class Criterion:
         return cls(doc["id"], doc["description"], doc.get("runner"), doc.get("reviewOnly"))
 
 
+REPAIR_TITLE: Final = "Resolve the merge conflict of: "
+"""How a repair task's title begins; the conflicting task's title follows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Repair(JsonRecord):
+    """What a repair task resolves: the frozen delivery of ``task_id`` could not be merged onto ``onto`` (the
+    target's tip, or the candidate its integration had built so far) because both changed ``paths``.
+
+    The supervisor plans it when an integration conflicts (:mod:`git_agentops.integrate.repair`); nothing is
+    resolved by favouring a side. Its worktree starts at ``onto`` with ``delivery`` being merged, the conflicts
+    left for its worker; its delivery takes the repaired delivery's place in the merge order."""
+
+    task_id: str = on_disk("taskId")
+    delivery: CommitId = on_disk("delivery")
+    onto: CommitId = on_disk("onto")
+    paths: tuple[str, ...] = on_disk("paths")
+    with_what: str = on_disk("with")  # what is on the other side: "the target main", "queue entry #3", a task
+    queue_position: int | None = on_disk("queuePosition", absent=None)
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """One revision of a task, ``tasks/<id>/r<revision>.json`` in the run's state journal.
@@ -92,6 +113,7 @@ class Task:
     # the worker that took the task on (run-level bookkeeping, no part of the contract)
     worker_id: str | None = on_disk("workerId", absent=None)
     delivery: Delivery | None = on_disk("delivery", absent=None, decode=Delivery.from_json)  # once delivered
+    repair: Repair | None = on_disk("repair", absent=None, decode=Repair.from_json)  # a repair task's conflict
 
     @property
     def current(self) -> bool:

@@ -93,6 +93,10 @@ You are the **coordinator**: you plan the work, child workers implement it. Do n
 4. When every child is delivered: `git agentops-request finalize` -- the supervisor merges the deliveries,
    verifies and reviews the result, publishes it and writes its receipt. Then end your turn.
 
+   If two deliveries (or one and what reached the target meanwhile) conflict, the finalize fails with
+   RUN_INTEGRATION_CONFLICT and the supervisor plans a repair task ("Resolve the merge conflict of: ...") whose
+   worker resolves it keeping both sides; finalize again once it is delivered.
+
 Task statuses: `planned` (waiting for its dependencies), `running`, `delivered`, `blocked` (see its blockedReason).
 For a blocked child: re-plan it with a new revision, which starts it again,
 `git agentops-request worker --task-id TASK_ID --title "..." --intent "..." --criterion "..."`, plan another task

@@ -94,6 +94,7 @@ class TaskDoc(TypedDict):
     title: NotRequired[str | None]
     revision: NotRequired[int]
     dependencies: NotRequired[list[str]]
+    repairs: NotRequired[str]
 
 
 class EvidenceDoc(TypedDict):

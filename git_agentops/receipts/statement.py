@@ -43,7 +43,8 @@ The predicate (``schemas/receipt-predicate.schema.json``)::
 exactly one task is the root (``parent`` null); every other task's parent is a listed task and its parent chain
 reaches the root; every non-root task has status ``delivered`` (the root's own status is not judged: the
 integration this receipt records is what completes it); every delivery names a distinct non-root task; every
-non-root task without children of its own (a leaf) has a delivery.
+non-root task without children of its own (a leaf) has a delivery, or a repair task (``repairs`` names it) whose
+delivery -- which contains the conflicting one, resolved -- stands in for it.
 
 **Merge chain** (checked by :func:`chain_problem`): ``order`` is the deliveries' task ids in their recorded
 order; there is one step per delivery; step *i* has exactly two parents, the first being step *i-1*'s commit
@@ -143,8 +144,9 @@ def goal_hash(goal: str) -> str:
 
 
 def task_record(task: Task) -> TaskDoc:
-    """The predicate's record of one task: identity, place in the tree and status (not its full contract)."""
-    return {
+    """The predicate's record of one task: identity, place in the tree and status (not its full contract); for a
+    repair task, the task whose delivery its own stands in for (``repairs``)."""
+    record: TaskDoc = {
         "id": task.id,
         "parent": task.parent,
         "status": str(task.status),
@@ -152,6 +154,9 @@ def task_record(task: Task) -> TaskDoc:
         "revision": task.revision,
         "dependencies": sorted(task.dependencies),
     }
+    if task.repair is not None:
+        record["repairs"] = task.repair.task_id
+    return record
 
 
 def evidence_summary(record: Mapping[str, object]) -> dict[str, object]:
@@ -348,10 +353,22 @@ def completeness_problem(tasks: Sequence[TaskDoc], deliveries: Sequence[Delivery
             return f"task {task_id} is delivered twice"
         delivered.add(task_id)
     parents = {t["parent"] for t in tasks}
+    repaired = {t["repairs"]: t["id"] for t in tasks if "repairs" in t}
     for task in tasks:
-        if task["id"] != root and task["id"] not in parents and task["id"] not in delivered:
+        if task["id"] != root and task["id"] not in parents and not _delivered(task["id"], delivered, repaired):
             return f"task {task['id']} is marked delivered but has no delivery in the receipt"
     return None
+
+
+def _delivered(task_id: str, delivered: set[str], repaired: Mapping[str, str]) -> bool:
+    """Whether ``task_id``'s delivery is in the receipt, itself or through the repair tasks standing in for it."""
+    seen = {task_id}
+    while task_id not in delivered:
+        task_id = repaired.get(task_id, task_id)
+        if task_id in seen:
+            return False
+        seen.add(task_id)
+    return True
 
 
 def chain_problem(integration: IntegrationDoc, deliveries: Sequence[DeliveryDoc]) -> str | None:

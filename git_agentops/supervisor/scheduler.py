@@ -5,8 +5,9 @@ crash leaves an intent the next supervisor can finish), then -- in a job -- bran
 merge each dependency's **frozen delivery** in memory (no worktree is touched; a merge commit per dependency, in
 the dependencies' plan order), create the worktree on the result and run the policy's setup steps. A merge
 conflict blocks the task and its dependents with ``RUN_DEPENDENCY_CONFLICT`` and the conflicted paths; the
-worktree is still created at the last clean merge so the conflict can be inspected. At most ``max_workers``
-children run at once.
+worktree is still created at the last clean merge so the conflict can be inspected. A repair task
+(:mod:`git_agentops.integrate.repair`) starts instead where its conflict happened, with the conflicting delivery
+being merged and its conflicts left in the worktree for its worker. At most ``max_workers`` children run at once.
 
 :func:`schedule` decides from a snapshot and returns what to do -- each task's intent recorded, then its
 provisioning job submitted (:mod:`.effects`) -- and the loop carries that out.
@@ -24,8 +25,9 @@ from ..gitstore.journal import Change, Event
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
 from ..integrate.merge import merge_chain
+from ..integrate.repair import start_merge
 from ..model.run import Role, Worker, WorkerStatus
-from ..model.task import TaskStatus, delivered
+from ..model.task import Repair, TaskStatus, delivered
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
@@ -49,6 +51,7 @@ class Provision:
     coordinator_branch: str
     coordinator_worktree: str
     deliveries: tuple[tuple[str, str], ...]  # (task id, delivered commit), in plan order
+    repair: Repair | None = None  # a repair task: start at its ``onto``, merging its delivery
 
 
 def schedule(snap: Snapshot) -> tuple[Effect, ...]:
@@ -87,10 +90,13 @@ def schedule(snap: Snapshot) -> tuple[Effect, ...]:
             where=where,
             coordinator_branch=workers[run.coordinator_id].branch,
             coordinator_worktree=workers[run.coordinator_id].worktree,
-            deliveries=tuple(
+            deliveries=()
+            if task.repair is not None
+            else tuple(
                 (d, delivered(tasks[d]).commit)
                 for d in sorted(task.dependencies, key=lambda d: order.get(d, len(order)))
             ),
+            repair=task.repair,
         )
         effects.append(Submit(worker_id, functools.partial(_provision_job, snap.ctx, job)))
         busy += 1
@@ -139,8 +145,11 @@ def _provision_job(ctx: JobContext, job: Provision, store: Store) -> Provisioned
 
 def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Block:
     """Job: branch, merge dependencies, create the worktree, run setup (see the module docstring)."""
-    start = mirror_branch(store, Path(job.coordinator_worktree), job.coordinator_branch)  # what it committed
-    start = start or read_ref(store, job.coordinator_branch)
+    if job.repair is not None:
+        start: str | None = job.repair.onto
+    else:
+        start = mirror_branch(store, Path(job.coordinator_worktree), job.coordinator_branch)  # what it committed
+        start = start or read_ref(store, job.coordinator_branch)
     if start is None:
         return Block("RUN_WORKTREE_OWNERSHIP", f"the coordinator's branch {job.coordinator_branch} is gone")
     head, conflict = start, None
@@ -171,6 +180,8 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
             last_user_resume=run.last_user_resume,
             log=ctx.log,
         )
+        if job.repair is not None:  # after the setup: a conflicted lockfile must not break it
+            start_merge(job.where.path, job.repair, store.identity)
     except AgentOpsError as exc:
         return Block(exc.code, exc.message)
 

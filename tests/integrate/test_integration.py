@@ -185,23 +185,50 @@ def test_target_moved_during_integration_is_rebuilt_reverified_and_keeps_the_oth
 
 
 @pytest.mark.slow
-def test_integration_conflict_is_reported_and_the_target_stays(tmp_path: Path) -> None:
-    repo, _ = signed_project(tmp_path)
+def test_an_integration_conflict_becomes_a_repair_task_and_the_run_publishes_both_sides(tmp_path: Path) -> None:
+    """Invariant: a conflict between two deliveries is refused ``RUN_INTEGRATION_CONFLICT`` naming both tasks and
+    the paths, and nothing is resolved by favouring a side: a repair task is planned, its worktree starts merging
+    the conflicting delivery (conflict markers with both sides), its worker resolves and delivers, the coordinator
+    finalizes again, and the target gets both sides with a receipt that verifies."""
+    repo, signers = signed_project(tmp_path)
     before = git(repo, "rev-parse", "main")
     left = child("a", "Left", [[write_step("src/base.txt", "from left\n"), '{ commit = "left" }', HANDOFF]])
-    right = child("b", "Right", [[write_step("src/base.txt", "from right\n"), '{ commit = "right" }', HANDOFF]])
+    both = "from left\nfrom right\n"
+    right = child(
+        "b",
+        "Right",
+        [[write_step("src/base.txt", "from right\n"), '{ commit = "right" }', HANDOFF]],
+        repair=[
+            [
+                {"run": ["sh", "-c", "grep -c '^[<|=>]\\{7\\}' src/base.txt > markers.txt"]},
+                write_step("src/base.txt", both),
+                '{ commit = "keep both sides" }',
+                HANDOFF,
+            ]
+        ],
+    )
     run_id = _start(repo, recipe(tmp_path, left + right + REVIEWERS, finalize=True))
-    doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=120)
+    doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
+    assert doc["status"] == "complete", doc["blocked"]
     failures = [
         e
         for e in events(repo, run_id)
         if e["code"] == "REQUEST_REFUSED" and e["data"]["code"] == "RUN_INTEGRATION_CONFLICT"
     ]
-    assert failures and "src/base.txt" in failures[0]["data"]["message"]
-    titles = {t["taskId"] for t in doc["tasks"] if t["parent"]}
-    assert all(task in failures[0]["data"]["message"] for task in titles)  # both tasks are named
-    assert git(repo, "rev-parse", "main") == before
-    assert git(repo, "notes", "--ref=agentops/receipts", "list", check=False) == ""
+    assert len(failures) == 1 and "src/base.txt" in failures[0]["data"]["message"]
+    originals = {t["taskId"] for t in doc["tasks"] if t["parent"] and not t["title"].startswith("Resolve")}
+    assert len(originals) == 2 and all(task in failures[0]["data"]["message"] for task in originals)
+    [fixer] = [t for t in doc["tasks"] if t["title"].startswith("Resolve the merge conflict of: ")]
+    assert fixer["status"] == "delivered" and fixer["taskId"] in failures[0]["data"]["message"]
+    assert git(repo, "show", "main:src/base.txt") == both.strip()
+    assert git(repo, "show", "main:markers.txt") == "4"  # ours, the merge base, theirs: both sides were shown
+    [b] = [t for t in doc["tasks"] if t["title"] == "Right"]
+    repaired = git(repo, "rev-parse", f"{fixer['delivery']}^2")
+    assert repaired == b["delivery"]  # the repair is the conflicting delivery merged, not a rewrite
+    assert [e["code"] for e in events(repo, run_id)].count("TASK_REPAIR_PLANNED") == 1
+    assert git(repo, "merge-base", "--is-ancestor", before, "main", check=False) == ""
+    verdict = _verify(repo, f"{before}..main", "--allowed-signers", str(signers))
+    assert verdict[0] == 0, verdict
 
 
 STEPS = [

@@ -124,10 +124,13 @@ def _entry(position: int, run_id: str, deliveries: list[QueuedDelivery]) -> Entr
     return Entry(position, run_id, tuple(deliveries), HASH, NOW, EntryState.WAITING)
 
 
-def test_candidates_are_built_on_each_other_and_a_conflict_names_the_entry_ahead(store: Store, repo_path: Path) -> None:
-    """Invariant: candidate k is a merge on candidate k-1; an entry whose delivery conflicts with one ahead is set
-    aside ``conflicted`` with the paths and the positions ahead -- never resolved by favouring a side -- and the
-    entries after it build on what is ahead of it."""
+def test_candidates_build_on_each_other_a_conflict_ahead_waits_and_one_with_the_tip_is_settled(
+    store: Store, repo_path: Path
+) -> None:
+    """Invariant: candidate k is a merge on candidate k-1; an entry whose delivery conflicts with one ahead that is
+    not published yet is passed over (it waits for that entry to settle) while the entries after it build on what
+    is ahead of it; one whose delivery conflicts with the target's tip is set aside ``conflicted`` with the paths,
+    the tip and the conflicting task -- never resolved by favouring a side."""
     tip = git(repo_path, "rev-parse", "main")
     a = delivery(repo_path, "a", "src/shared.txt", "from a\n")
     b = delivery(repo_path, "b", "src/b.txt", "b\n")
@@ -135,12 +138,17 @@ def test_candidates_are_built_on_each_other_and_a_conflict_names_the_entry_ahead
     d = delivery(repo_path, "d", "src/d.txt", "d\n")
     entries = [_entry(1, "run-a", [a]), _entry(2, "run-b", [b]), _entry(3, "run-c", [c]), _entry(4, "run-d", [d])]
     built, conflicted = build(store, tip, entries)
-    assert [x.entry.run_id for x in built] == ["run-a", "run-b", "run-d"]
+    assert [x.entry.run_id for x in built] == ["run-a", "run-b", "run-d"] and conflicted == []
     assert built[0].base == tip and built[1].base == built[0].candidate and built[2].base == built[1].candidate
     assert git(repo_path, "show", f"{built[2].candidate}:src/shared.txt") == "from a"
+    # entry 1 published: entry 3 now conflicts with the tip itself
+    published = built[0].candidate
+    built, conflicted = build(store, published, entries[2:])
+    assert [x.entry.run_id for x in built] == ["run-d"]
     [lost] = conflicted
     assert lost.state is EntryState.CONFLICTED and lost.code == "RUN_INTEGRATION_CONFLICT"
-    assert lost.paths == ("src/shared.txt",) and lost.ahead == (1,) and "queue entry #1" in (lost.reason or "")
+    assert lost.paths == ("src/shared.txt",) and lost.base == published and lost.conflicting == "task-c"
+    assert published[:12] in (lost.reason or "")
 
 
 def _checked(position: int, *results: bool) -> Checked:

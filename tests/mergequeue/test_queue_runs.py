@@ -345,3 +345,63 @@ def test_a_candidate_that_fails_once_and_passes_on_the_same_tree_is_published_an
     assert sealed["queue"]["retried"] is True
     entry = next(e for e in queue_doc(repo)["entries"] if e["candidate"] == candidate)  # type: ignore[attr-defined]
     assert entry["retried"] is True and entry["verifications"] == 2
+
+
+@pytest.mark.slow
+def test_a_conflict_in_the_queue_becomes_a_repair_task_and_the_second_run_publishes_after_it(tmp_path: Path) -> None:
+    """Invariant: two runs' deliveries that conflict never have one side dropped: the entry behind waits for the one
+    ahead to publish, is then settled ``conflicted`` against the target's tip (paths and task named), its run plans
+    a repair task whose worktree starts at that tip with the delivery being merged, the scripted coordinator has it
+    resolved and finalizes again, and the run publishes through the queue after the first -- both sides on the
+    target, every published commit covered by a receipt, the first run untouched."""
+    repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
+    first = recipe(
+        tmp_path,
+        child("a", "Part a", [[write_step("src/base.txt", "from a\n"), commit_step("a"), HANDOFF]]),
+        finalize=True,
+        name="a.toml",
+    )
+    both = "from a\nfrom b\n"
+    second = recipe(
+        tmp_path,
+        child(
+            "b",
+            "Part b",
+            [[write_step("src/base.txt", "from b\n"), commit_step("b"), HANDOFF]],
+            repair=[[write_step("src/base.txt", both), commit_step("keep both sides"), HANDOFF]],
+        ),
+        finalize=True,
+        name="b.toml",
+    )
+    with held_queue(repo):  # both wait in the queue, a ahead of b
+        runs = []
+        for path in (first, second):
+            runs.append(start(repo, path))
+            wait_for(repo, runs[-1], lambda d: (d["integration"] or {}).get("status") == "queued", timeout=240)
+    docs = [wait_for(repo, r, lambda d: d["status"] in ("complete", "blocked"), timeout=240) for r in runs]
+    assert [d["status"] for d in docs] == ["complete", "complete"], docs
+    a_run, b_run = runs
+    conflicted = first_entry(repo, b_run)
+    assert conflicted["state"] == "conflicted" and conflicted["code"] == "RUN_INTEGRATION_CONFLICT", conflicted
+    assert conflicted["paths"] == ["src/base.txt"] and conflicted["base"] == docs[0]["integration"]["candidate"]
+    [b_task] = [t for t in docs[1]["tasks"] if t["title"] == "Part b"]
+    assert conflicted["conflicting"] == b_task["taskId"]
+    [fixer] = [t for t in docs[1]["tasks"] if t["title"] == "Resolve the merge conflict of: Part b"]
+    assert git(repo, "rev-parse", f"{fixer['delivery']}^1") == conflicted["base"]  # started at the target's tip
+    assert git(repo, "rev-parse", f"{fixer['delivery']}^2") == b_task["delivery"]  # merging b's own delivery
+    entries = [e for e in queue_doc(repo)["entries"]]  # type: ignore[attr-defined]
+    assert [(e["runId"], e["state"]) for e in entries] == [
+        (a_run, "published"),
+        (b_run, "conflicted"),
+        (b_run, "published"),
+    ]
+    assert git(repo, "show", "main:src/base.txt") == both.strip()
+    assert git(repo, "rev-parse", "main") == entries[-1]["candidate"]
+    assert docs[0]["integration"]["queuePosition"] == 1 and docs[1]["integration"]["queuePosition"] == 3
+    refused = [e for e in events(repo, b_run) if e["code"] == "INTEGRATION_FAILED"]
+    assert [e["data"]["failure"] for e in refused] == ["RUN_INTEGRATION_CONFLICT"]
+    assert not [e for e in events(repo, a_run) if e["code"] == "INTEGRATION_FAILED"]
+    verified = verify_receipts(repo, f"{base}..main")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    git(repo, "fsck", "--strict")
