@@ -6,6 +6,8 @@ import base64
 import contextlib
 import itertools
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from ..runkit import (
     status,
     stop,
     supervisor_log,
+    supervisor_pid,
     trust,
     verify_receipts,
     wait_for,
@@ -405,3 +408,57 @@ def test_a_conflict_in_the_queue_becomes_a_repair_task_and_the_second_run_publis
     verified = verify_receipts(repo, f"{base}..main")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     git(repo, "fsck", "--strict")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["queue:publishing", "queue:moved"])
+def test_kill_9_while_publishing_a_prefix_of_several_runs_loses_nothing_and_publishes_nothing_twice(
+    tmp_path: Path, point: str
+) -> None:
+    """Invariant: with four runs in the queue, the processor killed with SIGKILL after recording a prefix of two
+    runs' candidates as being published -- before its CAS, or after it with the checkouts not yet followed --
+    loses nothing and publishes nothing twice: the runs' supervisors, started again, settle that prefix by what the
+    target holds and publish the rest, and the end state is the one without the crash: all four published in queue
+    order, each candidate verified once, the target moved forward only, every commit receipted, fsck clean."""
+    repo = queue_project(tmp_path)
+    base = git(repo, "rev-parse", "main")
+    runs: list[str] = []
+    with held_queue(repo):  # three runs queue up, then their supervisors die: the fourth's processes the queue
+        for name in ("a", "b", "c"):
+            runs.append(start(repo, one_file(tmp_path, name, f"src/{name}.txt")))
+            wait_for(repo, runs[-1], lambda d: (d["integration"] or {}).get("status") == "queued", timeout=240)
+        for run_id in runs:
+            os.kill(supervisor_pid(repo, run_id), signal.SIGKILL)
+            wait_supervisor_gone(repo, run_id)
+        runs.append(start(repo, one_file(tmp_path, "d", "src/d.txt"), env={"AGENTOPS_FAULT": point}))
+        wait_for(repo, runs[-1], lambda d: (d["integration"] or {}).get("status") == "queued", timeout=240)
+    wait_supervisor_gone(repo, runs[-1])
+    assert f"fault injection: SIGKILL at {point}" in supervisor_log(repo, runs[-1])
+    prefix = [e for e in queue_doc(repo)["entries"] if e.get("publishing")]  # type: ignore[attr-defined]
+    assert [e["runId"] for e in prefix] == runs[:2], prefix  # parallel = 2: a prefix of two, one CAS
+    assert git(repo, "rev-parse", "main") == (prefix[-1]["candidate"] if point == "queue:moved" else base)
+    supervisors = [
+        subprocess.Popen(
+            ["git", "agentops-run", "supervise", r], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for r in runs
+    ]
+    try:
+        for run_id in runs:
+            wait_for(repo, run_id, lambda d: d["status"] == "complete", timeout=240)
+    finally:
+        for process in supervisors:
+            process.wait(timeout=60)
+    entries = queue_doc(repo)["entries"]  # type: ignore[index]
+    assert [(e["runId"], e["state"]) for e in entries] == [(r, "published") for r in runs]  # type: ignore[union-attr]
+    # verified once each, never again after the crash (the first one's tree is its delivery's: evidence reused)
+    assert [e.get("verifications", 0) for e in entries] == [0, 1, 1, 1], entries  # type: ignore[union-attr]
+    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
+    assert chain == [s["commit"] for e in entries for s in e["steps"]]  # type: ignore[union-attr]
+    held = git(repo, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
+    for old, new in itertools.pairwise(held):
+        git(repo, "merge-base", "--is-ancestor", old, new)
+    assert git(repo, "status", "--porcelain") == ""  # the checkout of main followed every move
+    verified = verify_receipts(repo, f"{base}..main")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    git(repo, "fsck", "--strict", "--no-dangling")
