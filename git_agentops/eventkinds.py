@@ -306,6 +306,8 @@ INTEGRATION_PUBLISHED: Final = _k(
     attempts="integer?",
     queueBelow="array?",
     queueRetried="boolean?",
+    queuePosition="integer?",
+    order="array?",
 )
 INTEGRATION_RECEIPTED: Final = _k(
     "INTEGRATION_RECEIPTED", "the receipt was added to the candidate", status=_STRING, receiptDigest=_STRING

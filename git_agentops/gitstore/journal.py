@@ -128,6 +128,14 @@ class Journal:
         """Commit ``event`` (sealed with its MAC) on ``parent`` -- with ``evidence`` as a second parent, for
         :meth:`supersede` -- and move the ref there by CAS; :class:`Retry` when the race is lost or the ref is
         locked."""
+        new = self._commit(tree, parent, event, evidence)
+        self._move(new, parent, event)
+        return new
+
+    def _commit(
+        self, tree: pygit2.Oid, parent: pygit2.Commit | None, event: Event, evidence: pygit2.Oid | None = None
+    ) -> pygit2.Oid:
+        """Write the commit of ``event`` (sealed with its MAC) on ``parent`` (and ``evidence``); no ref moves."""
         parents = [parent.id] if parent is not None else []
         if evidence is not None:
             parents.append(evidence)
@@ -137,6 +145,10 @@ class Journal:
         signature = self.store.signature()
         new = self.store.repo.create_commit(None, signature, signature, message, tree, parents)
         remember(self.store, self.ref, str(new))
+        return new
+
+    def _move(self, new: pygit2.Oid, parent: pygit2.Commit | None, event: Event) -> None:
+        """The ref from ``parent`` to ``new`` by CAS; :class:`Retry` when the race is lost or the ref is locked."""
         expected = str(parent.id) if parent is not None else None
         try:
             try_update_refs(self.store, [RefUpdate(self.ref, new, expected)], event.summary[:100])
@@ -144,7 +156,6 @@ class Journal:
             raise Retry(f"{self.ref} moved") from lost
         except _LockBusy as busy:
             raise Retry(f"{self.ref} locked") from busy
-        return new
 
     def mutate(self, fn: Callable[[Change], T], event: Event | None = None) -> Mutation[T]:
         """Apply ``fn`` to the current state and append the result by CAS, retrying the whole operation.

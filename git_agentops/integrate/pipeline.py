@@ -36,13 +36,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pygit2
 
 from .. import eventkinds as kinds
-from ..canonical import JsonObject, sha256_hex
-from ..errors import AgentOpsError, NoteExists, PushRefused, RemoteUnreachable
+from ..errors import AgentOpsError, PushRefused, RemoteUnreachable
+from ..gitstore import sync
 from ..gitstore.checkout import (
     PUBLISH_LOCK,
     PUBLISH_LOCK_WAIT,
@@ -52,7 +52,6 @@ from ..gitstore.checkout import (
     shown_dirty,
 )
 from ..gitstore.journal import Change, Event
-from ..gitstore.notes import RECEIPTS_REF, Notes
 from ..gitstore.private import file_lock
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
@@ -70,9 +69,8 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Answered, Integrated, JobContext, Left, Refused, Wait
 from ..transition import journal as transitions
-from ..verify.evidence import EvidenceStore
 from ..verify.proof import remove_slots
-from . import custody, repair
+from . import custody, receipting, repair
 from .gate import gate
 from .guards import candidate_breach
 from .merge import ChainResult, integration_message, merge_chain
@@ -250,6 +248,8 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
             refused = gate(ctx, store, run, root, chain.head, tip)
             if refused is not None:
                 return refused
+        if ctx.policy.remote is not None:  # the run's record and deliveries first: what other machines hold it to
+            sync.push(store, ctx.policy.remote, (f"refs/agentops/runs/{ctx.run_id}/", "refs/notes/agentops/"))
         entry = queuebook.enqueue(
             store,
             run.target,
@@ -257,6 +257,7 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
             [QueuedDelivery(t, tasks[t].title, delivered(tasks[t]).commit) for t in order],
             ctx.policy.config_hash,
             ctx.clock.now(),
+            ctx.policy.remote,
         )
         position = entry.position
         ctx.fault("queue:enqueued")  # in the queue, not in the run's record yet: enqueueing again finds the entry
@@ -288,20 +289,18 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
         code = settled.code or "RUN_VERIFICATION_FAILED"
         detail: dict[str, object] = {"queuePosition": position}
         return fail(ctx, store, code, f"queue entry #{position}: {settled.reason}", detail)
+    if ctx.policy.remote is not None and settled.base and settled.candidate:
+        # the receipt the processor pushed with it comes back with the notes; the local target follows the remote's
+        there = remote_tip(ctx, store, ctx.policy.remote, run.target) or settled.candidate
+        local = read_ref(store, f"refs/heads/{run.target}")
+        behind = local is not None and local != there and _contains(store, there, local)
+        follow(ctx, store, ctx.policy.remote, run.target, local if behind and local else settled.base, there)
     advance(
         ctx,
         store,
         kinds.INTEGRATION_PUBLISHED,
         f"the merge queue moved {run.target} to {str(settled.candidate)[:12]} (entry #{position})",
-        status=IntegrationStatus.PUBLISHED,
-        base=settled.base,
-        candidate=settled.candidate,
-        steps=settled.steps,
-        verification=settled.verification,
-        attempts=settled.verifications,
-        queue_below=settled.below,
-        queue_retried=settled.retried,
-        published_at=settled.settled_at,
+        **settled.published_fields(),
     )
     return None
 
@@ -576,65 +575,8 @@ def _changed(store: Store, base: str, commit: str) -> set[str]:
 
 
 def _add_receipt(ctx: JobContext, store: Store) -> str:
-    """Step 5: the receipt note on the candidate (a crash after the note, before the record, finds it there)."""
-    from ..receipts.build import integration_receipt, signing_keys, usage_record  # lazily: a supervisor starts lighter
-
-    view = runstate.read(store, ctx.run_id)
-    run = view.run()
-    assert run.integration is not None and run.integration.candidate is not None
-    candidate = run.integration.candidate
-    notes = Notes(store, RECEIPTS_REF)
-    existing = notes.read(candidate)
-    if existing is not None:
-        return sha256_hex(existing)
-    tasks = view.tasks()
-    binding = transitions.binding(store, ctx.run_id)
-    workers = view.workers()
-    data = integration_receipt(
-        run,
-        tasks,
-        policy_config_hash=ctx.policy.config_hash,
-        created_at=ctx.clock.now(),
-        keys=signing_keys(store),
-        usage=usage_record(workers, run.review_usage),
-        base_config_hash=binding.get("baseConfigHash"),
-        policy_transitions=[_receipt_transition(t) for t in binding.get("transitions", ())],
-        delivery_evidence={task_id: _evidence_of(store, tasks[task_id]) for task_id in run.integration.order or ()},
-        workers=workers,
-    )
-    try:
-        notes.add(candidate, data, message=f"Receipt of run {run.run_id}")
-    except NoteExists:
-        pass
-    return sha256_hex(data)
-
-
-def _receipt_transition(bound: dict[str, Any]) -> dict[str, Any]:
-    """A transition as the binding records it -> as the receipt does (:func:`~git_agentops.receipts.statement.
-    transition_record`)."""
-    approved = bound["approvedBy"]
-    return {
-        "transitionId": bound["transitionId"],
-        "from": bound["from"],
-        "to": bound["to"],
-        "approvedBy": approved["by"],
-        "approver": approved["name"],
-        "approvals": [{"capabilityId": a["capabilityId"], "reason": a["reason"]} for a in bound["approvals"]],
-        "capabilities": [
-            {"capabilityId": c["capabilityId"], "change": c["change"], "definitionDigest": c["definitionDigest"]}
-            for c in bound["changes"]
-        ],
-        "completedAt": bound["boundAt"],
-    }
-
-
-def _evidence_of(store: Store, task: Task) -> list[JsonObject]:
-    """The evidence records a task's delivery names, as the evidence store holds them (authentic only), in their
-    JSON form (what the receipt summarises)."""
-    delivery = delivered(task)
-    wanted = list(delivery.evidence)
-    records = {r.digest: r for r in EvidenceStore(store, store.private_dir()).authentic_for_commit(delivery.commit)}
-    return [records[d].to_json() for d in wanted if d in records]
+    """Step 5: the receipt note on the candidate (:func:`.receipting.add_receipt`)."""
+    return receipting.add_receipt(store, ctx.run_id, ctx.policy.config_hash, ctx.clock.now())
 
 
 def _complete(ctx: JobContext, store: Store) -> tuple[str, ResponseDoc]:

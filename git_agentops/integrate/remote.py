@@ -103,14 +103,7 @@ def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, 
     for attempt in range(5):
         if attempt:  # the notes moved on the remote: fetch and merge them again
             patiently(ctx, store, f"fetching the notes from {remote}", partial(sync.fetch, store, remote, NOTES))
-        theirs = {
-            "refs/" + name[len(sync.mirror_prefix(remote)) :]: oid
-            for name, oid in list_refs(store, sync.mirror_prefix(remote) + "notes/").items()
-        }
-        sends = [sync.Send(ref, candidate, base)]
-        for name, mine in sorted(list_refs(store, NOTES[0]).items()):
-            if theirs.get(name) != mine:
-                sends.append(sync.Send(name, mine, theirs.get(name)))
+        sends = [sync.Send(ref, candidate, base), *notes_sends(store, remote)]
         try:
             patiently(ctx, store, f"pushing {target} to {remote}", partial(sync.push_atomic, store, remote, sends))
         except RemoteMoved:
@@ -124,6 +117,20 @@ def publish(ctx: JobContext, store: Store, remote: str, target: str, base: str, 
         follow(ctx, store, remote, target, base, candidate)
         return True
     raise AgentOpsError("SYNC_REMOTE_MOVED", f"the agentops notes on {remote} kept moving: 5 pushes refused")
+
+
+def notes_sends(store: Store, remote: str) -> list[sync.Send]:
+    """Every local agentops notes ref the remote (as last fetched) does not hold as it is here, leased on the
+    remote's value: what an atomic publish carries with the target."""
+    theirs = {
+        "refs/" + name[len(sync.mirror_prefix(remote)) :]: oid
+        for name, oid in list_refs(store, sync.mirror_prefix(remote) + "notes/").items()
+    }
+    return [
+        sync.Send(name, mine, theirs.get(name))
+        for name, mine in sorted(list_refs(store, NOTES[0]).items())
+        if theirs.get(name) != mine
+    ]
 
 
 def follow(ctx: JobContext, store: Store, remote: str, target: str, base: str, candidate: str) -> None:

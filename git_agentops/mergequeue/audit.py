@@ -82,10 +82,12 @@ def recorded(store: Store, target: str) -> dict[str, Recorded]:
     return out
 
 
-def reconcile(store: Store, target: str, me: book.Holder, now: float, runs: dict[str, Recorded]) -> int:
+def reconcile(
+    store: Store, target: str, me: book.Holder, now: float, runs: dict[str, Recorded], remote: str | None = None
+) -> int:
     """Hold the queue against the runs' records (``runs``: :func:`recorded`; see the module docstring), fenced by
     the lease; how many entries it evicted or gave back (most rounds: none, and nothing is written)."""
-    if not _reconciled(book.read(store, target).doc, runs, now)[1]:
+    if not _reconciled(book.read(store, target, remote).doc, runs, now)[1]:
         return 0
 
     def fix(change: Change) -> int:
@@ -95,7 +97,7 @@ def reconcile(store: Store, target: str, me: book.Holder, now: float, runs: dict
         return changed
 
     event = Event(kinds.QUEUE_RECONCILED, f"queue of {target} held against the runs' records", {})
-    return book.journal(store, target).mutate(fix, event).value
+    return book.journal(store, target, remote).mutate(fix, event).value
 
 
 def _reconciled(doc: QueueDoc, runs: dict[str, Recorded], now: float) -> tuple[QueueDoc, int]:

@@ -10,6 +10,7 @@ never acted on. Writes that settle entries are fenced by the lease: a processor 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -37,8 +38,14 @@ def queue_ref(target: str) -> str:
     return check_ref_name(QUEUE_PREFIX + target)
 
 
-def journal(store: Store, target: str) -> Journal:
-    return Journal(store, queue_ref(target))
+def journal(store: Store, target: str, remote: str | None = None) -> Journal:
+    """The queue's journal: the local ref, or with ``remote`` the remote's, shared by every machine
+    (:class:`~.shared.SharedJournal`)."""
+    if remote is None:
+        return Journal(store, queue_ref(target))
+    from .shared import SharedJournal  # lazily: a local queue never touches the network code
+
+    return SharedJournal(store, queue_ref(target), remote)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +81,10 @@ def view_of(snapshot: Snapshot, target: str) -> QueueView:
     return QueueView(doc, lease, snapshot.commit)
 
 
-def read(store: Store, target: str) -> QueueView:
+def read(store: Store, target: str, remote: str | None = None) -> QueueView:
     """The queue now (empty when there is none); ``RUN_STATE_TAMPERED`` when its tip is not the toolkit's."""
     try:
-        return view_of(journal(store, target).read(), target)
+        return view_of(journal(store, target, remote).read(), target)
     except JournalTampered as exc:
         raise AgentOpsError(
             "RUN_STATE_TAMPERED",
@@ -92,7 +99,13 @@ def put(change: Change, doc: QueueDoc) -> None:
 
 
 def enqueue(
-    store: Store, target: str, run_id: str, deliveries: list[QueuedDelivery], policy_hash: str, now: float
+    store: Store,
+    target: str,
+    run_id: str,
+    deliveries: list[QueuedDelivery],
+    policy_hash: str,
+    now: float,
+    remote: str | None = None,
 ) -> Entry:
     """The run's entry: appended at the end of the queue, or the one it already has for exactly these deliveries,
     waiting or published (enqueueing is safe to repeat after a crash: a run whose supervisor died between enqueueing
@@ -129,7 +142,7 @@ def enqueue(
         return entry
 
     entry = (
-        journal(store, target)
+        journal(store, target, remote)
         .mutate(add, Event(kinds.QUEUE_ENQUEUED, f"{run_id} enqueued on {target}", {"runId": run_id}))
         .value
     )
@@ -143,7 +156,9 @@ def _free(lease: Lease | None, machine: str, now: float) -> bool:
     return lease.holder == machine and not is_alive(ProcessIdentity(lease.pid, lease.start_time))
 
 
-def claim(store: Store, target: str, me: Holder, now: float, ttl: float = LEASE_TTL) -> Lease | None:
+def claim(
+    store: Store, target: str, me: Holder, now: float, ttl: float = LEASE_TTL, remote: str | None = None
+) -> Lease | None:
     """The queue's lease, now held by ``me`` (claimed or renewed by CAS), or None while another holds it."""
 
     def take(change: Change) -> Lease | None:
@@ -155,23 +170,23 @@ def claim(store: Store, target: str, me: Holder, now: float, ttl: float = LEASE_
         change.put_json(LEASE_FILE, taken.to_json(), schema="lease")
         return taken
 
-    current = read(store, target).lease
+    current = read(store, target, remote).lease
     if not me.holds(current) and not _free(current, me.machine, now):
         return None  # read-only: waiting supervisors poll without writing
     event = Event(kinds.QUEUE_LEASED, f"{me.machine} pid {me.pid} processes the queue of {target}", {})
-    return journal(store, target).mutate(take, event).value
+    return journal(store, target, remote).mutate(take, event).value
 
 
-def release(store: Store, target: str, me: Holder) -> None:
+def release(store: Store, target: str, me: Holder, remote: str | None = None) -> None:
     """Give the lease up (the next waiting supervisor takes it at once); nothing when another holds it."""
-    if not me.holds(read(store, target).lease):
+    if not me.holds(read(store, target, remote).lease):
         return
 
     def drop(change: Change) -> None:
         if me.holds(view_of(change, target).lease):
             change.delete(LEASE_FILE)
 
-    journal(store, target).mutate(drop, Event(kinds.QUEUE_RELEASED, f"pid {me.pid} released the queue", {}))
+    journal(store, target, remote).mutate(drop, Event(kinds.QUEUE_RELEASED, f"pid {me.pid} released the queue", {}))
 
 
 def fenced(change: Change, target: str, me: Holder) -> QueueView:
@@ -183,9 +198,17 @@ def fenced(change: Change, target: str, me: Holder) -> QueueView:
     return view
 
 
-def settle(store: Store, target: str, me: Holder, entries: list[Entry], event: Event) -> None:
+def settle(
+    store: Store, target: str, me: Holder, entries: list[Entry], event: Event, remote: str | None = None
+) -> None:
     """Write ``entries`` (settled or rebuilt) into the queue, fenced by the lease (``QUEUE_LEASE_LOST`` when ``me``
     no longer holds it, and nothing is written). An entry settled before stays as it was."""
+    journal(store, target, remote).mutate(settler(target, me, entries), event)
+
+
+def settler(target: str, me: Holder, entries: list[Entry]) -> Callable[[Change], None]:
+    """The write of :func:`settle`, for a caller that makes it itself (a remote queue's publish, pushed with the
+    target it moves)."""
 
     def write(change: Change) -> None:
         doc = fenced(change, target, me).doc
@@ -196,4 +219,4 @@ def settle(store: Store, target: str, me: Holder, entries: list[Entry], event: E
             doc = doc.with_entry(entry)
         put(change, doc)
 
-    journal(store, target).mutate(write, event)
+    return write

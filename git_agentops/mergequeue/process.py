@@ -30,7 +30,8 @@ from typing import Final
 import pygit2
 
 from .. import eventkinds as kinds
-from ..errors import AgentOpsError, TargetCheckedOutDirty
+from ..errors import AgentOpsError, RemoteMoved, TargetCheckedOutDirty
+from ..gitstore import sync
 from ..gitstore.checkout import (
     PUBLISH_LOCK,
     PUBLISH_LOCK_WAIT,
@@ -46,12 +47,16 @@ from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..integrate.merge import ChainResult, integration_message, merge_chain
 from ..model.delivery import CommitId
+from ..runs import state as runstate
 from ..runs.jobs import JobContext
 from ..verify.core import Outcome
 from ..verify.failing import failed_commands
 from ..verify.proof import prove
 from . import audit, book
 from .record import Entry, EntryState
+from .shared import ATTEMPTS, SharedJournal
+
+NOTES: Final = ("refs/notes/agentops/",)
 
 SPECULATION_DEPTH: Final = 16
 """Candidates built ahead in one round (only the first ``parallel`` are verified; the rest are cheap merges that
@@ -94,11 +99,14 @@ def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, p
 
     ``RUN_TARGET_CHECKED_OUT_DIRTY`` when a checkout of the target has uncommitted changes (nothing is published;
     every entry keeps its place), ``QUEUE_LEASE_LOST`` when another supervisor took the queue."""
+    remote = ctx.policy.remote
+    if remote is not None:  # the runs of every machine, their deliveries and evidence, as the remote holds them
+        sync.fetch(store, remote, ("refs/agentops/runs/", *NOTES))
     runs = audit.recorded(store, target)
-    if audit.reconcile(store, target, me, ctx.clock.now(), runs):
+    if audit.reconcile(store, target, me, ctx.clock.now(), runs, remote):
         ctx.log(f"queue: the queue of {target} did not match the runs' records; it was held against them")
-    view = book.read(store, target)
-    settled = _roll_forward(ctx, store, target, me, view.doc.waiting())
+    view = book.read(store, target, remote)
+    settled = _roll_forward(ctx, store, target, me, view.doc.waiting()) if remote is None else 0
     if settled:
         return settled
     # a paused or stopped run's entry keeps its place and is passed over: published, nobody would receipt it
@@ -106,19 +114,24 @@ def process_round(ctx: JobContext, store: Store, target: str, me: book.Holder, p
     waiting = _mine(ctx, served)
     if not waiting:
         return 0
-    tip = read_ref(store, f"refs/heads/{target}")
+    target_ref = f"refs/heads/{target}"
+    tip = sync.mirror(store, remote, (target_ref,)).get(target_ref) if remote else read_ref(store, target_ref)
     if tip is None:
         raise AgentOpsError("OBJECT_MISSING", f"the target branch {target} is gone")
     built, conflicted = build(store, tip, waiting[:SPECULATION_DEPTH])
     if conflicted:
-        book.settle(store, target, me, conflicted, _event(kinds.QUEUE_CONFLICTED, conflicted, "conflict(s)"))
+        event = _event(kinds.QUEUE_CONFLICTED, conflicted, "conflict(s)")
+        book.settle(store, target, me, conflicted, event, remote)
         return len(conflicted)
     checked = _verify(ctx, store, built[: max(1, parallel)])
     prefix, culprit = judge(checked, lambda c: _again(ctx, store, c))
-    published = _publish(ctx, store, target, me, tip, prefix)
+    if remote is not None:
+        published = _publish_remote(ctx, store, target, me, tip, prefix, remote)
+    else:
+        published = _publish(ctx, store, target, me, tip, prefix)
     if culprit is not None and (published or not prefix):  # judged on candidates the target now holds (or its tip)
         evicted = _evicted(ctx, culprit)
-        book.settle(store, target, me, [evicted], _event(kinds.QUEUE_EVICTED, [evicted], "evicted"))
+        book.settle(store, target, me, [evicted], _event(kinds.QUEUE_EVICTED, [evicted], "evicted"), remote)
         published += 1
     return published
 
@@ -306,6 +319,50 @@ def _publish(ctx: JobContext, store: Store, target: str, me: book.Holder, tip: s
         )  # the branch moved, its checkouts not yet: the next processor brings them (_roll_forward)
         _follow(ctx, target, tip, last, checked_out)
     return _settle_published(ctx, store, target, me, entries)
+
+
+def _publish_remote(
+    ctx: JobContext, store: Store, target: str, me: book.Holder, tip: str, prefix: Sequence[Checked], remote: str
+) -> int:
+    """On a remote target: the prefix settled ``published`` in the queue's copy, each run's receipt added on its
+    candidate, then **one atomic push** of the target (leased on the tip it was built on), the queue and the
+    agentops notes -- the server's ``pre-receive`` finds every receipt among the incoming refs, and the queue says
+    published exactly when the target moved. The remote's target moved meanwhile: nothing was pushed, the next
+    round builds on its new tip; only the queue or the notes moved: merged, and pushed again."""
+    if not prefix:
+        return 0
+    from ..integrate.receipting import add_receipt  # lazily: the receipts package is integration-only
+    from ..integrate.remote import follow, notes_sends
+
+    target_ref, shared = f"refs/heads/{target}", book.journal(store, target, remote)
+    assert isinstance(shared, SharedJournal)
+    positions = [c.built.entry.position for c in prefix]
+    now = ctx.clock.now()
+    done = [
+        replace(_published(ctx, c, tuple(positions[:i])), state=EntryState.PUBLISHED, publishing=False, settled_at=now)
+        for i, c in enumerate(prefix)
+    ]
+    for entry in done:  # what each run records once published, receipted now: the push carries the receipts
+        integration = runstate.read(store, entry.run_id).run().integration
+        assert integration is not None  # a queued run's (audit.recorded)
+        add_receipt(store, entry.run_id, entry.policy_hash, now, entry.published(integration))
+    last = done[-1].candidate
+    assert last is not None
+    write, event = book.settler(target, me, done), _event(kinds.QUEUE_PUBLISHED, done, "published")
+    ctx.fault("queue:publishing")  # receipted here, nothing pushed: the next processor builds the prefix again
+    for _ in range(ATTEMPTS):
+        try:  # the queue's write, the target and the receipts in one atomic push
+            shared.attempt(write, event, also=[sync.Send(target_ref, last, tip), *notes_sends(store, remote)])
+        except RemoteMoved:
+            if sync.mirror(store, remote, (target_ref,)).get(target_ref) != tip:
+                ctx.log(f"queue: {remote}'s {target} moved while verifying; the next round builds on its new tip")
+                return 0
+            sync.fetch(store, remote, NOTES)  # the queue or the notes moved: merged, then pushed again
+            continue
+        ctx.fault("queue:moved")
+        follow(ctx, store, remote, target, tip, last)
+        return len(done)
+    raise AgentOpsError("SYNC_REMOTE_MOVED", f"{remote}'s queue of {target} kept moving: {ATTEMPTS} pushes lost")
 
 
 def _follow(ctx: JobContext, target: str, old: str, new: str, checkouts: Sequence[Path]) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..model.delivery import CommitId, MergeStep
+from ..model.integration import Integration, IntegrationStatus
 from ..model.jsonform import JsonRecord, on_disk, records_of
 
 KEPT_SETTLED: Final = 200
@@ -74,6 +75,29 @@ class Entry(JsonRecord):
     def label(self) -> str:
         """``#3 (run-...)``: how logs and errors name it."""
         return f"#{self.position} ({self.run_id})"
+
+    def published_fields(self) -> dict[str, Any]:
+        """What its run records of this entry once published (its integration's fields): what its candidate was
+        built on, the candidate and its steps, its verification and where it stood in the queue. The one place they
+        are copied: the run's record and, for a remote target, the receipt the processor writes before its push
+        (:meth:`published`) say the same."""
+        return {
+            "status": IntegrationStatus.PUBLISHED,
+            "order": tuple(d.task_id for d in self.deliveries),  # as it enqueued them (a record fetched may lag)
+            "queue_position": self.position,
+            "base": self.base,
+            "candidate": self.candidate,
+            "steps": self.steps,
+            "verification": self.verification,
+            "attempts": self.verifications,
+            "queue_below": self.below,
+            "queue_retried": self.retried,
+            "published_at": self.settled_at,
+        }
+
+    def published(self, integration: Integration) -> Integration:
+        """``integration`` (its run's, queued) as the run records it once this entry is published."""
+        return integration.advanced(**self.published_fields())
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ from .record import Entry
 
 POLL: Final = 0.2
 """Seconds between two reads of the queue by a supervisor that waits without the lease."""
+REMOTE_POLL: Final = 1.0
+"""The same for a queue on a remote (each read is a fetch)."""
 
 
 def holder(store: Store) -> book.Holder:
@@ -39,11 +41,11 @@ def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> E
     """The run's entry once settled (published, evicted, conflicted), processing the queue whenever this
     supervisor may; :class:`Left` when the run is no longer active (the entry keeps its place), :class:`Wait` when
     a checkout of the target is dirty."""
-    me = holder(store)
+    me, remote = holder(store), ctx.policy.remote
     missing = False
     try:
         while True:
-            entry = book.read(store, target).doc.entry(position)
+            entry = book.read(store, target, remote).doc.entry(position)
             if entry is not None and not entry.waiting:
                 return entry
             if entry is None and not missing:  # a queue ref rewound or deleted: restored from the run's record
@@ -52,7 +54,7 @@ def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> E
             status = runstate.read(store, ctx.run_id).run().status
             if status is not RunStatus.ACTIVE:
                 return Left(f"the run is {status}; its queue entry #{position} keeps its place")
-            if book.claim(store, target, me, ctx.clock.now()) is not None:
+            if book.claim(store, target, me, ctx.clock.now(), remote=remote) is not None:
                 try:
                     if process_round(ctx, store, target, me, ctx.policy.queue_parallel):
                         continue
@@ -60,7 +62,7 @@ def wait_settled(ctx: JobContext, store: Store, target: str, position: int) -> E
                     continue
                 except TargetCheckedOutDirty as exc:
                     return Wait(exc.code, exc.message)
-                book.release(store, target, me)  # nothing it may do now (another policy's entry is ahead)
-            time.sleep(POLL)
+                book.release(store, target, me, remote)  # nothing it may do now (another policy's entry is ahead)
+            time.sleep(POLL if remote is None else REMOTE_POLL)
     finally:
-        book.release(store, target, me)
+        book.release(store, target, me, remote)

@@ -208,12 +208,6 @@ def _semantic(doc: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | i
                 re.compile(pattern)
             except re.error as exc:
                 yield (_LOOSE_CODE, ("guardrails", "deny_patterns", index), f"not a regular expression: {exc}")
-    if _table(doc, "queue").get("enabled") is True and _table(doc, "run").get("remote"):
-        yield (
-            "POLICY_INVALID",
-            ("queue", "enabled"),
-            "the merge queue serves a local target for now; a target on a remote ([run] remote) integrates run by run",
-        )
     protected = _table(doc, "guardrails").get("protected_paths")
     for index, pattern in enumerate(protected if isinstance(protected, list) else []):
         if isinstance(pattern, str):
