@@ -57,6 +57,7 @@ from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import remove_worktree
+from ..mergequeue import audit as queueaudit
 from ..mergequeue import book as queuebook
 from ..mergequeue.record import EntryState, QueuedDelivery
 from ..mergequeue.serve import wait_settled
@@ -250,6 +251,7 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
                 return refused
         if ctx.policy.remote is not None:  # the run's record and deliveries first: what other machines hold it to
             sync.push(store, ctx.policy.remote, (f"refs/agentops/runs/{ctx.run_id}/", "refs/notes/agentops/"))
+            sync.fetch(store, ctx.policy.remote, ("refs/agentops/runs/",))  # the positions other machines' runs took
         entry = queuebook.enqueue(
             store,
             run.target,
@@ -258,6 +260,7 @@ def _queued(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | Le
             ctx.policy.config_hash,
             ctx.clock.now(),
             ctx.policy.remote,
+            floor=queueaudit.highest_position(store, run.target) + 1,
         )
         position = entry.position
         ctx.fault("queue:enqueued")  # in the queue, not in the run's record yet: enqueueing again finds the entry

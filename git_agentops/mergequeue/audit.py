@@ -10,20 +10,26 @@ names, whose state journal is authenticated on its own:
   run already published, failed or complete; another position; other commits: an entry replayed from an old tip or
   pointing at what the run never froze) is settled ``evicted`` with ``QUEUE_ENTRY_STALE`` and never integrated;
 * a run whose record says ``queued`` at a position the queue does not hold as waiting gets its entry back, rebuilt
-  from the record, at that position (so the order is the runs' order, whatever the ref says).
+  from the record, at that position (so the order is the runs' order, whatever the ref says);
+* a run whose record says its entry was published at a position the queue does not hold gets it back as
+  ``published``, with what its record says it was built on, so the queue's history is whole again;
+* no position a run ever recorded is given again (:func:`highest_position`): an enqueue on a copy of a shared queue
+  older than what the server lost starts past every position the runs know.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event
 from ..gitstore.repo import Store
-from ..model.integration import IntegrationStatus
-from ..model.run import RunStatus
+from ..model.integration import Integration, IntegrationStatus
+from ..model.run import Run, RunStatus
 from ..runs import state as runstate
+from ..runs.state import RunView
 from . import book
 from .record import Entry, EntryState, QueuedDelivery, QueueDoc
 
@@ -48,21 +54,44 @@ class Recorded:
     deliveries: tuple[QueuedDelivery, ...]
     policy_hash: str
     active: bool  # the run is served: a paused or stopped run's entry keeps its place but is not integrated
+    integration: Integration | None = None  # the whole record, for an entry it says was published
+
+    @property
+    def published(self) -> bool:
+        return self.status in _PUBLISHED and self.position is not None
 
 
-def recorded(store: Store, target: str) -> dict[str, Recorded]:
-    """Every run of ``target`` whose integration is on its way to the queue or waits in it, by run id."""
-    out: dict[str, Recorded] = {}
+_PUBLISHED: frozenset[IntegrationStatus] = frozenset(
+    {IntegrationStatus.PUBLISHED, IntegrationStatus.RECEIPTED, IntegrationStatus.COMPLETE}
+)
+
+
+def _runs(store: Store, target: str) -> Iterator[tuple[RunView, Run, Integration]]:
+    """Every run of ``target`` with an integration record whose state authenticates."""
     for run_id in runstate.list_runs(store):
         try:
             view = runstate.read(store, run_id)
             run = view.run()
         except AgentOpsError:  # a run whose state cannot be authenticated has no say here
             continue
-        integration = run.integration
-        if run.target != target or integration is None:
-            continue
-        if integration.status is not IntegrationStatus.QUEUED and integration.status not in _ON_THE_WAY:
+        if run.target == target and run.integration is not None:
+            yield view, run, run.integration
+
+
+def highest_position(store: Store, target: str) -> int:
+    """The highest queue position any run of ``target`` recorded (0: none)."""
+    return max((i.queue_position or 0 for _, _, i in _runs(store, target)), default=0)
+
+
+def recorded(store: Store, target: str) -> dict[str, Recorded]:
+    """Every run of ``target`` whose integration is on its way to the queue, waits in it or was published through
+    it, by run id."""
+    out: dict[str, Recorded] = {}
+    for view, run, integration in _runs(store, target):
+        run_id = run.run_id
+        through_queue = integration.status in _PUBLISHED and integration.queue_position is not None
+        waits = integration.status is IntegrationStatus.QUEUED or integration.status in _ON_THE_WAY
+        if not waits and not through_queue:
             continue
         tasks = view.tasks()
         order = integration.order or ()
@@ -78,6 +107,7 @@ def recorded(store: Store, target: str) -> dict[str, Recorded]:
             deliveries,
             run.policy_config_hash,
             run.status is RunStatus.ACTIVE,
+            integration,
         )
     return out
 
@@ -108,6 +138,10 @@ def _reconciled(doc: QueueDoc, runs: dict[str, Recorded], now: float) -> tuple[Q
         run = runs.get(entry.run_id)
         if run is not None and _stands(entry, run):
             continue
+        if run is not None and run.published and run.position == entry.position and run.integration is not None:
+            doc = doc.with_entry(_published_entry(run, run.integration, now))  # its run says it went: it did
+            changed += 1
+            continue
         why = "its run no longer waits in the queue" if run is None else "it is not what its run recorded"
         doc = doc.with_entry(
             replace(
@@ -121,6 +155,11 @@ def _reconciled(doc: QueueDoc, runs: dict[str, Recorded], now: float) -> tuple[Q
         )
         changed += 1
     for run in runs.values():
+        if run.published and run.integration is not None and run.position is not None:
+            if doc.entry(run.position) is None:  # the queue lost it: back, as its run's record says it went
+                doc = doc.with_entry(_published_entry(run, run.integration, now))
+                changed += 1
+            continue
         if run.status is not IntegrationStatus.QUEUED or run.position is None or not run.deliveries:
             continue
         held = doc.entry(run.position)
@@ -133,7 +172,28 @@ def _reconciled(doc: QueueDoc, runs: dict[str, Recorded], now: float) -> tuple[Q
 
 def _stands(entry: Entry, run: Recorded) -> bool:
     """Whether a waiting entry is what its run recorded. A run still on its way to ``queued`` records no position
-    yet (it enqueues, then records): its entry stands."""
+    yet (it enqueues, then records): its entry stands. One whose entry was published: none of its stands."""
     if run.status is IntegrationStatus.QUEUED:
         return run.position == entry.position and run.deliveries == entry.deliveries
-    return True
+    return run.status in _ON_THE_WAY
+
+
+def _published_entry(run: Recorded, integration: Integration, now: float) -> Entry:
+    """The entry of a run published through the queue, rebuilt from its record."""
+    assert run.position is not None
+    return Entry(
+        run.position,
+        run.run_id,
+        run.deliveries,
+        run.policy_hash,
+        now,
+        EntryState.PUBLISHED,
+        base=integration.base,
+        candidate=integration.candidate,
+        steps=integration.steps,
+        below=integration.queue_below,
+        verification=integration.verification,
+        verifications=integration.attempts or 0,
+        retried=integration.queue_retried,
+        settled_at=integration.published_at,
+    )

@@ -106,10 +106,12 @@ def enqueue(
     policy_hash: str,
     now: float,
     remote: str | None = None,
+    floor: int = 1,
 ) -> Entry:
     """The run's entry: appended at the end of the queue, or the one it already has for exactly these deliveries,
     waiting or published (enqueueing is safe to repeat after a crash: a run whose supervisor died between enqueueing
-    and recording it finds its entry, even once another supervisor published it)."""
+    and recording it finds its entry, even once another supervisor published it). ``floor``: the lowest position
+    it may take (past every position the runs' records know: :func:`.audit.highest_position`)."""
 
     def add(change: Change) -> Entry:
         doc = view_of(change, target).doc
@@ -137,7 +139,8 @@ def enqueue(
                     )
                 ),
             )
-        entry = Entry(doc.next_position, run_id, tuple(deliveries), policy_hash, now, EntryState.WAITING)
+        position = max(doc.next_position, floor)  # never a position a run recorded (a stale copy of a shared queue)
+        entry = Entry(position, run_id, tuple(deliveries), policy_hash, now, EntryState.WAITING)
         put(change, doc.with_entry(entry))
         return entry
 

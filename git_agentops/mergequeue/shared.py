@@ -32,6 +32,7 @@ from ..gitstore.journal import Change, Journal, Mutation, Snapshot
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
+from ..gitstore.retry import Retry
 
 T = TypeVar("T")
 ATTEMPTS: Final = 8
@@ -56,29 +57,27 @@ class SharedJournal(Journal):
         """Bring the local copy up to the remote's value; returns that value (None: the remote has no queue).
 
         The remote's authentic value is taken when it is ahead of the copy; one behind it (the ref rewound there)
-        leaves the copy as it is, and the next write puts it back; none (deleted there) too. A value this
-        repository cannot authenticate -- foreign, or authentic but diverged from the copy -- is gone on past: the
-        copy supersedes it, a two-parent commit the next write pushes as a fast-forward. ``SYNC_REMOTE_UNREACHABLE``.
-        """
+        leaves the copy as it is, and the next write puts it back; none (deleted there) too. One that diverged from
+        the copy (written on an older copy after the ref was lost there) is taken too -- the remote is the queue --
+        by a two-parent commit that keeps the copy as evidence, so the copy still only moves forward; what the copy
+        held and the remote lacks comes back from the runs' records (:mod:`.audit`). A value this repository
+        cannot authenticate is gone on past from the authentic value under it: the copy supersedes it, a
+        two-parent commit the next write pushes as a fast-forward. ``SYNC_REMOTE_UNREACHABLE``."""
         theirs = sync.mirror(self.store, self.remote, (self.ref,)).get(self.ref)
         mine = read_ref(self.store, self.ref)
         if theirs is None or theirs == mine:
             return theirs
         commit: object = self.store.repo.get(theirs)
         authentic = isinstance(commit, pygit2.Commit) and self.is_authentic(commit)
-        if authentic and (mine is None or self.store.repo.descendant_of(theirs, mine)):
-            try:
-                update_ref(self.store, self.ref, theirs, mine, f"agentops: {self.remote}'s {self.ref}")
-            except RefConflict:
-                pass  # a local writer moved the copy meanwhile: its lease is stale, its write is made again
+        under = theirs if authentic else self._last_authentic(theirs)
+        if under is not None and under != mine:
+            if mine is None or self.store.repo.descendant_of(under, mine):
+                self._move_to(under, mine)
+            elif not self.store.repo.descendant_of(mine, under):
+                self._take(under, mine)
+            mine = read_ref(self.store, self.ref)
+        if authentic:
             return theirs
-        if mine is not None and self.store.repo.descendant_of(mine, theirs):
-            return theirs  # rewound there, or gone on past it here: the next write pushes the copy
-        if not authentic:  # what the remote held before the foreign commits: the copy catches up to it first
-            last = self._last_authentic(theirs)
-            if last is not None and last != mine and (mine is None or self.store.repo.descendant_of(last, mine)):
-                update_ref(self.store, self.ref, last, mine, f"agentops: {self.remote}'s {self.ref}, authentic")
-                mine = last
         if mine is None:
             raise AgentOpsError(
                 "RUN_STATE_TAMPERED",
@@ -86,16 +85,41 @@ class SharedJournal(Journal):
                 "and this machine has no authentic copy of the queue to go on from; nothing in it is acted on",
                 details={"ref": self.ref, "commit": theirs},
             )
-        why = "a commit no supervisor wrote (an entry forged, replayed or reordered by someone else)"
-        if authentic:
-            why = "an authentic value that diverged from this machine's copy (the ref rewritten there)"
-        summary = f"RUN_STATE_TAMPERED: {self.remote}'s {self.ref} ended in {theirs[:12]}, {why}: gone on past"
-        kept = sync.quarantine_ref(self.remote, self.ref, theirs)
-        if read_ref(self.store, kept) is None:
-            update_ref(self.store, kept, theirs, None, "agentops: a queue tip not adopted, kept as evidence")
-        data = {"remote": self.remote, "ref": self.ref, "commit": theirs, "quarantine": kept, "authentic": mine}
-        self.supersede(theirs, Event(QUARANTINED, summary, data))
+        if not self.store.repo.descendant_of(mine, theirs):
+            summary = (
+                f"RUN_STATE_TAMPERED: {self.remote}'s {self.ref} ended in {theirs[:12]}, a commit no supervisor "
+                "wrote (an entry forged, replayed or reordered by someone else): never read, gone on past"
+            )
+            self.supersede(theirs, Event(QUARANTINED, summary, self._evidence(theirs, mine)))
         return theirs
+
+    def _evidence(self, kept: str, authentic: str) -> dict[str, object]:
+        """A quarantine event's data, ``kept`` referenced under the quarantine refs (never collected)."""
+        ref = sync.quarantine_ref(self.remote, self.ref, kept)
+        if read_ref(self.store, ref) is None:
+            update_ref(self.store, ref, kept, None, "agentops: a queue value not adopted, kept as evidence")
+        return {"remote": self.remote, "ref": self.ref, "commit": kept, "quarantine": ref, "authentic": authentic}
+
+    def _move_to(self, theirs: str, mine: str | None) -> None:
+        try:
+            update_ref(self.store, self.ref, theirs, mine, f"agentops: {self.remote}'s {self.ref}")
+        except RefConflict:
+            pass  # a local writer moved the copy meanwhile: its lease is stale, its write is made again
+
+    def _take(self, theirs: str, mine: str) -> None:
+        """The remote's authentic value that diverged from the copy, taken: a commit of its tree on it, with the
+        copy as a second parent (evidence), moved onto the copy by CAS."""
+        remote_value, copy = self.store.resolve_commit(theirs), self.store.resolve_commit(mine)
+        summary = (
+            f"{self.remote}'s {self.ref} ({theirs[:12]}) diverged from this machine's copy ({mine[:12]}): the "
+            "remote's taken, the copy kept as evidence"
+        )
+        event = Event(QUARANTINED, summary, self._evidence(mine, theirs))
+        new = self._commit(remote_value.tree_id, remote_value, event, copy.id)
+        try:
+            self._move(new, copy, event)
+        except Retry:
+            pass  # a local writer moved the copy meanwhile: the next pull takes the remote's value again
 
     def _last_authentic(self, commit: str) -> str | None:
         """The newest authentic commit on ``commit``'s first-parent chain (None within :data:`WALK`)."""

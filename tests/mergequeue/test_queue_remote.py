@@ -12,7 +12,17 @@ import pytest
 from ..conftest import git, make_repo
 from ..helpers import simple_child
 from ..integrate.test_remote import remote_policy, server_chain
-from ..runkit import CHECK_PY, command, recipe, start, supervisor_log, trust, verify_receipts, wait_for
+from ..runkit import (
+    CHECK_PY,
+    command,
+    recipe,
+    start,
+    supervisor_log,
+    trust,
+    verify_receipts,
+    wait_for,
+    wait_supervisor_gone,
+)
 from ..sshd import ssh_server
 
 QUEUE = "[queue]\nenabled = true\nparallel = 2\n"
@@ -68,8 +78,8 @@ def server_queue(server: Path) -> dict[str, Any]:
     return dict(json.loads(git(server, "show", f"{QUEUE_REF}:queue.json")))
 
 
-def run_both(tmp: Path, where: list[Path], names: tuple[str, str] = ("a", "b")) -> dict[Path, dict[str, Any]]:
-    """A run on each machine, started one after the other; both complete."""
+def run_both(tmp: Path, where: list[Path], names: tuple[str, ...] = ("a", "b")) -> dict[Path, dict[str, Any]]:
+    """A run on each machine, started one after the other; all complete."""
     runs = {}
     for machine, name in zip(where, names, strict=True):
         trust(machine)  # one trust store serves both "machines" here, and a trust names the clone
@@ -152,6 +162,72 @@ def test_an_entry_pushed_to_the_server_by_someone_who_is_no_supervisor_is_never_
     entries = server_queue(server)["entries"]
     assert "run-evil" not in {e["runId"] for e in entries}  # the state goes on from the authentic value
     assert [e["state"] for e in entries] == ["published"] * 4
+    verified = verify_receipts(server, f"{base}..main", "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    git(server, "fsck", "--strict")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["rewound", "deleted"])
+def test_a_queue_rewound_or_deleted_on_the_server_is_put_back_and_nothing_published_is_lost(
+    tmp_path: Path, damage: str
+) -> None:
+    """Invariant: the server's queue ref rewound to an older authentic value, or deleted, by someone on the server
+    (its pre-receive refuses both over a push): the next write puts a machine's copy back -- the history of what was
+    published kept, nothing published again -- and the next runs publish on top."""
+    server = queued_server(tmp_path)
+    base = git(server, "rev-parse", "main")
+    where = machines(tmp_path, str(server))
+    run_both(tmp_path, where)
+    before = git(server, "rev-parse", QUEUE_REF)
+    published = [e["runId"] for e in server_queue(server)["entries"]]
+    if damage == "rewound":
+        git(server, "update-ref", QUEUE_REF, git(server, "rev-list", "--max-count=1", "--skip=3", QUEUE_REF))
+    else:
+        git(server, "update-ref", "-d", QUEUE_REF)
+    for machine in where:
+        git(machine, "pull", "-q", "--ff-only", "origin", "main")
+    run_both(tmp_path, where, ("c", "d"))
+    assert is_ancestor(server, before, QUEUE_REF)  # the history of the queue is whole again
+    entries = server_queue(server)["entries"]
+    assert [e["runId"] for e in entries][:2] == published
+    assert [e["state"] for e in entries] == ["published"] * 4
+    assert len(server_chain(server, base)) == 4  # each run's candidate once
+    verified = verify_receipts(server, f"{base}..main", "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["queue:publishing", "queue:moved"])
+def test_kill_9_of_a_remote_queue_s_processor_then_the_other_machine_finishes_its_work_once(
+    tmp_path: Path, point: str
+) -> None:
+    """Invariant: machine A's supervisor killed with SIGKILL while publishing its run through the server's queue --
+    receipted but nothing pushed, or pushed with its checkout not yet followed -- loses nothing and publishes
+    nothing twice: machine B's supervisor, whose run queues next, publishes A's entry (or finds it published) and its
+    own, and A's run, supervised again, completes with the receipt B's push carried."""
+    server = queued_server(tmp_path)
+    base = git(server, "rev-parse", "main")
+    a, b = machines(tmp_path, str(server))
+    trust(a)
+    first = start(a, recipe(tmp_path, simple_child("a", "src/a.txt"), finalize=True), env={"AGENTOPS_FAULT": point})
+    wait_supervisor_gone(a, first)
+    assert f"fault injection: SIGKILL at {point}" in supervisor_log(a, first)
+    assert (len(server_chain(server, base)) == 1) is (point == "queue:moved")
+    run_both(tmp_path, [b], ("b",))
+    supervised = subprocess.Popen(
+        ["git", "agentops-run", "supervise", first], cwd=a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        done = wait_for(a, first, lambda d: d["status"] in ("complete", "blocked"), timeout=300)
+    finally:
+        supervised.wait(timeout=60)
+    assert done["status"] == "complete", json.dumps(done, indent=1) + supervisor_log(a, first)
+    entries = server_queue(server)["entries"]
+    assert [(e["runId"], e["state"]) for e in entries][0] == (first, "published")
+    assert [e["state"] for e in entries] == ["published", "published"]
+    chain = server_chain(server, base)[::-1]
+    assert chain == [s["commit"] for e in entries for s in e["steps"]]  # each once, in queue order
     verified = verify_receipts(server, f"{base}..main", "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     git(server, "fsck", "--strict")

@@ -266,8 +266,9 @@ def test_a_run_paused_while_queued_keeps_its_place_and_resume_publishes_it(tmp_p
 @pytest.mark.slow
 def test_a_queue_ref_rewound_to_an_old_authentic_tip_never_publishes_an_entry_twice(tmp_path: Path) -> None:
     """Invariant: a queue ref rewound to an older commit the supervisors did write (a replay: it shows an entry that
-    was published since as waiting again) is held against the runs' records: the replayed entry is evicted
-    ``QUEUE_ENTRY_STALE``, never merged again, and the next run publishes on top of what is already there."""
+    was published since as waiting again) is held against the runs' records: the replayed entry is settled as its
+    run's record says it went -- published, with that candidate -- never merged again, and the next run publishes
+    on top of what is already there."""
     repo = queue_project(tmp_path)
     base = git(repo, "rev-parse", "main")
     with held_queue(repo):
@@ -279,7 +280,8 @@ def test_a_queue_ref_rewound_to_an_old_authentic_tip_never_publishes_an_entry_tw
     second = start(repo, one_file(tmp_path, "b", "src/b.txt"))
     wait_for(repo, second, lambda d: d["status"] == "complete", timeout=120)
     entries = {e["position"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]
-    assert entries[1]["state"] == "evicted" and entries[1]["code"] == "QUEUE_ENTRY_STALE", entries[1]
+    assert entries[1]["state"] == "published" and entries[1]["runId"] == first, entries[1]
+    assert entries[1]["candidate"] == status(repo, first)["integration"]["candidate"]
     assert entries[2]["state"] == "published" and entries[2]["runId"] == second
     chain = git(repo, "rev-list", "--first-parent", f"{base}..main").split()
     assert len(chain) == 2  # a's merge once, b's once
