@@ -224,7 +224,7 @@ def test_kill_9_of_a_remote_queue_s_processor_then_the_other_machine_finishes_it
         supervised.wait(timeout=60)
     assert done["status"] == "complete", json.dumps(done, indent=1) + supervisor_log(a, first)
     entries = server_queue(server)["entries"]
-    assert [(e["runId"], e["state"]) for e in entries][0] == (first, "published")
+    assert (entries[0]["runId"], entries[0]["state"]) == (first, "published")
     assert [e["state"] for e in entries] == ["published", "published"]
     chain = server_chain(server, base)[::-1]
     assert chain == [s["commit"] for e in entries for s in e["steps"]]  # each once, in queue order
