@@ -17,6 +17,11 @@ One **round** (:func:`process_round`), run by the supervisor holding the queue's
 5. the verified prefix is recorded as being published, the target moved to its last candidate by CAS (a target
    someone else moved just means the next round builds on the new tip), its clean checkouts follow, and the entries
    are settled ``published``. Each run then receipts its own integration.
+
+On a target on a remote (``[run] remote``) the queue is the server's (:mod:`.shared`): a round first fetches the
+runs' refs and notes of every machine, builds on the server's tip, and publishes the prefix with one atomic push of
+the target, the queue settled ``published`` and every run's receipt, added beforehand (:func:`_publish_remote`):
+the server's queue says published exactly when its target moved, so step 1 has nothing to settle there.
 """
 
 from __future__ import annotations
