@@ -56,15 +56,16 @@ def team(tmp: Path, *, patience: str = "3s") -> tuple[Path, Path, Path]:
     return server, machines[0], machines[1]
 
 
-def guarded_server(tmp: Path, *, patience: str = "3s") -> Path:
-    """``tmp/server.git``: a bare repository holding the team's project, with the toolkit's pre-receive."""
+def guarded_server(tmp: Path, *, patience: str = "3s", extra_policy: str = "") -> Path:
+    """``tmp/server.git``: a bare repository holding the team's project (its policy with ``extra_policy`` appended),
+    with the toolkit's pre-receive."""
     (tmp / "setup-logs").mkdir()
     seed = make_repo(
         tmp / "seed",
         files={
             "check.py": CHECK_PY,
             "src/base.txt": "hello\n",
-            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log", patience),
+            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log", patience) + extra_policy,
             ".gitignore": "__pycache__/\n",
         },
     )

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from ..conftest import git, make_repo
+from ..conftest import git
 from ..helpers import simple_child
-from ..integrate.test_remote import remote_policy, server_chain
+from ..integrate.test_remote import guarded_server, server_chain
 from ..runkit import (
-    CHECK_PY,
     command,
     recipe,
     start,
@@ -32,21 +31,7 @@ QUEUE_REF = "refs/agentops/queue/main"
 def queued_server(tmp: Path) -> Path:
     """``tmp/server.git``: the team's project with ``[run] remote`` and ``[queue] enabled``, behind the toolkit's
     pre-receive."""
-    (tmp / "setup-logs").mkdir()
-    seed = make_repo(
-        tmp / "seed",
-        files={
-            "check.py": CHECK_PY,
-            "src/base.txt": "hello\n",
-            ".agentops/policy.toml": remote_policy(tmp / "setup-logs" / "setup.log", "30s") + QUEUE,
-            ".gitignore": "__pycache__/\n",
-        },
-    )
-    server = tmp / "server.git"
-    git(tmp, "clone", "-q", "--bare", str(seed), str(server))
-    installed = command(server, "agentops-init", "--server", "--yes")
-    assert installed.returncode == 0, installed.stderr
-    return server
+    return guarded_server(tmp, patience="30s", extra_policy=QUEUE)
 
 
 def machines(tmp: Path, url: str, ssh: str | None = None) -> list[Path]:

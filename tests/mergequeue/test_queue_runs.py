@@ -116,6 +116,21 @@ def queue_doc(repo: Path) -> dict[str, object]:
     return dict(json.loads(git(repo, "show", "refs/agentops/queue/main:queue.json")))
 
 
+def assert_published_in_order(repo: Path, base: str, entries: list[dict[str, Any]]) -> None:
+    """The end state after a crash: the target's first-parent chain is the entries' candidates in queue order,
+    each once; main moved forward only (every value it held an ancestor of the next); its checkout followed every
+    move; every commit is receipted; fsck is clean."""
+    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
+    assert chain == [s["commit"] for e in entries for s in e["steps"]]
+    held = git(repo, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
+    for old, new in itertools.pairwise(held):
+        git(repo, "merge-base", "--is-ancestor", old, new)
+    assert git(repo, "status", "--porcelain") == ""
+    verified = verify_receipts(repo, f"{base}..main")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    git(repo, "fsck", "--strict", "--no-dangling")
+
+
 @pytest.mark.slow
 def test_eight_runs_finalizing_together_publish_in_queue_order_and_only_the_culprit_is_evicted(tmp_path: Path) -> None:
     """Invariant: of 8 runs finalizing within seconds on one target, the 7 whose deliveries pass publish -- each
@@ -219,16 +234,7 @@ def test_kill_9_of_the_queue_s_processor_then_another_supervisor_finishes_its_wo
     entries = {e["runId"]: e for e in queue_doc(repo)["entries"]}  # type: ignore[attr-defined]
     assert [entries[r]["state"] for r in (first, second)] == ["published", "published"]
     assert entries[first]["position"] < entries[second]["position"]
-    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
-    assert chain == [s["commit"] for r in (first, second) for s in entries[r]["steps"]]
-    # main moved forward only: every value it held is an ancestor of the next
-    held = git(repo, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
-    for old, new in itertools.pairwise(held):
-        git(repo, "merge-base", "--is-ancestor", old, new)
-    assert git(repo, "status", "--porcelain") == ""  # the checkout of main followed every move
-    verified = verify_receipts(repo, f"{base}..main")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    git(repo, "fsck", "--strict", "--no-dangling")
+    assert_published_in_order(repo, base, [entries[r] for r in (first, second)])
 
 
 @pytest.mark.slow
@@ -455,12 +461,4 @@ def test_kill_9_while_publishing_a_prefix_of_several_runs_loses_nothing_and_publ
     assert [(e["runId"], e["state"]) for e in entries] == [(r, "published") for r in runs]  # type: ignore[union-attr]
     # verified once each, never again after the crash (the first one's tree is its delivery's: evidence reused)
     assert [e.get("verifications", 0) for e in entries] == [0, 1, 1, 1], entries  # type: ignore[union-attr]
-    chain = git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..main").split()
-    assert chain == [s["commit"] for e in entries for s in e["steps"]]  # type: ignore[union-attr]
-    held = git(repo, "reflog", "show", "--format=%H", "refs/heads/main").split()[::-1]
-    for old, new in itertools.pairwise(held):
-        git(repo, "merge-base", "--is-ancestor", old, new)
-    assert git(repo, "status", "--porcelain") == ""  # the checkout of main followed every move
-    verified = verify_receipts(repo, f"{base}..main")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    git(repo, "fsck", "--strict", "--no-dangling")
+    assert_published_in_order(repo, base, entries)  # type: ignore[arg-type]
