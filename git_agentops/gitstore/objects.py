@@ -10,7 +10,8 @@ rebuilding one directory of a 200-entry tree costs a handful of lookups instead 
 for what changed, never for the size of the repository.
 
 :func:`git_merge_tree` is the engine's fallback: ``git merge-tree --write-tree`` itself, which writes the objects
-of its merge into the object database (and nothing else), for the merges whose result only git can promise.
+of its merge into the object database (and nothing else), for the merges whose result only git can promise --
+through the repository's long-lived ``--stdin`` process (:mod:`.mergeserver`) when it can be had.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import pygit2
 
 from ..errors import AgentOpsError
+from . import mergeserver
 from .repo import Store
 from .safegit import run_git
 
@@ -128,6 +130,10 @@ def git_merge_tree(store: Store, ours: str, theirs: str, *, unrelated: bool = Fa
     if unrelated:
         argv.append("--allow-unrelated-histories")
     cwd = store.workdir or store.git_dir
+    served = None if unrelated else mergeserver.merge(cwd, where, ours, theirs)  # one process for all merges
+    if served is not None:
+        tree, named = served
+        return GitMergeTree(tree, ()) if tree is not None else GitMergeTree(None, _conflicts(named, (ours, theirs)))
     done = run_git(cwd, *argv[1:], ours, theirs, timeout=600)  # neutralised: no agent-configured merge driver runs
     if done.returncode not in (0, 1):
         message = done.stderr.decode("utf-8", "replace").strip()
@@ -135,5 +141,9 @@ def git_merge_tree(store: Store, ours: str, theirs: str, *, unrelated: bool = Fa
     fields = done.stdout.decode("utf-8", "surrogateescape").split("\0")
     if done.returncode == 0:
         return GitMergeTree(fields[0], ())
-    conflicts = {_strip_label(field, (ours, theirs)) for field in fields[1:] if field}
-    return GitMergeTree(None, tuple(sorted(conflicts)))
+    return GitMergeTree(None, _conflicts(fields[1:], (ours, theirs)))
+
+
+def _conflicts(named: Sequence[str], labels: Sequence[str]) -> tuple[str, ...]:
+    """The conflicted paths git named, each as it was (:func:`_strip_label`), sorted."""
+    return tuple(sorted({_strip_label(field, labels) for field in named if field}))

@@ -31,7 +31,11 @@ class Graph:
     milliseconds, with the commit-graph's generation numbers when the repository has one.
     """
 
-    WALK_LIMIT: Final = 1024
+    WALK_LIMIT: Final = 256
+    """Commits walked in process before git is asked: a walk in Python costs ~13 us a commit, and past this a merge
+    goes to git's long-lived ``merge-tree --stdin`` (:mod:`git_agentops.gitstore.mergeserver`), which finds far
+    bases faster (on git/git's own merges, 256 rather than 1,024 took the replay from 0.84x to 1.18x git's
+    ``merge-tree`` with a commit-graph, from 2.86x to 3.36x without)."""
 
     def __init__(self, repo: pygit2.Repository, store: Store) -> None:
         self.repo = repo
