@@ -10,12 +10,13 @@ CAS. So the queue survives the loss of any machine: whichever supervisor holds i
 What the remote holds is believed no more than a local ref: every commit must carry the MAC of the repository's key
 (machines that share a queue share the key, ``git agentops-sync --export-key`` / ``--import-key``, as for taking
 runs over). A tip pushed by anyone else -- an entry forged, replayed or reordered by someone with push access but
-not a supervisor -- is never read: the local copy keeps the last authentic value and goes on past the foreign
-commit (:meth:`~git_agentops.gitstore.journal.Journal.supersede`: a two-parent commit, so the next push is still
-a fast-forward the server accepts), the foreign commit kept in the history as evidence and logged
-``RUN_STATE_TAMPERED``. A queue ref deleted on the remote is pushed again from the copy; one rewound to an older
-authentic value is taken as it is and held against the runs' own records (:mod:`.audit`), which restore what it
-lost -- nothing published is published twice, nothing waiting is lost.
+not a supervisor -- is never read: the local copy takes the last authentic value under it and goes on past the
+foreign commits (:meth:`~git_agentops.gitstore.journal.Journal.supersede`: a two-parent commit, so the next push
+is still a fast-forward the server accepts), kept in the history as evidence, the event saying
+``RUN_STATE_TAMPERED``. A queue ref deleted on the remote, or rewound there to an older authentic value, is put back
+from the copy by the next write; one written on an older copy after such a loss (diverged from this copy) is taken,
+this copy kept as evidence. Whatever a value lacks is held against the runs' own records (:mod:`.audit`), which
+restore it -- nothing published is published twice, nothing waiting is lost, no position is given twice.
 """
 
 from __future__ import annotations
