@@ -19,7 +19,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -168,16 +167,16 @@ def test_base_is_built_once_each_worktree_imports_its_own_code_and_an_interrupte
     git(repo, "commit", "-qam", "other code")
     git(repo, "checkout", "-q", "main")
     git(repo, "worktree", "add", "-q", str(tmp_path / "wt"), "other")
-    start = time.monotonic()
     first = _env(run_cli, repo, offline)
-    cold = time.monotonic() - start
-    start = time.monotonic()
+    marker = Path(first["base"]["path"]) / "agentops-complete.json"
+    built = (marker.read_bytes(), marker.stat().st_mtime_ns, sorted(p.name for p in marker.parent.iterdir()))
     second = _env(run_cli, tmp_path / "wt", offline)
-    warm = time.monotonic() - start
     assert first["base"]["reused"] is False and second["base"]["reused"] is True
     assert first["base"]["path"] == second["base"]["path"]
     assert Path(first["base"]["path"]).parent == (repo / ".git" / "agentops" / "envs").resolve()
-    assert warm < cold / 2, (cold, warm)  # the base is the expensive part; a checkout reuses it
+    # the base is the expensive part and a checkout reuses it: untouched, not built again (timing it against the
+    # first build flaked under a loaded CI: 4.2 s cold, 2.1 s warm)
+    assert (marker.read_bytes(), marker.stat().st_mtime_ns, sorted(p.name for p in marker.parent.iterdir())) == built
     assert _imported(repo) == ("1", str((repo / "src" / "tinyproj" / "__init__.py").resolve()))
     assert _imported(tmp_path / "wt") == ("2", str((tmp_path / "wt" / "src" / "tinyproj" / "__init__.py").resolve()))
     assert first["packages"] == {"tinyproj": str((repo / "src" / "tinyproj" / "__init__.py").resolve())}
