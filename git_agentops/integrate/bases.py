@@ -65,8 +65,14 @@ class Graph:
         return known
 
     def nearby(self, one: pygit2.Oid, two: pygit2.Oid) -> list[pygit2.Oid] | None:
-        """The merge bases when the walk settles them in process -- none (unrelated) or exactly one -- else None:
-        several candidates, or a walk past :data:`WALK_LIMIT` commits."""
+        """The merge bases when the walk settles them in process, else None: a walk past :data:`WALK_LIMIT`
+        commits, or several candidates where a commit date did not fall strictly along every parent edge walked.
+
+        git's walk goes newest commit first, so a candidate that is an ancestor of another is painted stale before
+        it is reached -- unless clock skew (a parent not older than its child) lets it be reached first, which is
+        why git then runs ``remove_redundant``. Where every edge walked goes strictly back in time that cannot
+        happen, and the candidates left are exactly git's: a criss-cross's bases are found here too. Otherwise,
+        with more than one candidate, git decides."""
         if one == two:
             return [one]
         flags: dict[pygit2.Oid, int] = {one: _PARENT1, two: _PARENT2}
@@ -77,6 +83,7 @@ class Graph:
             counter += 1
         found: list[pygit2.Oid] = []
         steps = 0
+        monotonic = True  # every parent walked strictly older than its child: no candidate can be redundant
         while queue:
             # git stops once every queued commit is stale; looking only every 8th step (the look is O(queue)) walks
             # a few stale commits more, which can only paint stale a candidate that is an ancestor of another --
@@ -92,17 +99,17 @@ class Graph:
                 if not flags[oid] & _RESULT:
                     flags[oid] |= _RESULT
                     found.append(oid)
-                    if len(found) > 1:
-                        return None  # a criss-cross, unless one turns out redundant: git's to say
                 paint |= _STALE
-            for parent in self._commit(oid)[1]:
+            date, parents = self._commit(oid)
+            for parent in parents:
+                monotonic = monotonic and self._commit(parent)[0] < date
                 if flags.get(parent, 0) & paint == paint:
                     continue
                 flags[parent] = flags.get(parent, 0) | paint
                 heapq.heappush(queue, (-self._commit(parent)[0], counter, parent))
                 counter += 1
         bases = [oid for oid in found if not flags[oid] & _STALE]
-        return bases if len(bases) <= 1 else None
+        return bases if len(bases) <= 1 or monotonic else None  # several, maybe one redundant: git's to say
 
     def merge_bases(self, one: pygit2.Oid, two: pygit2.Oid) -> list[pygit2.Oid]:
         """The best common ancestors of ``one`` and ``two`` (none for unrelated histories), as git finds them."""

@@ -418,7 +418,7 @@ def merge_trees(store: Store, base: str | None, ours: str, theirs: str) -> Merge
 def _merge_commit_ids(store: Store, merger: _TreeMerger, ours: pygit2.Commit, theirs: pygit2.Commit) -> MergeResult:
     bases = merger.graph.nearby(ours.id, theirs.id)
     commits = (str(ours.id), str(theirs.id))
-    if bases is None:  # several merge bases (merge-ort merges them first), or too far to tell here: git decides
+    if bases is None or len(bases) > 1:  # too far to tell here, or several (merge-ort merges them first): git's
         return _with_git(store, *commits, unrelated=False)
     base_tree = cast(pygit2.Commit, store.repo[bases[0]]).tree_id if bases else None
     return _merge_tree_ids(store, merger, base_tree, ours.tree_id, theirs.tree_id, commits)

@@ -550,7 +550,10 @@ def test_file_merges_match_git_even_among_repeated_lines(tmp_path: Path, vocabul
         assert strategies["tree"] > 50, strategies
 
 
-def test_merge_bases_match_git_on_random_histories(tmp_path: Path) -> None:
+@pytest.mark.parametrize("skew", [True, False])
+def test_merge_bases_match_git_on_random_histories(tmp_path: Path, skew: bool) -> None:
+    """Invariant: the merge bases found (in process, or by git where the walk cannot settle them) are git's, with
+    and without clock skew -- without it, criss-crosses' several bases are found in process."""
     repo = tmp_path / "dag"
     repo.mkdir()
     git(repo, "init", "-q")
@@ -559,7 +562,7 @@ def test_merge_bases_match_git_on_random_histories(tmp_path: Path) -> None:
     count = 60
     for mark in range(1, count + 1):
         parents = sorted(rng.sample(range(1, mark), min(mark - 1, rng.choice([1, 1, 2]))))
-        when = 1_767_225_600 + mark * 60 + rng.choice([0, 0, 0, -600])  # a little clock skew
+        when = 1_767_225_600 + mark * 60 + (rng.choice([0, 0, 0, -600]) if skew else 0)  # a little clock skew
         out.append(f"commit refs/heads/n{mark}\nmark :{mark}\ncommitter T <t@x> {when} +0000\ndata 1\nc\n".encode())
         for i, parent in enumerate(parents):
             out.append(f"{'from' if i == 0 else 'merge'} :{parent}\n".encode())
@@ -568,13 +571,13 @@ def test_merge_bases_match_git_on_random_histories(tmp_path: Path) -> None:
     store = new_store(repo)
     graph = Graph(store.repo, store)
     several = 0
-    for _ in range(150):
+    for _ in range(400):
         a, b = (f"n{rng.randint(1, count)}" for _ in range(2))
         expected = set(git(repo, "merge-base", "--all", a, b, check=False).split())
         got = {str(oid) for oid in graph.merge_bases(store.resolve(a), store.resolve(b))}
         assert got == expected, (a, b)
         several += len(expected) > 1
-    assert several > 5  # criss-crosses were generated
+    assert several >= 5  # criss-crosses were generated
 
 
 def test_a_merge_attribute_leaves_the_file_merge_to_git(project: Path) -> None:
