@@ -25,10 +25,11 @@ class Graph:
 
     pygit2 has no ``git_merge_bases`` (all of them). In process this is git's ``paint_down_to_common`` (newest
     commit date first, ties in insertion order) over a cache of commit dates and parents, each commit read once
-    per chain -- what a delivery needs: one base, a few commits back. It stops at :data:`WALK_LIMIT` commits or as
-    soon as a second candidate shows (git's ``remove_redundant`` would be needed, which cost thousands of
-    ``descendant_of`` calls and seconds on long histories in process): there ``git merge-base --all`` answers, in
-    milliseconds, with the commit-graph's generation numbers when the repository has one.
+    per chain -- what a delivery needs: one base, a few commits back, or a criss-cross's several where commit dates
+    fall strictly along the edges walked (:meth:`nearby`). It stops at :data:`WALK_LIMIT` commits, and several
+    candidates under clock skew would need git's ``remove_redundant`` (thousands of ``descendant_of`` calls and
+    seconds on long histories in process): there ``git merge-base --all`` answers, in milliseconds, with the
+    commit-graph's generation numbers when the repository has one.
     """
 
     WALK_LIMIT: Final = 256
