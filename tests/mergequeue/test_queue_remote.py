@@ -74,6 +74,8 @@ def run_both(tmp: Path, where: list[Path], names: tuple[str, ...] = ("a", "b")) 
     docs = {m: wait_for(m, r, lambda d: d["status"] in ("complete", "blocked"), timeout=300) for m, r in runs.items()}
     for machine, doc in docs.items():
         assert doc["status"] == "complete", json.dumps(doc, indent=1) + supervisor_log(machine, runs[machine])
+    for machine, run_id in runs.items():  # its last pushes (the queue's lease given up) land before anyone looks
+        wait_supervisor_gone(machine, run_id)
     return docs
 
 
