@@ -45,6 +45,7 @@ from typing import Any, Final
 from ..canonical import JsonObject, JsonValue, digest, sha256_hex
 from ..clock import Clock
 from ..errors import AgentOpsError
+from ..gitstore.checkout import admin_dir
 from ..gitstore.clean import clean_source
 from ..gitstore.private import file_lock
 from .backend import BuildAnswer, ask_backend
@@ -294,7 +295,9 @@ def ensure_base(
         timeout=timeout,
         progress=progress,
         run=confine or unconfined,
-        trusted=confine is None and not inside,
+        # a worker's worktree holds the agent's code: its backend's answer vouches for nothing (and there, in the
+        # setup step's sandbox, the shared environments are read-only: a vouch could not be written anyway)
+        trusted=confine is None and not inside and not _run_worktree(root),
         writes=not inside,
         start=start,
     )
@@ -307,6 +310,12 @@ def ensure_base(
         if built is not None:
             return built
     raise AgentOpsError("ENV_SETUP_FAILED", f"the shared base for {root} kept changing while it was set up: retry")
+
+
+def _run_worktree(root: Path) -> bool:
+    """Whether ``root`` is a run's worker worktree (its admin dir holds the toolkit's ownership record)."""
+    admin = admin_dir(root)
+    return admin is not None and (admin / "agentops" / "worktree.json").is_file()
 
 
 def _reused(job: _Job, path: Path) -> Base:
