@@ -185,6 +185,18 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "RUN_WORKER_UNKNOWN": _c(EXIT_REFUSED, "no worker with that id in this run"),
     "RUN_WORKTREE_OWNERSHIP": _c(EXIT_REFUSED, "a worktree exists at the path but belongs to another run or worker"),
     "RUN_SETUP_FAILED": _c(EXIT_REFUSED, "a worktree setup step failed"),
+    "RUN_WORKTREE_REMOVED": _c(EXIT_REFUSED, "a worker's worktree was removed by 'run clean'; no generation starts"),
+    "WORKSPACE_NO_PORTS": _c(EXIT_REFUSED, "no block of free loopback ports is left for a workspace"),
+    "WORKSPACE_INCLUDE_ESCAPE": _c(
+        EXIT_REFUSED, "an [worktree] include path leaves the checkout, is a symlink out of it, or is tracked"
+    ),
+    "WORKSPACE_INCLUDE_MISSING": _c(EXIT_REFUSED, "an [worktree] include file is not in the person's checkout"),
+    "SERVICE_NOT_READY": _c(EXIT_REFUSED, "a workspace's service did not become ready in its ready_timeout"),
+    "SERVICE_EXITED": _c(EXIT_REFUSED, "a workspace's service exited before it was ready"),
+    "SERVICE_FAILED": _c(EXIT_REFUSED, "a workspace service's init, attach, detach or stop command failed"),
+    "SALVAGE_EXISTS": _c(EXIT_REFUSED, "a salvage ref of that worker and generation already holds other work"),
+    "SALVAGE_NOT_FOUND": _c(EXIT_NEGATIVE, "no salvage ref of that run, worker and generation"),
+    "SALVAGE_RESTORE_REFUSED": _c(EXIT_REFUSED, "restoring salvage would overwrite files that differ"),
     "RUN_SETUP_RECOVERY_REQUIRED": _c(EXIT_REFUSED, "an interrupted setup is not replayed before a user resume"),
     "RUN_HOST_UNKNOWN": _c(EXIT_REFUSED, "the run names a host the policy does not define"),
     "RUN_HOST_FAILED": _c(EXIT_REFUSED, "the agent host could not be started"),

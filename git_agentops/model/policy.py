@@ -16,6 +16,7 @@ from typing import Any, Final, cast
 from ..canonical import JsonObject, JsonValue, canonical_json, digest
 from .globs import literal, normalise
 from .policydoc import CommandDoc, PolicyDoc, StepDoc
+from .workspace import WorkspaceSpec
 
 
 class Finalize(enum.StrEnum):
@@ -162,7 +163,11 @@ def effective(doc: Mapping[str, Any]) -> PolicyDoc:
             "commands": [_command_defaults(c) for c in verify.get("commands", [])],
             "runners": [_command_defaults(c) for c in verify.get("runners", [])],
         },
-        "worktree": {"setup": [_command_defaults(s) for s in doc.get("worktree", {}).get("setup", [])]},
+        "worktree": {
+            # the workspace keys only when set: a policy without them keeps its config hash
+            **{k: v for k, v in doc.get("worktree", {}).items() if k != "setup"},
+            "setup": [_command_defaults(s) for s in doc.get("worktree", {}).get("setup", [])],
+        },
         "hosts": hosts,
         "review": review,
         "receipts": receipts,
@@ -259,6 +264,11 @@ class Policy:
     def setup(self) -> tuple[CommandSpec, ...]:
         """The ``[[worktree.setup]]`` steps in order, as ``setup-0``, ``setup-1``... (the schema gives a step no id)."""
         return tuple(CommandSpec.from_json(s, f"setup-{i}") for i, s in enumerate(self.doc["worktree"]["setup"]))
+
+    @property
+    def workspace(self) -> WorkspaceSpec:
+        """What each workspace gets besides its checkout: ports, services, local files (``[worktree]``)."""
+        return WorkspaceSpec.from_doc(self.doc["worktree"])
 
     @property
     def target(self) -> str:

@@ -83,10 +83,30 @@ class VerifyDoc(TypedDict):
     runners: list[CommandDoc]
 
 
+class ServiceDoc(TypedDict):
+    """A ``[[worktree.services]]`` entry (:class:`~git_agentops.model.workspace.ServiceSpec`)."""
+
+    name: str
+    start: list[str]
+    ready: list[str]
+    scope: NotRequired[str]
+    init: NotRequired[list[str]]
+    stop: NotRequired[list[str]]
+    attach: NotRequired[list[str]]
+    detach: NotRequired[list[str]]
+    env: NotRequired[dict[str, str]]
+    ready_timeout: NotRequired[float]
+    stop_timeout: NotRequired[float]
+
+
 class WorktreeDoc(TypedDict):
-    """``[worktree]``: the setup steps."""
+    """``[worktree]``: the setup steps, and what each workspace gets (absent keys: none of it, no hash change)."""
 
     setup: list[StepDoc]
+    ports: NotRequired[int]
+    include: NotRequired[list[str]]
+    include_in_verify: NotRequired[bool]
+    services: NotRequired[list[ServiceDoc]]
 
 
 class ReviewDoc(TypedDict):

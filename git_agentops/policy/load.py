@@ -185,6 +185,7 @@ def _semantic(doc: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | i
         if isinstance(host, dict) and host.get("kind") == "command" and "argv" not in host:
             yield ("POLICY_INVALID", ("hosts", name), "a host of kind 'command' needs argv")
     yield from shell_host_problems(hosts)
+    yield from _workspace_problems(doc, hosts)
     run = _table(doc, "run")
     target = run.get("target")
     if isinstance(target, str) and (problem := ref_name_problem(f"refs/heads/{target}")):
@@ -215,6 +216,58 @@ def _semantic(doc: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | i
                 compile_pattern(pattern)
             except ValueError as exc:
                 yield (_LOOSE_CODE, ("guardrails", "protected_paths", index), f"not a path pattern: {exc}")
+
+
+_PORT_INDEX: Final = re.compile(r"\{port:([0-9]+)\}")
+
+
+def _workspace_problems(
+    doc: Mapping[str, JsonValue], hosts: Mapping[str, JsonValue]
+) -> Iterator[tuple[str, tuple[str | int, ...], str]]:
+    """``[worktree]``'s ports and services: every ``{port:K}`` within the block, service names unique, and no
+    service for a host that has no network of its own to reach it by (:mod:`git_agentops.workspace.ports`)."""
+    worktree = _table(doc, "worktree")
+    count = worktree.get("ports", 0)
+    ports = count if isinstance(count, int) and not isinstance(count, bool) else 0
+    argvs: list[tuple[tuple[str | int, ...], JsonValue]] = []
+    for group in ("commands", "runners"):
+        argvs += [(("verify", group, i, "argv"), c.get("argv")) for i, c in _dicts(_table(doc, "verify").get(group))]
+    argvs += [(("worktree", "setup", i, "argv"), s.get("argv")) for i, s in _dicts(worktree.get("setup"))]
+    seen: dict[str, int] = {}
+    for index, service in _dicts(worktree.get("services")):
+        for key in ("init", "start", "ready", "stop", "attach", "detach"):
+            argvs.append((("worktree", "services", index, key), service.get(key)))
+        name = service.get("name")
+        if isinstance(name, str) and name in seen:
+            yield ("POLICY_DUPLICATE_ID", ("worktree", "services", index, "name"), f"service {name!r} is named twice")
+        elif isinstance(name, str):
+            seen[name] = index
+    for where, argv in argvs:
+        parts = (
+            [argv]
+            if isinstance(argv, str)
+            else [a for a in argv if isinstance(a, str)]
+            if isinstance(argv, list)
+            else []
+        )
+        for part in parts:
+            for match in _PORT_INDEX.finditer(part):
+                if int(match.group(1)) >= ports:
+                    yield (
+                        _LOOSE_CODE,
+                        where,
+                        f"{match.group(0)} but [worktree] ports = {ports}: a block holds {{port:0}} to "
+                        f"{{port:{max(ports - 1, 0)}}}",
+                    )
+    if seen:
+        for name, host in hosts.items():
+            if isinstance(host, dict) and host.get("network") is False:
+                yield (
+                    _LOOSE_CODE,
+                    ("hosts", name, "network"),
+                    "an agent without the network runs in a network namespace of its own, where the workspace's "
+                    "services cannot be reached: give it the network, or take [[worktree.services]] out",
+                )
 
 
 # Placeholders whose values are free text (a prompt holds whatever a person or a coordinator wrote), as opposed to
