@@ -12,6 +12,10 @@
     answer RUN QUESTION TEXT
     approve RUN TRANSITION | refuse RUN TRANSITION [--reason TEXT]   decide a coordinator's policy change
     queue [TARGET] [--all] a target's merge queue: its entries, their state, what each waits for
+    clean RUN              remove an ended run's worktrees, each after its unhanded-off work is saved to a
+                           salvage ref (a worktree whose work cannot be saved is kept)
+    salvage RUN [--restore WORKER[/GENERATION]] [--into DIR]   list a run's salvaged work, or restore it into a
+                           new worktree exactly as the agent left it
     watch [RUN]            a live view of a run in the terminal (reads only; q quits)
     report RUN [--html FILE]   what a run did: Markdown, or one self-contained HTML file
     demo [--dir DIR] [--keep] | demo --print-recipe   an end-to-end run on a scratch repository, or its recipe
@@ -92,10 +96,11 @@ def build_parser() -> Parser:
     answer.add_argument("run_id", metavar="RUN")
     answer.add_argument("question_id", metavar="QUESTION")
     answer.add_argument("text", metavar="TEXT")
-    from . import queue, report, transition, watch  # their heavy imports (rich...) happen only when they run
+    from . import queue, report, salvage, transition, watch  # their heavy imports (rich...) happen only when they run
 
     transition.configure(add)
     queue.configure(add)
+    salvage.configure(add)
 
     watch.configure(add("watch", "a live view of a run (reads only; q quits)"))
     report.configure(add("report", "what a run did, as Markdown or one self-contained HTML file"))
@@ -435,6 +440,14 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         return handle(args, ctx)
     if args.command == "demo":
         return _demo(args, ctx)
+    if args.command == "clean":
+        from .salvage import clean
+
+        return clean(args, ctx, _supervisor(ctx, args.run_id))
+    if args.command == "salvage":
+        from .salvage import salvage
+
+        return salvage(args, ctx)
     if args.command == "queue":
         from .queue import show
 

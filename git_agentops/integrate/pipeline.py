@@ -32,6 +32,7 @@ diagnostic.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -56,7 +57,6 @@ from ..gitstore.private import file_lock
 from ..gitstore.refnames import RefConflict
 from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
-from ..gitstore.worktree import remove_worktree
 from ..mergequeue import audit as queueaudit
 from ..mergequeue import book as queuebook
 from ..mergequeue.record import EntryState, QueuedDelivery
@@ -71,6 +71,7 @@ from ..runs import tasks as taskbook
 from ..runs.jobs import Answered, Integrated, JobContext, Left, Refused, Wait
 from ..transition import journal as transitions
 from ..verify.proof import remove_slots
+from ..workspace.salvage import remove_with_salvage
 from . import custody, receipting, repair
 from .gate import gate
 from .guards import candidate_breach
@@ -638,7 +639,8 @@ def clean_up(store: Store, ctx: JobContext, run: Run, workers: list[Worker]) -> 
     """After the run completed and the coordinator was answered: remove every worker checkout (branches and
     delivery refs stay), the run's worktree directory when empty, and its clean-checkout slots."""
     for worker in workers:
-        remove_worktree(store, Path(worker.worktree), f"agentops-{ctx.run_id}-{worker.worker_id}"[:200])
+        with contextlib.suppress(AgentOpsError):  # not saved: the worktree is kept (and the log says why)
+            remove_with_salvage(store, ctx.run_id, worker, now=int(ctx.clock.now()), log=ctx.log)
     root = Path(run.repository) / ctx.policy.worktree_root / ctx.run_id
     if root.is_dir() and not any(root.iterdir()):
         shutil.rmtree(root, ignore_errors=True)
