@@ -128,6 +128,7 @@ class Launch:
     git_common_dir: Path | None = None
     session: str | None = None  # resume this host session instead of starting a fresh one
     extra: Mapping[str, str] = field(default_factory=dict)  # more placeholders (reviewers: input, report)
+    workspace_env: Mapping[str, str] = field(default_factory=dict)  # AGENTOPS_PORT(S), services' ports
 
 
 def fill(text: str, values: Mapping[str, str]) -> str:
@@ -247,6 +248,7 @@ def agent_environment(
             "AGENTOPS_PROMPT": str(launch.prompt_file),
         }
     )
+    env.update(launch.workspace_env)
     if launch.recipe is not None:
         env["AGENTOPS_RECIPE"] = str(launch.recipe)
     count = int(env.get("GIT_CONFIG_COUNT", "0") or 0) if env.get("GIT_CONFIG_COUNT", "0").isdigit() else 0

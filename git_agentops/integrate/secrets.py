@@ -57,6 +57,7 @@ from ..runs.jobs import Refused, Request
 from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
 from ..verify.held import DEFLATE_NAMES, find_held, redact_held
 from ..verify.redact import find_secrets, redact
+from ..workspace.localfiles import refusal_patterns
 
 MAX_BLOB_BYTES: Final = 8 * 1024 * 1024
 MAX_TOTAL_BYTES: Final = 64 * 1024 * 1024
@@ -275,9 +276,9 @@ def secrets_refusal(
     secret values); None when nothing is found or ``[guardrails] secret_scanning = false``."""
     if not policy.secret_scanning:
         return None
-    findings = scan_delivery(
-        store, base, head, patterns=policy.deny_patterns, path_rules=policy.secret_paths, held=held
-    )
+    # the person's local files ([worktree] include) are in every worktree and never belong in a delivery
+    path_rules = (*policy.secret_paths, *refusal_patterns(policy.workspace.include))
+    findings = scan_delivery(store, base, head, patterns=policy.deny_patterns, path_rules=path_rules, held=held)
     if not findings:
         return None
     shown = "; ".join(f.render(policy.deny_patterns, held) for f in findings[:SHOWN])

@@ -31,6 +31,7 @@ from ..model.run import Role, Run, Worker
 from ..model.task import contract_hash
 from ..policy.trust import Verdict, require_trusted
 from ..verify.workspaces import ensure_setup, ensure_worktree, placement
+from ..workspace import localfiles
 from . import state as runstate
 
 
@@ -157,6 +158,8 @@ def create_run(
         created_at=now,
         contract_hash=contract_hash([]),
     )
+    # the person's local files: checked before anything of the run exists (a bad include path creates nothing)
+    includes = localfiles.sources(store, root, policy.workspace.include) if policy.workspace.include else []
     coordinator = Worker(
         worker_id="coordinator",
         role=Role.COORDINATOR,
@@ -191,7 +194,8 @@ def create_run(
     worktree_excludes = f"/{policy.worktree_root.strip('/')}/"
     if worktree_excludes not in (exclude.read_text("utf-8") if exclude.exists() else ""):
         add_excludes(exclude, [worktree_excludes])
-    ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock)
+    if ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock):
+        localfiles.copy_into(includes, where.path)
     ensure_setup(store, where.path, policy, environ=environ, clock=clock, last_user_resume=None)
     return run_id
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -34,6 +34,9 @@ from ..model.request import Request as TypedRequest
 from ..model.request import ResponseDoc
 from ..policy.trust import Verdict
 from ..verify.credentials import NO_HELD_SECRETS, HeldSecrets
+
+if TYPE_CHECKING:
+    from ..workspace.live import Workspaces
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,9 @@ class JobContext:
     held: HeldSecrets = NO_HELD_SECRETS
     """The secret values of the supervisor's environment (:meth:`HeldSecrets.from_environ`, computed once): a
     delivery carrying one, in any encoding, is refused (:mod:`git_agentops.integrate.secrets`)."""
+    workspaces: Workspaces | None = None
+    """The supervisor's workspaces (ports, services): the same registry for every job and the loop; None outside a
+    supervisor (:mod:`git_agentops.workspace.live`)."""
 
 
 @dataclass(frozen=True, slots=True)

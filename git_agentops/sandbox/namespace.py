@@ -34,6 +34,7 @@ import ctypes
 import errno
 import os
 import stat
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -164,6 +165,8 @@ def enter(
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w", encoding="ascii") as handle:
             handle.write(text)
+    if not network:
+        _loopback_up()  # its own 127.0.0.1: a server on $AGENTOPS_PORT works, and is reachable only from inside
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the person's namespace
     hidden = [h for h in _outermost(os.path.realpath(h) for h in hide) if os.path.isdir(h)]
     covered = [h for h in hide if os.path.isfile(h) and not os.path.islink(h)]  # a credential file: /dev/null
@@ -198,6 +201,27 @@ def enter(
         _bind_readonly(path)
     _drop_capabilities()
     return masked
+
+
+SIOCGIFFLAGS: Final = 0x8913
+SIOCSIFFLAGS: Final = 0x8914
+IFF_UP: Final = 0x1
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up in the new network namespace (a new one has it down: even 127.0.0.1 is unreachable). The
+    user namespace just made owns the network namespace, so its root may; what fails is said, never fatal."""
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            request = struct.pack("16sH14x", b"lo", 0)
+            flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+            fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+    except OSError as exc:
+        sys.stderr.write(f"agentops sandbox: the loopback of the agent's network namespace stays down: {exc}\n")
 
 
 _LOCKED: Final = (

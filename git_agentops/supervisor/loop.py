@@ -46,6 +46,7 @@ from ..errors import AgentOpsError, LockHeld, RunNotActive, StateTampered, raise
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, remove_private, write_private
 from ..gitstore.repo import Store
+from ..gitstore.salvage import Salvaged
 from ..integrate.delivery import adopt_orphans, reverifier
 from ..integrate.pipeline import clean_up, integrate
 from ..lease import tenure
@@ -73,6 +74,8 @@ from ..transition import journal as transitions
 from ..transition.record import policy_changes
 from ..verify.credentials import HeldSecrets
 from ..verify.proof import remove_ended_slots, sweep_slots
+from ..workspace.live import Workspaces
+from ..workspace.salvage import remove_with_salvage
 from . import requests, scheduler
 from .actions import ACTIONS, auto_finalize
 from .briefing import Briefing
@@ -117,6 +120,14 @@ class Supervisor:
         self.state = StateCache(store, run_id, log=self.log)
         self.jobs: dict[str, Future[JobResult]] = {}  # worker id -> its provisioning, handoff or integration job
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentops-job")
+        self.workspaces = Workspaces(
+            policy.workspace,
+            run_id=run_id,
+            common_dir=store.common_dir,
+            environ=self.environ,
+            clock=clock,
+            log=self.log,
+        )
         ctx = JobContext(
             run_id=run_id,
             policy=policy,
@@ -128,6 +139,7 @@ class Supervisor:
             fault=self.fault,
             policy_file=transitions.blob_of(transitions.bound_file(store, run_id)),
             held=HeldSecrets.from_environ(self.environ),  # what agents never get, and deliveries never carry
+            workspaces=self.workspaces,
         )
         self.bound = Binding(policy, ctx, Confinement(store, policy, self.environ, self.dir, self.log))
         self.transition: str | None = None  # the pending policy transition (transition.drive)
@@ -211,6 +223,7 @@ class Supervisor:
     def rebind(self, policy: Policy, policy_file: bytes | None) -> None:
         ctx = replace(self.ctx, policy=policy, policy_file=transitions.blob_of(policy_file))
         self.bound = Binding(policy, ctx, Confinement(self.store, policy, self.environ, self.dir, self.log))
+        self.workspaces.spec = policy.workspace  # for workspaces made from now on; held ones keep what they have
         self.log(f"now bound to the policy {policy.config_hash[:12]}")
 
     def submit(self, worker_id: str, job: Callable[[Store], JobResult]) -> None:
@@ -262,6 +275,7 @@ class Supervisor:
             raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}") from exc
         finally:
             self.executor.shutdown(wait=True, cancel_futures=False)
+            self.workspaces.release_all()  # services stop and ports are freed with the supervisor
             sweep_slots(self.environ, self.store)  # this run's clean checkouts if it ended, and dead runs' leftovers
 
     def _resumed_while_stopping(self) -> bool:
@@ -299,6 +313,8 @@ class Supervisor:
                     f"'git agentops-run resume {self.run_id}' continues it",
                 ),
             )
+        if stopped := self.workspaces.recover():
+            self.log(f"stopped {stopped} service instance(s) an earlier supervisor of {self.run_id} left running")
         self._startup()
         try:
             return self._loop()
@@ -366,6 +382,44 @@ class Supervisor:
         except LockHeld:
             return None
 
+    def clean(self) -> tuple[list[Salvaged], dict[str, str]]:
+        """``run clean``: with the run's lock, stop what a dead supervisor left running (agents, services), then save
+        each worker's unhanded-off work to a salvage ref and remove its worktree (:func:`remove_with_salvage`).
+        Returns the salvages made and the worktrees kept, with why. ``RUN_SUPERVISOR_ACTIVE`` while a supervisor
+        serves the run; ``RUN_NOT_ACTIVE`` for a run that is still active (stop it first)."""
+        try:
+            with file_lock(self.dir, "supervisor.lock", blocking=False):
+                run = self.current_run()
+                if run.status in (RunStatus.ACTIVE, RunStatus.AWAITING_INPUT) and not run.disable_restart:
+                    raise AgentOpsError(
+                        "RUN_NOT_ACTIVE",
+                        f"{self.run_id} is {run.status}: stop it first ('git agentops-run stop {self.run_id}'), then "
+                        "clean it",
+                    )
+                self.workers.reconcile(event=kinds.WORKER_LEFTOVER_STOPPED, why="the run is being cleaned")
+                self.workspaces.recover()
+                saved: list[Salvaged] = []
+                kept: dict[str, str] = {}
+                for worker in self.state.workers().values():
+                    if not (Path(worker.worktree).exists() or Path(worker.worktree).is_symlink()):
+                        continue
+                    try:
+                        made = remove_with_salvage(
+                            self.store, self.run_id, worker, now=int(self.clock.now()), log=self.log
+                        )
+                    except AgentOpsError as exc:
+                        kept[worker.worker_id] = f"{exc.code}: {exc.message}"
+                        continue
+                    if made is not None:
+                        saved.append(made)
+                root = Path(run.repository) / self.policy.worktree_root / self.run_id
+                with contextlib.suppress(OSError):
+                    root.rmdir()  # only when empty: a kept worktree keeps it
+                remove_ended_slots(self.environ, self.store, self.run_id)
+                return saved, kept
+        except LockHeld as exc:
+            raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"a supervisor serves {self.run_id}; stop it first") from exc
+
     def _resume_integration(self) -> bool:
         """After a supervisor restart: roll an interrupted integration forward. True if one was pending."""
         run = self.state.run()
@@ -412,6 +466,7 @@ class Supervisor:
             self._heartbeat(now)
             self.turns.finish()
             self.workers.reap()
+            self.workers.release_finished()
             self._collect_jobs()
             if transition.drive(self):  # nothing else happens while the policy changes
                 self._serve_requests()  # an idle worker's request is answered RUN_POLICY_TRANSITION_PENDING

@@ -32,6 +32,7 @@ from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
 from ..verify.workspaces import Placement, ensure_setup, ensure_worktree, mirror_branch, placement
+from ..workspace import localfiles
 from .effects import ChangeState, Effect, Submit
 from .ports import Snapshot
 
@@ -162,15 +163,27 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
         )
         head = chain.steps[-1].commit if chain.steps else start
         conflict = chain.conflict
-    ensure_worktree(store, job.where, start_commit=head, run_id=ctx.run_id, worker_id=job.worker_id, clock=ctx.clock)
+    run = runstate.read(store, ctx.run_id).run()
+    workspace = ctx.policy.workspace
+    try:
+        includes = localfiles.sources(store, Path(run.repository), workspace.include) if workspace.include else []
+    except AgentOpsError as exc:  # before the worktree exists: nothing is made for a policy that cannot be served
+        return Block(exc.code, exc.message)
+    made = ensure_worktree(
+        store, job.where, start_commit=head, run_id=ctx.run_id, worker_id=job.worker_id, clock=ctx.clock
+    )
+    if made and includes:  # only into a worktree just made: no agent has written there yet
+        localfiles.copy_into(includes, job.where.path)
     if conflict is not None:
         label, paths = conflict
         return Block(
             "RUN_DEPENDENCY_CONFLICT",
             f"merging the delivery of {label} conflicts in: {', '.join(paths)} (checkout kept at {job.where.path})",
         )
-    run = runstate.read(store, ctx.run_id).run()
     try:
+        held = (
+            ctx.workspaces.acquire(job.worker_id) if ctx.workspaces is not None and not ctx.workspaces.empty else None
+        )
         ensure_setup(
             store,
             job.where.path,
@@ -179,6 +192,7 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
             clock=ctx.clock,
             last_user_resume=run.last_user_resume,
             log=ctx.log,
+            workspace=held,
         )
         if job.repair is not None:  # after the setup: a conflicted lockfile must not break it
             start_merge(job.where.path, job.repair, store.identity)

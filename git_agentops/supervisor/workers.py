@@ -278,6 +278,12 @@ class Workers:
         )
         self.state.refresh()
         worktree = Path(worker.worktree)
+        if not worktree.is_dir():
+            raise AgentOpsError(
+                "RUN_WORKTREE_REMOVED",
+                f"{worker_id}'s worktree {worktree} was removed ('git agentops-run clean'); its work is on its branch "
+                f"{worker.branch} and in 'git agentops-run salvage {self.run_id}'",
+            )
         doc = self.briefing.write(worker)
         recipe = self.briefing.recipe
         session = worker.resumed
@@ -295,6 +301,9 @@ class Workers:
         )
         text = instructions.resume_prompt(doc) if session else instructions.prompt(doc)
         mailbox.write_prompt(worktree, text)
+        if (workspaces := self.binding().ctx.workspaces) is not None and not workspaces.empty:
+            held = workspaces.acquire(worker_id)  # ports and services: the provisioning's, or new after a restart
+            launch = replace(launch, workspace_env=held.env)
         sandbox = self.confine.sandbox(worker, spec, launch.recipe)
         proc, identity = start(
             spec, launch, environ=self.environ, sandbox=sandbox, spec_path=self.confine.spec_path(worker)
@@ -309,6 +318,15 @@ class Workers:
             summary=f"{worker_id} generation {worker.generation} started (pid {identity.pid})",
         )
         self.log(f"{worker_id}: generation {worker.generation} started ({spec.kind}, pid {identity.pid})")
+
+    def release_finished(self) -> None:
+        """Free the workspaces (ports, services) of workers that are done: delivered or blocked, no job running."""
+        workspaces = self.binding().ctx.workspaces
+        if workspaces is None or workspaces.empty:
+            return
+        for worker in self.state.workers().values():
+            if worker.status in (WorkerStatus.DELIVERED, WorkerStatus.BLOCKED) and worker.worker_id not in self.jobs:
+                workspaces.release(worker.worker_id)
 
     def restart(self) -> None:
         """Start every worker that needs a generation: new ones, and stopped ones of an active run."""

@@ -44,6 +44,7 @@ from ..envs.probe import probe
 from ..errors import AgentOpsError
 from ..gitstore.checkout import Head, dirty_and_untracked, head, head_changes_and_untracked
 from ..model.policy import CommandSpec, Policy
+from ..model.workspace import expand
 from ..policy.trust import Verdict, require_trusted
 from ..process.command import run_command, scrub_environment
 from .evidence import (
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from ..gitstore.clean import CleanCheckout
     from ..model.task import Task
     from ..sandbox.checkout import Wall
+    from ..workspace.live import Workspace
 
 Progress = Callable[[str], None]
 PERSON: Final = Provenance("person", "worktree")
@@ -286,6 +288,7 @@ def verify_clean(
     progress: Progress | None = None,
     grace: float = 3.0,
     wall: Wall | None = None,
+    workspace: Workspace | None = None,
 ) -> Outcome:
     """Run (or reuse) every planned command in a supervisor-owned clean checkout of ``commit``; record evidence.
 
@@ -317,6 +320,7 @@ def verify_clean(
         accept=FOR_RUNS,
         git_env=git_env,
         wall=wall,
+        workspace=workspace,
     )
     if wall is not None and (written := wall.written(guarded)):  # before inspect: it reads the checkout's .git
         raise AgentOpsError(
@@ -375,6 +379,7 @@ def _run_all(
     git_env: Mapping[str, str] | None = None,
     before_run: Callable[[], None] | None = None,
     wall: Wall | None = None,
+    workspace: Workspace | None = None,
 ) -> Outcome:
     """The pre-flight, then each planned command run or reused, as records (not yet stored); ``before_run`` is
     called once, before the first command that is not reused (a person's verification takes its slot there)."""
@@ -386,43 +391,57 @@ def _run_all(
     outcome = Outcome(commit, tree, environment=environment.to_json())
     total = len(planned)
     task_id = task.id if task is not None else None
-    for index, item in enumerate(planned, start=1):
-        attribution = Attribution(task_id, item.criteria)
-        command = item.command
-        env = scrub_environment(environ, command.env)
-        env_digest = environment_digest(env, environment.to_json())
-        hit = None
-        if not fresh and evidence is not None:
-            hit = evidence.cached(
-                tree,
-                argv_digest=command.argv_digest,
-                policy_hash=policy.config_hash,
-                env_digest=env_digest,
-                accept=accept,
-            )
-        if hit is not None:
-            record = cached_copy(hit, commit=commit, command=command, attribution=attribution, started_at=clock.now())
-        else:
-            if before_run is not None:
-                before_run()
-                before_run = None
+    block = None
+    if workspace is None and policy.workspace.ports:  # a person's verification: a block of ports for its commands
+        from ..workspace.ports import allocate
+
+        block = allocate(policy.workspace.ports, holder=f"verification of {commit[:12]}", environ=environ)
+    workspace_env = workspace.env if workspace else (block.environment() if block else {})
+    workspace_values = workspace.values if workspace else (block.values() if block else {})
+    try:
+        for index, item in enumerate(planned, start=1):
+            attribution = Attribution(task_id, item.criteria)
+            command = item.command
+            env = scrub_environment(environ, command.env)
+            env_digest = environment_digest(env, environment.to_json())
+            hit = None
+            if not fresh and evidence is not None:
+                hit = evidence.cached(
+                    tree,
+                    argv_digest=command.argv_digest,
+                    policy_hash=policy.config_hash,
+                    env_digest=env_digest,
+                    accept=accept,
+                )
+            if hit is not None:
+                record = cached_copy(
+                    hit, commit=commit, command=command, attribution=attribution, started_at=clock.now()
+                )
+            else:
+                if before_run is not None:
+                    before_run()
+                    before_run = None
+                if progress:
+                    progress(f"[{index}/{total}] {command.id}: running {command.description or _shown(command)}")
+                record = _run_one(
+                    item,
+                    cwd=cwd,
+                    env={**env, **(git_env or {}), **workspace_env},  # not in the env digest
+                    values=workspace_values,
+                    subject=Subject(tree, commit, policy.config_hash, env_digest, environment.to_json()),
+                    attribution=attribution,
+                    policy=policy,
+                    clock=clock,
+                    grace=grace,
+                    provenance=provenance,
+                    wall=wall,
+                )
+            outcome.records.append(record)
             if progress:
-                progress(f"[{index}/{total}] {command.id}: running {command.description or _shown(command)}")
-            record = _run_one(
-                item,
-                cwd=cwd,
-                env={**env, **(git_env or {})},
-                subject=Subject(tree, commit, policy.config_hash, env_digest, environment.to_json()),
-                attribution=attribution,
-                policy=policy,
-                clock=clock,
-                grace=grace,
-                provenance=provenance,
-                wall=wall,
-            )
-        outcome.records.append(record)
-        if progress:
-            progress(f"[{index}/{total}] {describe(record)}")
+                progress(f"[{index}/{total}] {describe(record)}")
+    finally:
+        if block is not None:
+            block.release()
     return outcome
 
 
@@ -438,10 +457,13 @@ def _run_one(
     grace: float,
     provenance: Provenance,
     wall: Wall | None = None,
+    values: Mapping[str, str] | None = None,
 ) -> EvidenceRecord:
     command = item.command
     run = wall.run if wall is not None else run_command
-    result = run(command.argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
+    # a workspace's ports are filled in only now: the argv digest (what the evidence is about) is the policy's argv
+    argv = expand(command.argv, values) if values else command.argv
+    result = run(argv, cwd=cwd, env=env, timeout=command.timeout, shell=command.shell, grace=grace, clock=clock)
     tests, parse_error = None, None
     if command.parser != "none":  # "none" counts nothing: the parsers (and their patterns) only for one that does
         from .parsers import parse_counts

@@ -76,6 +76,7 @@ from ..runs.jobs import JobContext
 from ..sandbox.checkout import Wall, scratch_for, wall
 from ..sandbox.plan import choose_mode
 from ..schema import documents
+from ..workspace.live import Workspace
 from .confined_setup import build_bases, slots_dir
 from .core import Outcome, verify_clean
 from .evidence import EvidenceStore
@@ -119,16 +120,29 @@ def prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task |
 
 def _prove(ctx: JobContext, store: Store, *, slot: str, commit: str, task: Task | None) -> Outcome:
     checkout = slot_checkout(ctx, store, slot)
+    workspaces = ctx.workspaces if ctx.workspaces is not None and not ctx.workspaces.empty else None
+    name = f"verify-{slot}"  # ports and services of its own: never the worker's, which the agent can reach
     try:
-        return _prove_in(ctx, store, checkout, slot=slot, commit=commit, task=task)
+        workspace = workspaces.acquire(name, worker_id=slot) if workspaces is not None else None
+        return _prove_in(ctx, store, checkout, slot=slot, commit=commit, task=task, workspace=workspace)
     except AgentOpsError as error:
         if isinstance(error, CheckoutChanged) and "written" in error.details:
             checkout.wipe()  # its own repository was written: the next proof starts from nothing
         raise
+    finally:
+        if workspaces is not None:
+            workspaces.release(name)
 
 
 def _prove_in(
-    ctx: JobContext, store: Store, checkout: CleanCheckout, *, slot: str, commit: str, task: Task | None
+    ctx: JobContext,
+    store: Store,
+    checkout: CleanCheckout,
+    *,
+    slot: str,
+    commit: str,
+    task: Task | None,
+    workspace: Workspace | None = None,
 ) -> Outcome:
     tree = str(store.resolve_commit(commit).tree_id)
     record = _setup_record(checkout)
@@ -157,7 +171,13 @@ def _prove_in(
         )
         guarded = wall.snapshot()
         run_setup_steps(
-            checkout.root, ctx.policy.setup, environ=ctx.environ, clock=ctx.clock, extra_env=git_env, wall=wall
+            checkout.root,
+            ctx.policy.setup,
+            environ=ctx.environ,
+            clock=ctx.clock,
+            extra_env=git_env,
+            wall=wall,
+            workspace=workspace,
         )
         if written := wall.written(guarded):  # before inspect, which reads the checkout's .git
             raise AgentOpsError(
@@ -185,6 +205,7 @@ def _prove_in(
             )
         checkout.kept = tuple(collapse(drift.extra, _tracked_dirs(checkout, commit)))
         ctx.log(f"set up the verification checkout {slot} ({len(checkout.kept)} path(s) made by setup kept)")
+    _include(ctx, store, checkout)
     kept_before = kept_state(checkout) if key is not None else ""
     if key is not None:  # saved below only if the commands left it whole: a crash before or during them leaves none
         _forget_setup(checkout)
@@ -199,6 +220,7 @@ def _prove_in(
         clock=ctx.clock,
         task=task,
         wall=confinement(ctx, store, checkout, slot, setup=False),
+        workspace=workspace,
     )
     if key is not None:
         if kept_state(checkout) == kept_before:
@@ -206,6 +228,15 @@ def _prove_in(
         else:
             ctx.log(f"the commands changed what setup made in the verification checkout {slot}: it is made again")
     return outcome
+
+
+def _include(ctx: JobContext, store: Store, checkout: CleanCheckout) -> None:
+    """The person's local files, where ``[worktree] include_in_verify`` says the commands need them too."""
+    spec = ctx.policy.workspace
+    if spec.include and spec.include_in_verify and store.workdir is not None:
+        from ..workspace.localfiles import copy_into, sources
+
+        copy_into(sources(store, store.workdir, spec.include), checkout.root)
 
 
 def kept_state(checkout: CleanCheckout) -> str:

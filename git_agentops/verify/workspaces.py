@@ -41,11 +41,13 @@ from ..gitstore.refs import read_ref, update_ref
 from ..gitstore.repo import Store
 from ..gitstore.worktree import add_worktree, detach_head, head_of
 from ..model.policy import CommandSpec, Policy
+from ..model.workspace import expand
 from ..process.command import run_command, scrub_environment
 from .confined_setup import build_bases, setup_wall
 
 if TYPE_CHECKING:
     from ..sandbox.checkout import Wall
+    from ..workspace.live import Workspace
 
 RECORD: Final = "agentops/worktree.json"
 SAFE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -140,6 +142,7 @@ def ensure_setup(
     clock: Clock,
     last_user_resume: float | None,
     log: Callable[[str], None] | None = None,
+    workspace: Workspace | None = None,
 ) -> str:
     """Run the policy's setup steps once in this worktree, confined (:func:`setup_wall`). Returns "none", "done"
     or "ran".
@@ -175,7 +178,7 @@ def ensure_setup(
         path, steps, common_dir=store.common_dir, confined=confined, environ=environ, extra_env={}, clock=clock, log=say
     )
     guarded = confined.snapshot()
-    run_setup_steps(path, steps, environ=environ, clock=clock, wall=confined)
+    run_setup_steps(path, steps, environ=environ, clock=clock, wall=confined, workspace=workspace)
     if written := confined.written(guarded):
         raise AgentOpsError(
             "RUN_SETUP_FAILED",
@@ -195,15 +198,19 @@ def run_setup_steps(
     clock: Clock,
     extra_env: Mapping[str, str] | None = None,
     wall: Wall | None = None,
+    workspace: Workspace | None = None,
 ) -> None:
     """Run each setup step in ``path``, in order -- under ``wall`` when given (a supervisor's clean checkout:
-    :mod:`git_agentops.sandbox.checkout`); ``RUN_SETUP_FAILED`` naming the first that failed."""
+    :mod:`git_agentops.sandbox.checkout`); ``RUN_SETUP_FAILED`` naming the first that failed. A ``workspace`` fills
+    ``{port}`` and the other workspace placeholders in each argv and adds its variables (``AGENTOPS_PORT``...)."""
+    values = workspace.values if workspace is not None else {}
     for index, step in enumerate(steps):
-        env = {**scrub_environment(environ, step.env), **(extra_env or {})}
+        env = {**scrub_environment(environ, step.env), **(extra_env or {}), **(workspace.env if workspace else {})}
+        argv = expand(step.argv, values) if values else step.argv
         if wall is not None:
-            result = wall.run(step.argv, cwd=path, env=env, timeout=step.timeout, shell=step.shell, clock=clock)
+            result = wall.run(argv, cwd=path, env=env, timeout=step.timeout, shell=step.shell, clock=clock)
         else:
-            result = run_command(step.argv, cwd=path, env=env, timeout=step.timeout, shell=step.shell, clock=clock)
+            result = run_command(argv, cwd=path, env=env, timeout=step.timeout, shell=step.shell, clock=clock)
         if not result.ok:
             why = "timed out" if result.timed_out else (result.spawn_error or f"exited {result.exit_code}")
             tail = result.tail.decode(errors="replace")[-1500:]
