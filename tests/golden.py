@@ -59,6 +59,8 @@ TIME_KEYS: Final = frozenset({"at", "time", "since", "lastUserResume", "heartbea
 DURATION_KEYS: Final = frozenset({"durationMs", "usedSeconds", "seconds", "elapsed", "elapsedMs", "wallSeconds"})
 """JSON keys whose values are measured durations."""
 PROCESS_KEYS: Final = frozenset({"pid", "pgid", "startTicks", "bootId", "startTime"})
+MEASURED_KEYS: Final = frozenset({"diskBytes"})
+"""JSON keys of sizes measured on this machine's filesystem (a workspace's new blocks)."""
 """JSON keys of a process's identity (a ``process`` object of a worker record)."""
 SECRET_KEYS: Final = frozenset({"mac", "sig"})
 """JSON keys holding a MAC or a signature made with a key created for this repository (random each time)."""
@@ -183,7 +185,7 @@ class Namer:
                 return "<time>"
             if key in DURATION_KEYS:
                 return "<duration>"
-            if key in PROCESS_KEYS:
+            if key in PROCESS_KEYS or key in MEASURED_KEYS:
                 return f"<{key}>"
             return value
         if isinstance(value, str):

@@ -354,7 +354,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:1>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures: []
     generation: 1
     host: "scripted"
@@ -374,7 +374,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:2>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures:
       -
         at: "<time>"
@@ -402,7 +402,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:3>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures: []
     generation: 1
     host: "scripted"
@@ -1303,7 +1303,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:1>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures:
       -
         at: "<time>"
@@ -2040,7 +2040,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:1>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures: []
     generation: 2
     host: "scripted"
@@ -2060,7 +2060,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:2>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures: []
     generation: 1
     host: "scripted"
@@ -2989,7 +2989,7 @@ state:
     blockedReason: null
     branch: "refs/heads/agentops/<run>/<worker:1>"
     diagnostic: null
-    extra: {}
+    extra: {"workspace":{"diskBytes":"<diskBytes>","seconds":"<duration>"}}
     failures: []
     generation: 1
     host: "scripted"

@@ -10,6 +10,7 @@ from ..errors import AgentOpsError
 from ..model.statusdoc import BudgetDoc, StatusDoc, TaskRowDoc
 from ..model.task import TaskStatus
 from ..model.usage import Usage
+from ..model.workspace import WorkspaceCost
 from .common import Context
 
 
@@ -105,6 +106,8 @@ def show_status(args: argparse.Namespace, ctx: Context) -> int:
             f"{w['workerId']:<18}{w['role']:<13}{w['status']:<13}{w['generation']:>4}  "
             f"{shown:>9} {cost:>8}  {w.get('sandbox') or '-':<10}{w['taskId'] or '-'}"
         )
+        if (workspace := w.get("workspace")) is not None:  # what making its workspace cost, its ports and services
+            lines.append(f"{'':<18}workspace: {WorkspaceCost.from_json(workspace).describe()}")
     lines += ["", f"{'TASK':<42}{'STATUS':<11}{'DELIVERY':<14}TITLE"]
     for task in doc["tasks"]:
         lines.append(f"{task['taskId']:<42}{task['status']:<11}{(task['delivery'] or '-')[:12]:<14}{task['title']}")

@@ -34,6 +34,7 @@ from .status import RunStatus as RunStatus  # noqa: PLC0414 -- re-exported: the 
 from .status import WorkerStatus as WorkerStatus  # noqa: PLC0414
 from .task import Task, TaskStatus, task_contract_hash
 from .usage import Accounted, ReviewerUsage, Reviews, Usage, total_usage
+from .workspace import WorkspaceCost
 
 STORM_STARTS: Final = 3
 STORM_WINDOW: Final = 300.0
@@ -352,6 +353,8 @@ class Worker:
     resumed: str | None = on_disk("resumed", absent=None)  # the host session its current generation resumed
     # the generation a supervisor restart stopped, until the next one starts
     interrupted: Interruption | None = on_disk("interrupted", absent=None, decode=Interruption.from_json)
+    # what making its workspace cost (model.workspace): set when it is provisioned
+    workspace: WorkspaceCost | None = on_disk("workspace", absent=None, decode=WorkspaceCost.from_json)
     session: str | None = None  # the host's session id of its latest generation, for resuming it
     usage: tuple[Usage, ...] = ()
     woken_for: tuple[str, ...] = ()  # the events an idle coordinator was already woken for

@@ -41,6 +41,7 @@ class WorkerRowDoc(TypedDict):
     session: str | None
     usage: list[JsonObject]
     sandbox: str | None
+    workspace: JsonObject | None  # WorkspaceCost: what making its workspace cost
 
 
 class TaskRowDoc(TypedDict):

@@ -28,11 +28,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .jsonform import JsonRecord, on_disk
+
 MAX_PORTS: Final = 64
 DEFAULT_READY_TIMEOUT: Final = 60.0
 DEFAULT_STOP_TIMEOUT: Final = 10.0
 
-PLACEHOLDER: Final = re.compile(r"\{(port(?::[0-9]{1,2})?|worker|workspace|run|data|service_port)\}")
+PLACEHOLDER: Final = re.compile(
+    r"\{(port(?::[0-9]{1,2})?|worker|workspace|run|data|service_port|[a-z][a-z0-9-]{0,63}_port)\}"
+)
 """The placeholders a workspace fills in setup, verify and service argv (:func:`expand`)."""
 
 
@@ -125,3 +129,22 @@ def expand(argv: Argv | str, values: Mapping[str, str]) -> Argv | str:
         return PLACEHOLDER.sub(one, text)
 
     return fill(argv, True) if isinstance(argv, str) else tuple(fill(a, False) for a in argv)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceCost(JsonRecord):
+    """What making a worker's workspace cost and what it holds (the worker's ``extra.workspace``): shown by
+    ``run status`` and the report, so a slow or heavy setup is seen where it happens."""
+
+    seconds: float = on_disk("seconds")  # worktree, setup, ports and services, wall time
+    disk_bytes: int = on_disk("diskBytes")  # new blocks on disk: the worktree and its admin dir, links counted once
+    ports: tuple[int, ...] = on_disk("ports", absent=())
+    services: tuple[str, ...] = on_disk("services", absent=())  # "db:20004"
+
+    def describe(self) -> str:
+        """``4.2s, 91 MB, ports 20010-20011, db on 20012``."""
+        parts = [f"{self.seconds:.1f}s", f"{self.disk_bytes / 1e6:.0f} MB"]
+        if self.ports:
+            parts.append(f"ports {self.ports[0]}" + (f"-{self.ports[-1]}" if len(self.ports) > 1 else ""))
+        parts += [s.replace(":", " on ", 1) for s in self.services]
+        return ", ".join(parts)

@@ -138,6 +138,23 @@ def markdown(facts: Report) -> str:
             ]
         )
     lines += _table(["task", "title", "status", "depends on", "delivery"], rows)
+    made = [w for w in facts.workers if w.workspace is not None]
+    if made:  # what each workspace cost: a slow or heavy setup is seen where it happens
+        lines += ["", "## Workspaces", ""]
+        lines += _table(
+            ["worker", "task", "ready in", "disk", "ports and services"],
+            [
+                [
+                    f"`{w.worker_id}`",
+                    f"`{w.task_id}`" if w.task_id else "-",
+                    f"{w.workspace.seconds:.1f}s",
+                    f"{w.workspace.disk_bytes / 1e6:.0f} MB",
+                    ", ".join(w.workspace.describe().split(", ")[2:]) or "-",
+                ]
+                for w in made
+                if w.workspace is not None
+            ],
+        )
     lines += _policy_changes(facts.transitions)
     lines += ["", "## Timeline", ""]
     header = ["generation", "role", "task", "started", "ended", "outcome", "code", "handoffs", "evidence", "usage"]

@@ -239,6 +239,7 @@ def summary(store: Store, run_id: str, clock: Clock) -> StatusDoc:
                 "session": w.session,
                 "usage": [u.to_json() for u in w.usage],
                 "sandbox": w.sandbox,
+                "workspace": w.workspace.to_json() if w.workspace is not None else None,
             }
             for w in sorted(view.workers(), key=lambda w: (w.role is not Role.COORDINATOR, w.worker_id))
         ],

@@ -16,11 +16,13 @@ provisioning job submitted (:mod:`.effects`) -- and the loop carries that out.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError
+from ..gitstore.checkout import admin_dir
 from ..gitstore.journal import Change, Event
 from ..gitstore.refs import read_ref
 from ..gitstore.repo import Store
@@ -28,11 +30,13 @@ from ..integrate.merge import merge_chain
 from ..integrate.repair import start_merge
 from ..model.run import Role, Worker, WorkerStatus
 from ..model.task import Repair, TaskStatus, delivered
+from ..model.workspace import WorkspaceCost
 from ..runs import state as runstate
 from ..runs import tasks as taskbook
 from ..runs.jobs import Block, JobContext, Provisioned
 from ..verify.workspaces import Placement, ensure_setup, ensure_worktree, mirror_branch, placement
 from ..workspace import localfiles
+from ..workspace.cost import disk_bytes
 from .effects import ChangeState, Effect, Submit
 from .ports import Snapshot
 
@@ -146,6 +150,7 @@ def _provision_job(ctx: JobContext, job: Provision, store: Store) -> Provisioned
 
 def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Block:
     """Job: branch, merge dependencies, create the worktree, run setup (see the module docstring)."""
+    began = time.monotonic()
     if job.repair is not None:
         start: str | None = job.repair.onto
     else:
@@ -199,9 +204,18 @@ def provision(ctx: JobContext, store: Store, job: Provision) -> Provisioned | Bl
     except AgentOpsError as exc:
         return Block(exc.code, exc.message)
 
+    admin = admin_dir(job.where.path)
+    cost = WorkspaceCost(
+        seconds=round(time.monotonic() - began, 2),
+        disk_bytes=disk_bytes(job.where.path, *([admin] if admin is not None else [])),
+        ports=held.block.ports if held is not None and held.block is not None else (),
+        services=held.services() if held is not None else (),
+    )
+    ctx.log(f"{job.worker_id}: workspace ready ({cost.describe()})")
+
     def ready(change: Change, view: runstate.RunView) -> None:
         worker = view.worker(job.worker_id)
-        runstate.put_worker(change, replace(worker, base=head, provisioning=False))
+        runstate.put_worker(change, replace(worker, base=head, provisioning=False, workspace=cost))
 
     runstate.mutate(
         runstate.journal(store, ctx.run_id),

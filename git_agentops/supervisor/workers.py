@@ -243,6 +243,9 @@ class Workers:
 
         if (transition := self.pending()) is not None:
             raise AgentOpsError("RUN_POLICY_TRANSITION_PENDING", f"{transition} is pending; no generation starts")
+        held = None  # ports and services: the provisioning's, or new after a restart; before a generation is issued
+        if (workspaces := self.binding().ctx.workspaces) is not None and not workspaces.empty:
+            held = workspaces.acquire(worker_id)
 
         def next_generation(change: Change, view: runstate.RunView) -> Worker:
             run = view.run()
@@ -301,8 +304,7 @@ class Workers:
         )
         text = instructions.resume_prompt(doc) if session else instructions.prompt(doc)
         mailbox.write_prompt(worktree, text)
-        if (workspaces := self.binding().ctx.workspaces) is not None and not workspaces.empty:
-            held = workspaces.acquire(worker_id)  # ports and services: the provisioning's, or new after a restart
+        if held is not None:
             launch = replace(launch, workspace_env=held.env)
         sandbox = self.confine.sandbox(worker, spec, launch.recipe)
         proc, identity = start(

@@ -43,6 +43,10 @@ class Workspace:
     instances: list[tuple[ServiceSpec, services.Instance]] = field(default_factory=list)
     attached: list[tuple[ServiceSpec, services.Instance]] = field(default_factory=list)
 
+    def services(self) -> tuple[str, ...]:
+        """``name:port`` of each service it reaches, its own instances and the run's it attached to."""
+        return tuple(f"{spec.name}:{self.env[spec.variable]}" for spec, _ in (*self.instances, *self.attached))
+
     def describe(self) -> str:
         parts = []
         if self.block is not None:

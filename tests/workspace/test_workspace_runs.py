@@ -93,6 +93,9 @@ def test_invariant_16_workers_in_4_concurrent_runs_each_reach_their_own_server(t
     for repo, run_id in runs:
         doc = wait_for(repo, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=600)
         assert doc["status"] == "complete", json.dumps(doc, indent=1)
+        children = [w for w in doc["workers"] if w["role"] == "child"]
+        assert all(len(w["workspace"]["ports"]) == 2 and w["workspace"]["seconds"] > 0 for w in children), children
+        assert all(w["workspace"]["diskBytes"] > 0 for w in children)
         for name in names:  # the agent's own test reached its own server, on its block's first port
             port, network = git(repo, "show", f"main:served/{name}.txt").split()
             assert network == os.readlink("/proc/self/ns/net")  # in the machine's network, beside the others
@@ -157,3 +160,14 @@ def test_env_local_is_in_every_worktree_and_refused_in_a_delivery(tmp_path: Path
         assert (worktree / ".env.local").stat().st_mode & 0o777 == 0o600
     stop(repo, run_id)
     assert "DATABASE_URL" not in git(repo, "log", "--all", "-p", "--", "main")
+
+
+def test_no_free_ports_left_blocks_the_worker_before_its_agent_starts(tmp_path: Path) -> None:
+    narrow = {"AGENTOPS_PORTS_DIR": str(tmp_path / "port-locks"), "AGENTOPS_PORT_RANGE": "30500-30502"}
+    repo = _project(tmp_path, PORTS_POLICY)
+    with ports.allocate(2, holder="someone else", environ=narrow):  # 30500-30501 taken: no block of 2 is left
+        run_id = start(repo, recipe(tmp_path, child("a", "Part A", [_served("a")]), finalize=True), env=narrow)
+        doc = wait_for(repo, run_id, lambda d: any(w["status"] == "blocked" for w in d["workers"]), timeout=120)
+    blocked = [w for w in doc["workers"] if w["status"] == "blocked"]
+    assert all("WORKSPACE_NO_PORTS" in w["blockedReason"] and w["generation"] == 0 for w in blocked), blocked
+    stop(repo, run_id)
