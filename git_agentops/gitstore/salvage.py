@@ -26,7 +26,6 @@ work appears exactly as the agent left it, uncommitted, byte for byte.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -42,6 +41,7 @@ from .refnames import RefConflict
 from .refs import list_refs, read_ref, update_ref
 from .repo import Store
 from .safegit import run_git
+from .worktree import head_in
 
 SHOWN: Final = 40
 """Paths listed in a salvage commit's message (the tree holds them all)."""
@@ -95,24 +95,6 @@ def _git(store: Store, admin: Path, worktree: Path, index: Path, *args: str) -> 
             "GIT_FAILED", f"git {args[0]} in {worktree} failed: {done.stderr.decode(errors='replace').strip()[-500:]}"
         )
     return done.stdout
-
-
-def _admin_head(store: Store, admin: Path) -> str | None:
-    """The commit the admin dir's HEAD names (detached, or through a branch), moved out of the quarantine."""
-    try:
-        text = (admin / "HEAD").read_text("ascii", errors="replace").strip()
-    except OSError:
-        return None
-    if text.startswith("ref: "):
-        reference = store.repo.references.get(text[5:].strip())
-        text = str(reference.resolve().target) if reference is not None else ""
-    if not text:
-        return None
-    if not store.has_object(text):
-        with contextlib.suppress(AgentOpsError):
-            ingest(store, admin, text)
-    obj = store.repo.get(text) if store.has_object(text) else None
-    return text if isinstance(obj, pygit2.Commit) else None
 
 
 def _tree_of(store: Store, commit: str) -> str | None:
@@ -170,7 +152,7 @@ def save(
     admin = store.common_dir / "worktrees" / admin_name
     if not worktree.is_dir() or worktree.is_symlink() or not admin.is_dir() or admin.is_symlink():
         return None
-    head = _admin_head(store, admin)
+    head = head_in(store, admin)
     store.private_dir().mkdir(mode=0o700, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="salvage-", dir=store.private_dir()))
     try:

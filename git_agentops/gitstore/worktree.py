@@ -56,8 +56,12 @@ def head_of(store: Store, path: Path) -> str | None:
     quarantine is first moved into the shared store, re-hashed (:func:`~git_agentops.gitstore.quarantine.ingest`):
     whatever reads a worker's HEAD through here may then read it from the store."""
     admin = admin_dir(path)
-    if admin is None:
-        return None
+    return head_in(store, admin) if admin is not None else None
+
+
+def head_in(store: Store, admin: Path) -> str | None:
+    """:func:`head_of` the worktree whose admin dir is ``admin`` (found by its name: the worktree's ``.git`` file
+    is the agent's to edit)."""
     try:
         text = (admin / "HEAD").read_text("ascii", errors="replace").strip()
     except OSError:
