@@ -135,16 +135,24 @@ def test_invariant_kill_9_of_every_supervisor_frees_every_block_and_resume_finis
 INCLUDE_POLICY = """
 [worktree]
 include = [".env.local"]
+include_in_verify = true
+
+[[verify.commands]]
+id = "env"
+argv = ["grep", "-q", "DATABASE_URL", ".env.local"]  # the tests read it: the verification checkout has it too
 """
 
 
-def test_env_local_is_in_every_worktree_and_refused_in_a_delivery(tmp_path: Path) -> None:
+def test_env_local_is_in_every_worktree_and_verification_and_refused_in_a_delivery(tmp_path: Path) -> None:
     repo = _project(tmp_path, INCLUDE_POLICY)
+    commit_files(repo, {".gitignore": "__pycache__/\n.env.local\n"}, "ignore the local env")
     (repo / ".env.local").write_text("DATABASE_URL=postgres://local/dev\n")
     (repo / ".env.local").chmod(0o600)
-    checks = [{"run": ["sh", "-c", "cp .env.local src/seen-env.txt"], "timeout": 30}]
-    tasks = child("a", "Part A", [[*checks, commit_step("a"), HANDOFF]]) + child(
-        "b", "Part B", [[*checks, write_step("src/b.txt", "b\n"), "{ sleep = 600 }"]]
+    forced = {"run": ["git", "add", "-f", ".env.local"], "timeout": 30}  # past .gitignore, on purpose
+    tasks = (
+        child("a", "Part A", [[forced, write_step("src/a.txt", "a\n"), commit_step("a"), HANDOFF]])
+        + child("c", "Part C", [[write_step("src/c.txt", "c\n"), commit_step("c"), HANDOFF]])
+        + child("b", "Part B", [[write_step("src/b.txt", "b\n"), "{ sleep = 600 }"]])
     )
     run_id = start(repo, recipe(tmp_path, tasks, finalize=True))
     deadline = time.monotonic() + 180
@@ -152,14 +160,16 @@ def test_env_local_is_in_every_worktree_and_refused_in_a_delivery(tmp_path: Path
         assert time.monotonic() < deadline, "the delivery that commits .env.local must be refused"
         time.sleep(0.5)
     assert ".env.local" in json.dumps(refused)
-    doc = wait_for(repo, run_id, lambda d: sum(w["role"] == "child" for w in d["workers"]) == 2, timeout=120)
+    doc = wait_for(
+        repo, run_id, lambda d: any(t["title"] == "Part C" and t["delivery"] for t in d["tasks"]), timeout=180
+    )
     worktrees = [Path(w["worktree"]) for w in doc["workers"]]
-    assert len(worktrees) == 3  # the coordinator's too
+    assert len(worktrees) == 4  # the coordinator's too
     for worktree in worktrees:
         assert (worktree / ".env.local").read_text() == "DATABASE_URL=postgres://local/dev\n"
         assert (worktree / ".env.local").stat().st_mode & 0o777 == 0o600
     stop(repo, run_id)
-    assert "DATABASE_URL" not in git(repo, "log", "--all", "-p", "--", "main")
+    assert "postgres://local/dev" not in git(repo, "log", "-p", "main")
 
 
 def test_no_free_ports_left_blocks_the_worker_before_its_agent_starts(tmp_path: Path) -> None:
