@@ -194,6 +194,7 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "SERVICE_NOT_READY": _c(EXIT_REFUSED, "a workspace's service did not become ready in its ready_timeout"),
     "SERVICE_EXITED": _c(EXIT_REFUSED, "a workspace's service exited before it was ready"),
     "SERVICE_FAILED": _c(EXIT_REFUSED, "a workspace service's init, attach, detach or stop command failed"),
+    "NOTIFY_CONFIG_INVALID": _c(EXIT_USAGE, "the [notify] table of the person's configuration is wrong"),
     "SALVAGE_EXISTS": _c(EXIT_REFUSED, "a salvage ref of that worker and generation already holds other work"),
     "SALVAGE_NOT_FOUND": _c(EXIT_NEGATIVE, "no salvage ref of that run, worker and generation"),
     "SALVAGE_RESTORE_REFUSED": _c(EXIT_REFUSED, "restoring salvage would overwrite files that differ"),

@@ -64,6 +64,8 @@ from ..model.run import (
     is_restart_storm,
     open_interval,
 )
+from ..notify.config import load_notify
+from ..notify.deliver import Notifier
 from ..policy.trust import Verdict, require_trusted
 from ..protocol import mailbox
 from ..runs import state as runstate
@@ -316,6 +318,7 @@ class Supervisor:
         if stopped := self.workspaces.recover():
             self.log(f"stopped {stopped} service instance(s) an earlier supervisor of {self.run_id} left running")
         self._startup()
+        notifier = self._notifier()
         try:
             return self._loop()
         except StateTampered as exc:
@@ -330,6 +333,8 @@ class Supervisor:
                     requests.flush_refusals(self, force=True)  # no coalesced count is lost on a clean stop
                 self._close_budget()
                 tenure.release(self)
+            if notifier is not None:
+                notifier.stop()  # after the last state is written: its notification goes out too
 
     def _startup(self) -> None:
         now = self.clock.now()
@@ -370,6 +375,23 @@ class Supervisor:
         if self._resume_integration():
             self.log("resuming an interrupted integration")
         self.state.refresh()
+
+    def _notifier(self) -> Notifier | None:
+        """The person's notifications for this run, delivered in a thread of their own (``[notify]`` of their
+        configuration, :mod:`git_agentops.notify`); None when they asked for none. A configuration that cannot be
+        read is said in the log and notifies nothing: it never stops the run."""
+        try:
+            config = load_notify(self.environ)
+        except AgentOpsError as exc:
+            self.log(f"notifications are off: {exc.code}: {exc.message}")
+            return None
+        if not config.commands:
+            return None
+        notifier = Notifier(
+            self.store, self.run_id, config, run_dir=self.dir, environ=self.environ, clock=self.clock, log=self.log
+        )
+        notifier.start()
+        return notifier
 
     def stop_unsupervised(self, why: str) -> list[Stopped] | None:
         """Without serving the run, stop what a dead supervisor left (``WORKER_LEFTOVER_STOPPED``), holding the run's
