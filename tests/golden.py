@@ -732,6 +732,10 @@ def _deliveries_frozen(repository: pygit2.Repository, journal: _Journal) -> None
                 )
 
 
+def _within(worktree: str, repo: Path) -> bool:
+    return Path(worktree).resolve().is_relative_to(Path(repo).resolve())
+
+
 def _mailbox_response(worktree: str) -> dict[str, Any] | None:
     """A worker's ``response.json`` when it is a regular file that parses (a test may have put anything there)."""
     path = Path(worktree) / ".agentops" / "mailbox" / "response.json"
@@ -823,7 +827,9 @@ def check_invariants(repo: Path) -> None:
         if ref.startswith("refs/agentops/runs/") and ref.endswith("/state") and ref.count("/") == 4:
             for _path, blob in _under(repository, repository[tip].peel(pygit2.Tree), "workers"):
                 doc = _json(blob)
-                if isinstance(doc, dict) and isinstance(doc.get("worktree"), str):
+                # only this clone's own workers: a run fetched from another machine's clone names that clone's
+                # worktrees (the same filesystem in a test), whose mailboxes are newer than the copy of its state here
+                if isinstance(doc, dict) and isinstance(doc.get("worktree"), str) and _within(doc["worktree"], repo):
                     found = _mailbox_response(doc["worktree"])
                     if found is not None:
                         responses.setdefault(ref, {})[str(doc["workerId"])] = found

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,7 +208,17 @@ class Workspaces:
         block = self._blocks.pop(id(instance), None)
         if block is not None:
             block.release()
-        shutil.rmtree(instance.data_dir, ignore_errors=True)  # the workspace's database is gone with it
+        self._remove(instance.data_dir)  # the workspace's database is gone with it
+
+    def _remove(self, data: Path) -> None:
+        """Delete a stopped instance's data; tried again for a few seconds, as a server's last children may still
+        be writing there while they exit (a directory not empty yet)."""
+        for _attempt in range(50):
+            shutil.rmtree(data, ignore_errors=True)
+            if not data.exists():
+                return
+            time.sleep(0.1)
+        self.log(f"could not delete {data}: something still writes there")
 
     def release_all(self) -> None:
         """Release every workspace, then stop the run-scoped services (the supervisor is leaving)."""

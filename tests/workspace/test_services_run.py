@@ -17,7 +17,7 @@ import pytest
 
 from ..conftest import commit_files, git
 from ..helpers import HANDOFF, Part, child, commit_step
-from ..runkit import command, project, recipe, start, wait_for, wait_supervisor_gone
+from ..runkit import command, project, recipe, start, supervisor_log, wait_for, wait_supervisor_gone
 from .test_services import as_postgres, pg_tool
 
 PSQL_CHECK = """\
@@ -109,7 +109,8 @@ def test_invariant_each_workspace_has_its_own_database_and_none_is_left_after_th
     ports = [git(repo, "show", f"main:{name}.db").split() for name in ("a", "b")]
     assert [p[1] for p in ports] == ["42", "42"] and ports[0][0] != ports[1][0]  # each agent: a server of its own
     state = repo / ".git" / "agentops" / "workspaces" / run_id
-    assert not list(state.glob("**/data")), "a workspace's database outlived the run"
+    left = list(state.glob("**/data"))
+    assert not left, f"a workspace's database outlived the run: {left}\n{supervisor_log(repo, run_id)}"
     assert not list(state.glob("**/records/*")), "a service instance is still recorded"
     assert _postgres_processes(repo) == []
 
