@@ -10,8 +10,10 @@ generation. The user's controls over a run afterwards are in :mod:`.controls`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +34,8 @@ from ..model.task import contract_hash
 from ..policy.trust import Verdict, require_trusted
 from ..verify.workspaces import ensure_setup, ensure_worktree, placement
 from ..workspace import localfiles
+from ..workspace.live import Workspace
+from ..workspace.ports import allocate
 from . import state as runstate
 
 
@@ -196,8 +200,23 @@ def create_run(
         add_excludes(exclude, [worktree_excludes])
     if ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock):
         localfiles.copy_into(includes, where.path)
-    ensure_setup(store, where.path, policy, environ=environ, clock=clock, last_user_resume=None)
+    with _setup_workspace(policy, run_id, environ) as workspace:  # {port} in a setup step means something here too
+        ensure_setup(
+            store, where.path, policy, environ=environ, clock=clock, last_user_resume=None, workspace=workspace
+        )
     return run_id
+
+
+@contextlib.contextmanager
+def _setup_workspace(policy: Policy, run_id: str, environ: Mapping[str, str]) -> Iterator[Workspace | None]:
+    """Ports for the coordinator's setup steps, held while they run (its supervisor gives it its workspace when it
+    starts it; services are started there, not here)."""
+    if not policy.workspace.ports:
+        yield None
+        return
+    with allocate(policy.workspace.ports, holder=f"run {run_id} coordinator setup", environ=environ) as block:
+        values = {"workspace": "coordinator", "worker": "coordinator", "run": run_id, **block.values()}
+        yield Workspace("coordinator", block, values, {"AGENTOPS_WORKSPACE": "coordinator", **block.environment()})
 
 
 def target_warnings(store: Store, target: str, remote: str | None = None) -> list[tuple[str, str]]:

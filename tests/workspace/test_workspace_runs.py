@@ -181,3 +181,25 @@ def test_no_free_ports_left_blocks_the_worker_before_its_agent_starts(tmp_path: 
     blocked = [w for w in doc["workers"] if w["status"] == "blocked"]
     assert all("WORKSPACE_NO_PORTS" in w["blockedReason"] and w["generation"] == 0 for w in blocked), blocked
     stop(repo, run_id)
+
+
+def test_setup_steps_get_the_workspace_s_port_in_every_worktree(tmp_path: Path) -> None:
+    setup = """
+[worktree]
+ports = 1
+
+[[worktree.setup]]
+argv = ["sh", "-c", "echo \\"{port} $AGENTOPS_PORT\\" > .setup-port"]
+"""
+    repo = _project(tmp_path, setup)
+    commit_files(repo, {".gitignore": "__pycache__/\n.setup-port\n"}, "ignore what setup makes")
+    tasks = child("a", "Part A", [[write_step("src/a.txt", "a\n"), "{ sleep = 600 }"]])
+    run_id = start(repo, recipe(tmp_path, tasks, finalize=True))
+    doc = wait_for(repo, run_id, lambda d: any(w["status"] == "running" for w in d["workers"] if w["role"] == "child"))
+    ports = []
+    for worker in doc["workers"]:  # the coordinator's (set up when the run was created) and the child's
+        placeholder, variable = (Path(worker["worktree"]) / ".setup-port").read_text().split()
+        assert placeholder == variable and 20000 <= int(placeholder) <= 29999, (placeholder, variable)
+        ports.append(int(placeholder))
+    assert len(ports) == 2
+    stop(repo, run_id)
