@@ -5,7 +5,8 @@
                            with --detach elsewhere); --take-over fetches it from the remote and serves it on this
                            machine once the other machine's lease has expired (RUN_LEASE_HELD names the holder)
     status [RUN]           run status, budget, workers and tasks (the newest run by default)
-    list                   every run in this repository
+    list [--all] [--remote NAME]   every run in this repository; --all: a board -- status, what each waits for,
+                           active time, tokens, age; --remote: the remote's runs too (fetched read-only)
     log [RUN]              the run's events, oldest first, with why under a failure (the newest run by default)
     pause RUN | stop RUN   ask the supervisor to stop the writers (stop also fences the run)
     resume RUN [--add-budget AMOUNT]... [--no-supervise]   AMOUNT: 30m, $2.50 or 50k tokens
@@ -74,7 +75,9 @@ def build_parser() -> Parser:
     supervise.add_argument("--progress", action="store_true", help=PROGRESS_HELP)
     status = add("status", "show a run")
     status.add_argument("run_id", metavar="RUN", nargs="?")
-    add("list", "list the runs of this repository")
+    listing = add("list", "list the runs of this repository (--all: a board of them; --remote: the remote's too)")
+    listing.add_argument("--all", action="store_true", help="what each waits for, its spend and its age")
+    listing.add_argument("--remote", metavar="NAME", help="also the runs on this remote (fetched, read only)")
     log = add("log", "show a run's events, oldest first")
     log.add_argument("run_id", metavar="RUN", nargs="?", help="the run (default: the newest)")
     log.add_argument("--limit", type=int, default=0, help="only the newest N events")

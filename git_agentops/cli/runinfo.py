@@ -171,6 +171,9 @@ def _blocked_note(task: TaskRowDoc, doc: StatusDoc) -> str:
 def list_runs(args: argparse.Namespace, ctx: Context) -> int:
     from ..runs import state as runstate
 
+    if args.all or args.remote:
+        return _board(args, ctx)
+
     docs: list[RunLine] = []
     for run_id in runstate.list_runs(ctx.store()):
         try:
@@ -181,6 +184,36 @@ def list_runs(args: argparse.Namespace, ctx: Context) -> int:
     docs.sort(key=lambda d: d["createdAt"])
     ctx.emit({"runs": docs}, [f"{d['runId']:<26}{d['status']:<16}{d['goal'][:80]}" for d in docs] or ["no runs"])
     return 0
+
+
+def _board(args: argparse.Namespace, ctx: Context) -> int:
+    """``list --all [--remote NAME]``: every run, here and on the remote -- what each waits for, its spend, its age."""
+    from ..runs import board
+
+    store = ctx.store()
+    rows = board.here(store, ctx.clock)
+    if args.remote:
+        rows += board.remote(store, args.remote, ctx.clock, known={r.run_id for r in rows})
+    rows.sort(key=lambda r: r.created_at)
+    now = ctx.clock.now()
+    header = f"{'RUN':<26}{'WHERE':<10}{'STATUS':<16}{'AGE':>6} {'ACTIVE':>7} {'TOKENS':>8}  WAITS FOR / GOAL"
+    lines = [header]
+    for r in rows:
+        age = _ago(now - r.created_at) if r.created_at else "-"
+        status = r.status + ("?" if not r.verified else "")  # ? : read, not verified (no key, or not authentic)
+        lines.append(
+            f"{r.run_id:<26}{r.where:<10}{status:<16}{age:>6} {_ago(r.used_seconds):>7} {r.tokens or '-':>8}  "
+            + (f"waits for {r.waits_for}" if r.waits_for else r.goal[:60])
+        )
+    ctx.emit({"runs": [r.to_json() for r in rows]}, lines if rows else ["no runs"])
+    return 0
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
 
 
 def log(args: argparse.Namespace, ctx: Context) -> int:
