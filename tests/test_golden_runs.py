@@ -3413,7 +3413,7 @@ def test_a_journal_moved_back_breaks_the_invariants(store: Store) -> None:
 
 def test_a_mailbox_answer_without_its_record_breaks_the_invariants(store: Store, tmp_path: Path) -> None:
     repo = Path(store.repo.workdir)
-    worktree = tmp_path / "worker"
+    worktree = repo / ".agentops" / "worktrees" / "run-golden" / "w-a"  # this clone's worker: its mailbox is checked
     worker = {
         "workerId": "w-a",
         "role": "child",
@@ -3440,6 +3440,12 @@ def test_a_mailbox_answer_without_its_record_breaks_the_invariants(store: Store,
         "message": "planned",
         "data": {},
     }
+    elsewhere = tmp_path / "other-clone" / "w-a"  # the same run fetched from another clone names its worktree
+    (elsewhere / ".agentops" / "mailbox").mkdir(parents=True)
+    (elsewhere / ".agentops" / "mailbox" / "response.json").write_text(json.dumps(answer))
+    _put(store, "workers/w-a.json", canonical_bytes({**worker, "worktree": str(elsewhere)}) + b"\n")
+    check_invariants(repo)  # that clone's mailbox is newer than this clone's copy of the state: not compared
+    _put(store, "workers/w-a.json", canonical_bytes(worker) + b"\n")
     (worktree / ".agentops" / "mailbox").mkdir(parents=True)
     (worktree / ".agentops" / "mailbox" / "response.json").write_text(json.dumps(answer))
     with pytest.raises(InvariantError, match="no record of that request"):

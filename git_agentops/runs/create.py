@@ -164,43 +164,44 @@ def create_run(
     )
     # the person's local files: checked before anything of the run exists (a bad include path creates nothing)
     includes = localfiles.sources(store, root, policy.workspace.include) if policy.workspace.include else []
-    coordinator = Worker(
-        worker_id="coordinator",
-        role=Role.COORDINATOR,
-        host=host,
-        worktree=str(where.path),
-        branch=where.branch,
-        base=base,
-    )
+    # ports for the coordinator's setup, taken before anything of the run exists: none free creates nothing
+    with _setup_workspace(policy, run_id, environ) as workspace:
+        coordinator = Worker(
+            worker_id="coordinator",
+            role=Role.COORDINATOR,
+            host=host,
+            worktree=str(where.path),
+            branch=where.branch,
+            base=base,
+        )
 
-    def create(change: Change) -> None:
-        if change.exists("run.json"):
-            raise AgentOpsError("RUN_NOT_ACTIVE", f"run {run_id} already exists")
-        digest = change.put_artifact(recipe_bytes) if recipe_bytes is not None else None
-        runstate.put_run(change, replace(run, recipe_digest=digest))
-        runstate.put_worker(change, coordinator)
+        def create(change: Change) -> None:
+            if change.exists("run.json"):
+                raise AgentOpsError("RUN_NOT_ACTIVE", f"run {run_id} already exists")
+            digest = change.put_artifact(recipe_bytes) if recipe_bytes is not None else None
+            runstate.put_run(change, replace(run, recipe_digest=digest))
+            runstate.put_worker(change, coordinator)
 
-    runstate.journal(store, run_id).mutate(
-        create,
-        Event(
-            kinds.RUN_CREATED,
-            f"run {run_id} created: {goal[:120]}",
-            {"goal": goal, "target": target, "base": base, "host": host, "budgetSeconds": budget_seconds},
-        ),
-    )
-    bind_policy(store, run_id, policy, trust, clock)
-    if recipe_bytes is not None:
-        write_private(runstate.run_dir(store, run_id), "recipe.toml", recipe_bytes)
-    from ..policy.excludes import add_excludes, missing_excludes
+        runstate.journal(store, run_id).mutate(
+            create,
+            Event(
+                kinds.RUN_CREATED,
+                f"run {run_id} created: {goal[:120]}",
+                {"goal": goal, "target": target, "base": base, "host": host, "budgetSeconds": budget_seconds},
+            ),
+        )
+        bind_policy(store, run_id, policy, trust, clock)
+        if recipe_bytes is not None:
+            write_private(runstate.run_dir(store, run_id), "recipe.toml", recipe_bytes)
+        from ..policy.excludes import add_excludes, missing_excludes
 
-    exclude = store.common_dir / "info" / "exclude"
-    add_excludes(exclude, [line for line in missing_excludes(exclude)])
-    worktree_excludes = f"/{policy.worktree_root.strip('/')}/"
-    if worktree_excludes not in (exclude.read_text("utf-8") if exclude.exists() else ""):
-        add_excludes(exclude, [worktree_excludes])
-    if ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock):
-        localfiles.copy_into(includes, where.path)
-    with _setup_workspace(policy, run_id, environ) as workspace:  # {port} in a setup step means something here too
+        exclude = store.common_dir / "info" / "exclude"
+        add_excludes(exclude, [line for line in missing_excludes(exclude)])
+        worktree_excludes = f"/{policy.worktree_root.strip('/')}/"
+        if worktree_excludes not in (exclude.read_text("utf-8") if exclude.exists() else ""):
+            add_excludes(exclude, [worktree_excludes])
+        if ensure_worktree(store, where, start_commit=base, run_id=run_id, worker_id="coordinator", clock=clock):
+            localfiles.copy_into(includes, where.path)
         ensure_setup(
             store, where.path, policy, environ=environ, clock=clock, last_user_resume=None, workspace=workspace
         )
@@ -211,7 +212,7 @@ def create_run(
 def _setup_workspace(policy: Policy, run_id: str, environ: Mapping[str, str]) -> Iterator[Workspace | None]:
     """Ports for the coordinator's setup steps, held while they run (its supervisor gives it its workspace when it
     starts it; services are started there, not here)."""
-    if not policy.workspace.ports:
+    if not policy.workspace.ports or not policy.setup:
         yield None
         return
     with allocate(policy.workspace.ports, holder=f"run {run_id} coordinator setup", environ=environ) as block:

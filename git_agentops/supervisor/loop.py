@@ -259,25 +259,28 @@ class Supervisor:
         """Hold the lock and supervise until the run ends. ``RUN_SUPERVISOR_ACTIVE``, ``RUN_NOT_ACTIVE``."""
         try:
             with file_lock(self.dir, "supervisor.lock", blocking=False):
-                remove_private(self.dir, runstate.STOPPING)  # a dead holder's
-                write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
-                while True:
-                    remove_private(self.dir, runstate.RESTART)  # each start is the restart one asked for
-                    try:
-                        status = self._serve_locked()
-                    except RunNotActive:
-                        if not self._resumed_while_stopping():
-                            raise
-                    else:
-                        # a run it left stopped may have been resumed since (even before the loop's last read)
-                        if status is RunStatus.COMPLETE or not self._resumed_while_stopping():
-                            return status
-                    self.log(f"{self.run_id} was made active again while this supervisor stopped: serving it again")
+                try:
+                    remove_private(self.dir, runstate.STOPPING)  # a dead holder's
+                    write_private(self.dir, "supervisor.pid", f"{os.getpid()}\n".encode())
+                    while True:
+                        remove_private(self.dir, runstate.RESTART)  # each start is the restart one asked for
+                        try:
+                            status = self._serve_locked()
+                        except RunNotActive:
+                            if not self._resumed_while_stopping():
+                                raise
+                        else:
+                            # a run it left stopped may have been resumed since (even before the loop's last read)
+                            if status is RunStatus.COMPLETE or not self._resumed_while_stopping():
+                                return status
+                        self.log(f"{self.run_id} was made active again while this supervisor stopped: serving it again")
+                finally:  # while the lock is held: a next supervisor of the run never meets this one's services
+                    self.executor.shutdown(wait=True, cancel_futures=False)
+                    self.workspaces.release_all()  # services stop and ports are freed with the supervisor
         except LockHeld as exc:
             raise AgentOpsError("RUN_SUPERVISOR_ACTIVE", f"another supervisor already serves {self.run_id}") from exc
         finally:
             self.executor.shutdown(wait=True, cancel_futures=False)
-            self.workspaces.release_all()  # services stop and ports are freed with the supervisor
             sweep_slots(self.environ, self.store)  # this run's clean checkouts if it ended, and dead runs' leftovers
 
     def _resumed_while_stopping(self) -> bool:
