@@ -18,6 +18,8 @@ from ..gitstore.journal import Journal, JournalTampered
 from ..gitstore.repo import Store
 from ..model.run import RunStatus, WorkerStatus, used_seconds
 from ..model.usage import total_usage
+from ..transition import journal as transitions
+from ..transition.record import Transition
 from . import state as runstate
 
 
@@ -54,12 +56,15 @@ class Row:
         }
 
 
-def waits_for(view: runstate.RunView) -> str | None:
-    """What the run waits for from a person, if anything: an answer, an approval, a resume, more budget."""
+def waits_for(view: runstate.RunView, pending: Transition | None = None) -> str | None:
+    """What the run waits for from a person, if anything: an answer, an approval (``pending``: its policy
+    transition not yet approved), a resume, more budget."""
     run = view.run()
     open_questions = [q for q in view.questions() if q.get("answer") is None]
     if open_questions:
         return f"an answer to {len(open_questions)} question(s)"
+    if pending is not None and not pending.approved:
+        return f"an approval of {pending.transition_id} ('git agentops-run approve')"
     if run.status is RunStatus.BLOCKED:
         return f"a person: blocked ({(run.status_reason or 'see run status')[:80]})"
     if run.status is RunStatus.BUDGET_LIMITED:
@@ -72,15 +77,17 @@ def waits_for(view: runstate.RunView) -> str | None:
     return None
 
 
-def row(view: runstate.RunView, where: str, clock: Clock, *, verified: bool = True) -> Row:
-    """The board's row of one run's state."""
+def row(
+    view: runstate.RunView, where: str, clock: Clock, *, verified: bool = True, pending: Transition | None = None
+) -> Row:
+    """The board's row of one run's state (``pending``: its unfinished policy transition, read here only)."""
     run = view.run()
     tokens, cost = total_usage(run.accounts(view.workers()))
     return Row(
         run.run_id,
         where,
         str(run.status),
-        None if run.status is RunStatus.COMPLETE else waits_for(view),
+        None if run.status is RunStatus.COMPLETE else waits_for(view, pending),
         used_seconds(run.intervals, clock.now()),
         run.budget_seconds,
         tokens,
@@ -96,7 +103,7 @@ def here(store: Store, clock: Clock) -> list[Row]:
     rows = []
     for run_id in runstate.list_runs(store):
         try:
-            rows.append(row(runstate.read(store, run_id), "here", clock))
+            rows.append(row(runstate.read(store, run_id), "here", clock, pending=transitions.pending(store, run_id)))
         except AgentOpsError as exc:
             rows.append(Row(run_id, "here", "unreadable", exc.code, 0.0, 0, 0, None, 0.0, exc.message, False))
     return rows

@@ -154,6 +154,8 @@ def test_a_person_approves_an_added_runner_and_the_run_completes_with_its_eviden
     assert pending["changes"][0]["capabilityId"] == "runner:acceptance"
     shown = command(repo, "agentops-run", "status", run_id)
     assert "runner:acceptance (added): python3 -c" in shown.stdout and "git agentops-run approve" in shown.stdout
+    board = json.loads(command(repo, "agentops-run", "list", "--all", "--json").stdout)["runs"]
+    assert board[0]["waitsFor"].startswith(f"an approval of {pending['transitionId']}")  # the board says so too
     coordinator = Path(next(w["worktree"] for w in doc["workers"] if w["role"] == "coordinator"))
     for where, env in ((coordinator, {}), (repo, {"AGENTOPS_RUN_ID": run_id})):  # an agent approving itself
         refused = subprocess.run(
