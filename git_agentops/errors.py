@@ -194,6 +194,21 @@ CODES: Final[Mapping[str, CodeInfo]] = {
     "SERVICE_NOT_READY": _c(EXIT_REFUSED, "a workspace's service did not become ready in its ready_timeout"),
     "SERVICE_EXITED": _c(EXIT_REFUSED, "a workspace's service exited before it was ready"),
     "SERVICE_FAILED": _c(EXIT_REFUSED, "a workspace service's init, attach, detach or stop command failed"),
+    "CONTROL_INVALID": _c(
+        EXIT_REFUSED, "a signed control is malformed, or names another run or id than its ref (refused, recorded)"
+    ),
+    "CONTROL_UNSIGNED": _c(EXIT_REFUSED, "a control from another machine carries no signature (refused, recorded)"),
+    "CONTROL_SIGNATURE_INVALID": _c(EXIT_REFUSED, "a control's signature does not verify over it (refused, recorded)"),
+    "CONTROL_NOT_ALLOWED": _c(
+        EXIT_REFUSED, "a control's signer is not in the allowed signers, or [controls] does not let them decide that"
+    ),
+    "CONTROL_STALE": _c(
+        EXIT_REFUSED, "the question, policy change or integration a control decides is no longer waiting for it"
+    ),
+    "CONTROL_PENDING": _c(
+        EXIT_NEGATIVE, "a control was sent, but the supervising machine recorded no outcome within --wait (not lost)"
+    ),
+    "CONTROL_NO_KEY": _c(EXIT_USAGE, "no SSH signing key is configured to sign a control with"),
     "NOTIFY_CONFIG_INVALID": _c(EXIT_USAGE, "the [notify] table of the person's configuration is wrong"),
     "SALVAGE_EXISTS": _c(EXIT_REFUSED, "a salvage ref of that worker and generation already holds other work"),
     "SALVAGE_NOT_FOUND": _c(EXIT_NEGATIVE, "no salvage ref of that run, worker and generation"),
@@ -445,6 +460,26 @@ class LockHeld(CodedError, code="LOCK_HELD"):
 
 class CheckoutChanged(CodedError, code="VERIFY_CHECKOUT_CHANGED"):
     """The verification checkout did not hold exactly the commit (it is wiped when its repository was written)."""
+
+
+class ControlStale(CodedError, code="CONTROL_STALE"):
+    """What a signed control decides is no longer waiting for it, or the control was handled already."""
+
+
+class QuestionUnknown(CodedError, code="RUN_QUESTION_UNKNOWN"):
+    """No open question with that id (answered already, or never asked)."""
+
+
+class TransitionStale(CodedError, code="RUN_POLICY_TRANSITION_STALE"):
+    """The policy transition ended (complete or refused): there is nothing left to decide."""
+
+
+class TransitionUnknown(CodedError, code="RUN_TRANSITION_UNKNOWN"):
+    """No policy transition with that id (or a unique prefix of it)."""
+
+
+class SignatureInvalid(CodedError, code="RECEIPT_SIGNATURE_INVALID"):
+    """A signature that does not verify (as opposed to a good one by a key that is not allowed)."""
 
 
 class RunNotActive(CodedError, code="RUN_NOT_ACTIVE"):

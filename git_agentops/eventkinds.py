@@ -156,7 +156,17 @@ RUN_STATUS: Final = _k("RUN_STATUS", "the supervisor set the run's status", stat
 RUN_PAUSED: Final = _k("RUN_PAUSED", "a person paused the run", runId=_STRING)
 RUN_STOPPED: Final = _k("RUN_STOPPED", "a person stopped the run", runId=_STRING)
 RUN_RESUMED: Final = _k("RUN_RESUMED", "a person resumed the run", runId=_STRING)
-RUN_ANSWERED: Final = _k("RUN_ANSWERED", "a person answered a worker's question", runId=_STRING)
+RUN_ANSWERED: Final = _k(
+    "RUN_ANSWERED", "a person answered a worker's question", runId=_STRING, controlId="string?", signer="string?"
+)
+RUN_CONTROL_REFUSED: Final = _k(
+    "RUN_CONTROL_REFUSED",
+    "a signed control from another machine was refused (the code): unsigned, a signer not allowed, or stale",
+    runId=_STRING,
+    controlId=_STRING,
+    kind=_STRING,
+    code=_STRING,
+)
 RUN_COMPLETE: Final = _k(
     "RUN_COMPLETE",
     "the run is complete: its candidate published and receipted",
@@ -400,7 +410,21 @@ POLICY_WRITERS_TOLD: Final = _k(
 POLICY_TRANSITION_REFUSED: Final = _k(
     "POLICY_TRANSITION_REFUSED", "the proposer was told its transition was refused (the code)", code=_STRING
 )
-RUN_POLICY_APPROVED: Final = _k("RUN_POLICY_APPROVED", "a person approved a policy transition", runId=_STRING)
+RUN_POLICY_APPROVED: Final = _k(
+    "RUN_POLICY_APPROVED",
+    "a person approved a policy transition",
+    runId=_STRING,
+    controlId="string?",
+    signer="string?",
+)
+RUN_CONTROL_APPLIED: Final = _k(
+    "RUN_CONTROL_APPLIED",
+    "a signed control from another machine was applied (a refusal of a policy change, a review decision)",
+    runId=_STRING,
+    controlId=_STRING,
+    kind=_STRING,
+    signer=_STRING,
+)
 
 EVENTS: Final[Mapping[str, EventKind]] = _REGISTRY
 """Every registered kind by its code, in registration order (README's table follows it)."""

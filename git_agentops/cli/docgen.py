@@ -38,12 +38,19 @@ def _roff_escape(text: str) -> str:
 
 
 def _all_help(parser: argparse.ArgumentParser) -> str:
+    saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width; pages must not depend on it
-    text = parser.format_help()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                text += f"\n\n{parser.prog} {name}\n" + sub.format_help()
+    try:
+        text = parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    text += f"\n\n{parser.prog} {name}\n" + sub.format_help()
+    finally:  # run in a test's process, it must not leave every later terminal 100 columns wide
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
     return text
 
 

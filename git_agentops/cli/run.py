@@ -99,9 +99,13 @@ def build_parser() -> Parser:
     answer.add_argument("run_id", metavar="RUN")
     answer.add_argument("question_id", metavar="QUESTION")
     answer.add_argument("text", metavar="TEXT")
-    from . import queue, report, salvage, transition, watch  # their heavy imports (rich...) happen only when they run
+    answer.add_argument("--no-supervise", action="store_true", help="only record the answer")
+    from . import queue, remotecontrol, report, salvage, transition, watch  # heavy imports happen when they run
 
-    transition.configure(add)
+    remotecontrol.add_options(answer)
+
+    for decision in transition.configure(add):
+        remotecontrol.add_options(decision)
     queue.configure(add)
     salvage.configure(add)
 
@@ -422,6 +426,13 @@ def _demo(args: argparse.Namespace, ctx: Context) -> int:
     return 0 if ok else 1
 
 
+def remotecontrol_remote(args: argparse.Namespace, ctx: Context) -> str | None:
+    """The remote a decision goes through as a signed control, or None to act here (:mod:`.remotecontrol`)."""
+    from .remotecontrol import remote_for
+
+    return remote_for(args, ctx)
+
+
 def _handle(args: argparse.Namespace, ctx: Context) -> int:
     if args.command == "start":
         return _start(args, ctx)
@@ -435,11 +446,21 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
         return list_runs(args, ctx)
     if args.command == "log":
         return log(args, ctx)
+    if args.command == "answer" and (remote := remotecontrol_remote(args, ctx)) is not None:
+        from .remotecontrol import send
+
+        return send(args, ctx, remote)
     if args.command in ("pause", "stop", "resume", "answer"):
         return _control(args, ctx)
     if args.command in ("approve", "refuse"):
-        from .transition import handle
+        from .transition import handle, refuse_agent
 
+        if args.command == "approve":
+            refuse_agent(ctx)  # an agent's approval is refused before anything is sent anywhere
+        if (remote := remotecontrol_remote(args, ctx)) is not None:
+            from .remotecontrol import send
+
+            return send(args, ctx, remote)
         return handle(args, ctx)
     if args.command == "demo":
         return _demo(args, ctx)

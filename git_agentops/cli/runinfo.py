@@ -195,25 +195,11 @@ def _board(args: argparse.Namespace, ctx: Context) -> int:
     if args.remote:
         rows += board.remote(store, args.remote, ctx.clock, known={r.run_id for r in rows})
     rows.sort(key=lambda r: r.created_at)
-    now = ctx.clock.now()
-    header = f"{'RUN':<26}{'WHERE':<10}{'STATUS':<16}{'AGE':>6} {'ACTIVE':>7} {'TOKENS':>8}  WAITS FOR / GOAL"
-    lines = [header]
-    for r in rows:
-        age = _ago(now - r.created_at) if r.created_at else "-"
-        status = r.status + ("?" if not r.verified else "")  # ? : read, not verified (no key, or not authentic)
-        lines.append(
-            f"{r.run_id:<26}{r.where:<10}{status:<16}{age:>6} {_ago(r.used_seconds):>7} {r.tokens or '-':>8}  "
-            + (f"waits for {r.waits_for}" if r.waits_for else r.goal[:60])
-        )
-    ctx.emit({"runs": [r.to_json() for r in rows]}, lines if rows else ["no runs"])
+    from ..watch.view import board_lines
+
+    docs = [r.to_json() for r in rows]
+    ctx.emit({"runs": docs}, board_lines(docs, ctx.clock.now()) if rows else ["no runs"])
     return 0
-
-
-def _ago(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
 
 
 def log(args: argparse.Namespace, ctx: Context) -> int:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from ..canonical import JsonObject
 
 
-def configure(add: Any) -> None:
-    """The ``approve`` and ``refuse`` subcommands."""
+def configure(add: Any) -> tuple[Any, Any]:
+    """The ``approve`` and ``refuse`` subcommands (their parsers, for the options of a remote decision)."""
     approve = add("approve", "approve a pending policy transition (the change is shown)")
     approve.add_argument("run_id", metavar="RUN")
     approve.add_argument("transition", metavar="TRANSITION", help="its id (policy-...) or a unique prefix")
@@ -29,6 +29,7 @@ def configure(add: Any) -> None:
     refuse.add_argument("transition", metavar="TRANSITION", help="its id (policy-...) or a unique prefix")
     refuse.add_argument("--reason", default="", help="told to the coordinator")
     refuse.add_argument("--no-supervise", action="store_true", help="only record the refusal")
+    return approve, refuse
 
 
 def approver(ctx: Context) -> str:
@@ -61,7 +62,7 @@ def change_lines(transition: Any) -> list[str]:
     return lines
 
 
-def _refuse_agent(ctx: Context) -> None:
+def refuse_agent(ctx: Context) -> None:
     """``RUN_APPROVAL_AGENT`` in an agent's surroundings (its variables, a run's worktree): an approval is a
     person's decision. (A sandboxed agent cannot write the run's journals anyway: it cannot read their key.)"""
     from ..errors import AgentOpsError
@@ -86,7 +87,6 @@ def handle(args: argparse.Namespace, ctx: Context) -> int:
     read(store, args.run_id)  # RUN_NOT_FOUND for a run that is not there, before its transitions are looked for
     who = approver(ctx)
     if args.command == "approve":
-        _refuse_agent(ctx)
         transition, run = controls.approve(store, args.run_id, args.transition, who, ctx.clock)
         lines = [*change_lines(transition), f"approved by {who}; run {args.run_id} is {run.status}"]
         doc: JsonObject = {"runId": args.run_id, "status": str(run.status), "transition": transition.to_json()}

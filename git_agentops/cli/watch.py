@@ -1,4 +1,4 @@
-"""``git agentops-run watch [RUN]``: a live view of a run that only reads.
+"""``git agentops-run watch [RUN]``: a live view of a run that only reads; ``watch --all [--remote NAME]``: a board.
 
 It shows what ``run status`` shows -- status, goal, budget, the task tree, the workers with their latest event and
 its age, pending questions, the integration stage -- and the tail of one worker's host log (``--worker``, by default
@@ -50,6 +50,7 @@ TICK: Final = 1.0  # how often the screen is redrawn when nothing changed (ages,
 SCAN_LIMIT: Final = 1000  # journal commits walked for each worker's latest event
 LOG_BYTES: Final = 64 * 1024
 LOG_LINES: Final = 200
+REMOTE_EVERY: Final = 3.0  # watch --all --remote: seconds between fetches of the remote's runs
 ALIVE: Final = ("starting", "running", "handing-off")
 REVIEWER: Final = re.compile(r"reviewer-([A-Za-z0-9][A-Za-z0-9_-]{0,63})")
 
@@ -70,6 +71,12 @@ def configure(parser: Parser) -> None:
         help="without a terminal: at most one snapshot every SECONDS (default 2)",
     )
     parser.add_argument("--follow", action="store_true", help="keep watching after the run ends (q or Ctrl-C quits)")
+    parser.add_argument(
+        "--all", action="store_true", help="every run as one live board (what each waits for, its spend, its age)"
+    )
+    parser.add_argument(
+        "--remote", metavar="NAME", help="with --all: add the runs on this remote (fetched every few seconds)"
+    )
 
 
 def exit_for(status: str) -> int:
@@ -409,6 +416,141 @@ class Session:
         return False
 
 
+class Board:
+    """Every run on one board: this repository's, re-read when a run's state ref moves, and (``--remote``) the
+    remote's, fetched into the sync mirror every :data:`REMOTE_EVERY` seconds by a thread of its own, so a slow
+    remote never holds the screen or ``q``."""
+
+    def __init__(self, store: Store, clock: Clock, remote: str | None) -> None:
+        import threading
+
+        self.store, self.clock, self.remote = store, clock, remote
+        self.problem: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if remote is not None:
+            from ..gitstore.sync import mirror
+
+            mirror(store, remote, ("refs/agentops/runs/",))  # the first one here: an unknown remote is an error
+            self._thread = threading.Thread(target=self._fetch, name="agentops-board", daemon=True)
+            self._thread.start()
+
+    def _fetch(self) -> None:
+        import pygit2
+
+        from ..gitstore.repo import Store
+        from ..gitstore.sync import mirror
+
+        assert self.remote is not None
+        store = Store(pygit2.Repository(str(self.store.git_dir)), clock=self.clock, identity=self.store.identity)
+        while not self._stop.wait(REMOTE_EVERY):
+            try:
+                mirror(store, self.remote, ("refs/agentops/runs/",), timeout=60)
+                self.problem = None
+            except AgentOpsError as exc:
+                self.problem = f"{self.remote}: {exc.code}: {exc.message}"
+
+    def close(self) -> None:
+        """Stop fetching."""
+        self._stop.set()
+
+    def key(self) -> tuple[tuple[str, str], ...]:
+        """The tips of every run's state, here and mirrored: the board changes only when one of them moves."""
+        from ..gitstore.refs import list_refs
+        from ..gitstore.sync import MIRROR
+
+        tips = list_refs(self.store, "refs/agentops/runs/")
+        if self.remote is not None:
+            tips.update(list_refs(self.store, f"{MIRROR}{self.remote}/agentops/runs/"))
+        return tuple(sorted((k, v) for k, v in tips.items() if k.endswith("/state") or "/journal/" in k))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The board's rows, oldest first, as ``run list --all --json`` prints them."""
+        from ..runs import board
+
+        rows = board.here(self.store, self.clock)
+        if self.remote is not None:
+            rows += board.remote(self.store, self.remote, self.clock, known={r.run_id for r in rows}, fetch=False)
+        rows.sort(key=lambda r: r.created_at)
+        return [r.to_json() for r in rows]
+
+
+def _watch_board(args: argparse.Namespace, ctx: Context) -> int:
+    """``watch --all``: the board, live on a terminal, as a text snapshot on every change elsewhere. It ends with
+    ``q``/Ctrl-C; without a terminal also once every run on it has ended (unless ``--follow``)."""
+    from ..model.run import ENDED
+
+    if args.run_id or args.worker:
+        raise AgentOpsError("USAGE", "watch --all shows every run: it takes no RUN and no --worker")
+    source = Board(ctx.store(), ctx.clock, args.remote)
+    terminal = ctx.stdout.isatty() and ctx.env.get("TERM") != "dumb"
+
+    def ended(rows: list[dict[str, Any]]) -> bool:
+        return not args.follow and all(r["status"] in ENDED for r in rows)
+
+    try:
+        with _signals():
+            if terminal:
+                return _board_terminal(ctx, source)
+            from ..watch.view import board_lines
+
+            shown: tuple[tuple[str, str], ...] | None = None
+            last = 0.0
+            while True:
+                key = source.key()
+                if key != shown and time.monotonic() - last >= args.interval:
+                    rows = source.rows()
+                    problem = [f"! {source.problem}"] if source.problem else []
+                    ctx.out("\n".join([*problem, *board_lines(rows, ctx.clock.now())]) + "\n")
+                    ctx.stdout.flush()
+                    shown, last = key, time.monotonic()
+                    if ended(rows):
+                        return 0
+                time.sleep(POLL)
+    except Terminated as stop:
+        return 128 + stop.signum
+    finally:
+        source.close()
+
+
+def _board_terminal(ctx: Context, source: Board) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..watch.view import board_screen
+
+    console = Console(
+        file=ctx.stdout,
+        force_terminal=True,
+        color_system="standard",
+        no_color=bool(ctx.env.get("NO_COLOR")),
+        highlight=False,
+        emoji=False,
+        markup=False,
+        _environ=dict(ctx.env),
+    )
+    live = Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+    with Keys(sys.stdin) as keys:
+        live.start()
+        try:
+            key: tuple[tuple[str, str], ...] | None = None
+            rows: list[dict[str, Any]] = []
+            due = 0.0
+            while True:
+                now_key = source.key()
+                if now_key != key:
+                    key, rows, due = now_key, source.rows(), 0.0
+                if time.monotonic() >= due:
+                    view = board_screen(rows, ctx.clock.now(), height=live.console.height, problem=source.problem)
+                    live.update(view, refresh=True)
+                    due = time.monotonic() + TICK
+                if "q" in keys.wait(POLL).lower():
+                    return 0
+        finally:
+            with suppress(OSError):
+                live.stop()
+
+
 def watch(args: argparse.Namespace, ctx: Context) -> int:
     """``git agentops-run watch``. ``USAGE`` under ``--json`` or for a bad ``--interval``, ``RUN_NOT_FOUND``,
     ``RUN_WORKER_UNKNOWN``; exit 0 when the run completes or on ``q``, 1 when it ends otherwise."""
@@ -416,6 +558,10 @@ def watch(args: argparse.Namespace, ctx: Context) -> int:
         raise AgentOpsError(
             "USAGE", "watch has no --json output; 'git agentops-run status RUN --json' prints one snapshot"
         )
+    if args.all:
+        return _watch_board(args, ctx)
+    if args.remote:
+        raise AgentOpsError("USAGE", "--remote goes with --all (a board of every run)")
     from .runinfo import latest
 
     run_id = args.run_id or latest(ctx)

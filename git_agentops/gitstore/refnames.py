@@ -76,6 +76,7 @@ class RefConflict(AgentOpsError):
 
 ZERO_OID: Final = "0" * 40
 _DELIVERY: Final = re.compile(r"refs/agentops/runs/[^/]+/deliveries/[^/]+")
+_CONTROL: Final = re.compile(r"refs/agentops/runs/[^/]+/controls/[^/]+")
 _LINEAR: Final = re.compile(
     r"refs/agentops/runs/[^/]+/(state|policy|journal/[^/]+)|refs/agentops/queue/.+|refs/notes/agentops/.+"
 )
@@ -86,9 +87,10 @@ def namespace_rule(
 ) -> tuple[str, str] | None:
     """The rule a change of an agentops ref breaks, as (code, message), or None.
 
-    Frozen deliveries are create-only; run state, policy and journal refs and the agentops notes only move
-    forward (the old tip must be an ancestor of the new one) and are never deleted; so does a target's merge
-    queue. Every other ref is not ours to judge. ``old``/``new`` are object ids, None or all zeros for "absent".
+    Frozen deliveries and signed controls are create-only; run state, policy and journal refs and the agentops
+    notes only move forward (the old tip must be an ancestor of the new one) and are never deleted; so does a
+    target's merge queue. Every other ref is not ours to judge. ``old``/``new`` are object ids, None or all zeros
+    for "absent".
     The same rule runs in the store's own ref writes, in the ``reference-transaction`` and ``pre-push`` hooks and
     in ``pre-receive``.
     """
@@ -105,6 +107,14 @@ def namespace_rule(
                 "HOOK_REF_CREATE_ONLY",
                 f"{ref} is a frozen delivery: it is never moved or deleted (refusing to "
                 f"{verb} it); start a new run to deliver something else",
+            )
+        return None
+    if _CONTROL.fullmatch(ref):
+        if old is not None:
+            return (
+                "HOOK_REF_CREATE_ONLY",
+                f"{ref} is a person's signed control: it is never moved or deleted (the run's supervisor records "
+                "what it did with it); send a new one instead",
             )
         return None
     if _LINEAR.fullmatch(ref):

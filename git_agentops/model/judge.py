@@ -113,6 +113,8 @@ def _run(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
             yield Weakening(f"$.run.{key}", f"run.{key} is fixed for the run's life")
     if policy_changes(new) != policy_changes(old):
         yield Weakening("$.run.policy_changes", "a run cannot change who approves its own policy changes")
+    if new.get("controls", {}) != old.get("controls", {}):
+        yield Weakening("$.controls", "a run cannot change who may answer, approve or review it from afar")
 
 
 def _receipts(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:

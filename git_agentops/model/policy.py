@@ -174,6 +174,7 @@ def effective(doc: Mapping[str, Any]) -> PolicyDoc:
         "guardrails": guardrails,
         **({"sandbox": dict(doc["sandbox"])} if "sandbox" in doc else {}),  # absent: the defaults, no hash change
         **({"queue": {"enabled": False, "parallel": 2, **doc["queue"]}} if "queue" in doc else {}),
+        **({"controls": dict(doc["controls"])} if "controls" in doc else {}),  # absent: the defaults, same hash
     }
     return cast(PolicyDoc, effective_doc)
 
@@ -346,6 +347,30 @@ class Policy:
         return str(where) if where else None
 
     @property
+    def controls_remote(self) -> str | None:
+        """The remote the supervisor fetches signed controls from (``controls.remote``, else ``run.remote``)."""
+        value = self.doc.get("controls", {}).get("remote")
+        return str(value) if value else self.remote
+
+    @property
+    def controls_interval(self) -> float:
+        """Seconds between two fetches of the remote's controls (``controls.interval``, default 5)."""
+        return float(self.doc.get("controls", {}).get("interval", 5))
+
+    @property
+    def controls_signers(self) -> str | None:
+        """The allowed signers file controls are checked against (``controls.allowed_signers``, else the receipts'
+        one), relative to the top; it is read as committed at the run's base."""
+        value = self.doc.get("controls", {}).get("allowed_signers")
+        return str(value) if value else self.allowed_signers
+
+    def controls_allowed(self, rule: str) -> tuple[str, ...]:
+        """The principals (OpenSSH patterns) who may send a control under ``rule`` (``answer``, ``approve`` --
+        approve and refuse -- or ``review``); default everyone the allowed signers file lists."""
+        controls: Mapping[str, Any] = self.doc.get("controls", {})
+        return tuple(str(p) for p in controls.get(rule, ["*"]))
+
+    @property
     def sandbox_mode(self) -> str:
         """``sandbox.mode``: ``landlock`` (the default) or ``none``."""
         return str(self.doc.get("sandbox", {}).get("mode", "landlock"))
@@ -376,10 +401,11 @@ class Policy:
         """The patterns of paths a delivery may not change, in the order they are judged (the last match decides):
         ``guardrails.protected_paths`` (:data:`DEFAULT_PROTECTED_PATHS` when the policy names none), then -- always,
         even when that list leaves them out or negates them -- :data:`ALWAYS_PROTECTED` and the ``allowed_signers``
-        file. A guard the policy's own list could drop would be one edit of the policy away from gone."""
+        files (receipts', controls'). A guard the policy's own list could drop would be one edit of the policy away from
+        gone."""
         listed = tuple(self.doc["guardrails"].get("protected_paths", DEFAULT_PROTECTED_PATHS))
-        signers = (literal(self.allowed_signers),) if self.allowed_signers and normalise(self.allowed_signers) else ()
-        return (*listed, *ALWAYS_PROTECTED, *signers)
+        files = dict.fromkeys(f for f in (self.allowed_signers, self.controls_signers) if f and normalise(f))
+        return (*listed, *ALWAYS_PROTECTED, *(literal(f) for f in files))
 
 
 def diff_paths(old: Any, new: Any, path: str = "$") -> Iterator[str]:

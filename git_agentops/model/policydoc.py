@@ -141,6 +141,17 @@ class QueueDoc(TypedDict):
     parallel: NotRequired[int]
 
 
+class ControlsDoc(TypedDict):
+    """``[controls]``: who may answer, approve, refuse and review from another machine, and where controls come from."""
+
+    remote: NotRequired[str]
+    interval: NotRequired[float]
+    allowed_signers: NotRequired[str]
+    answer: NotRequired[list[str]]
+    approve: NotRequired[list[str]]
+    review: NotRequired[list[str]]
+
+
 class GuardrailsDoc(TypedDict):
     """``[guardrails]``: secret scanning and the patterns and paths a delivery is checked against."""
 
@@ -163,3 +174,4 @@ class PolicyDoc(TypedDict):
     guardrails: GuardrailsDoc
     sandbox: NotRequired[SandboxDoc]
     queue: NotRequired[QueueDoc]
+    controls: NotRequired[ControlsDoc]

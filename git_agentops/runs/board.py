@@ -109,11 +109,17 @@ def here(store: Store, clock: Clock) -> list[Row]:
     return rows
 
 
-def remote(store: Store, name: str, clock: Clock, *, known: set[str]) -> list[Row]:
-    """The remote's runs that are not among ``known`` (this repository's own), read from the sync mirror."""
+def remote(store: Store, name: str, clock: Clock, *, known: set[str], fetch: bool = True) -> list[Row]:
+    """The remote's runs that are not among ``known`` (this repository's own), read from the sync mirror -- fetched
+    into it first unless ``fetch`` is False (``watch --all`` fetches in a thread of its own)."""
+    from ..gitstore.refs import list_refs
     from ..gitstore.sync import mirror, mirror_prefix
 
-    theirs = mirror(store, name, ("refs/agentops/runs/",))
+    if fetch:
+        theirs = mirror(store, name, ("refs/agentops/runs/",))
+    else:
+        prefix = mirror_prefix(name)
+        theirs = {"refs/" + k[len(prefix) :]: v for k, v in list_refs(store, prefix + "agentops/runs/").items()}
     rows = []
     for ref in sorted(theirs):
         parts = ref.split("/")

@@ -13,7 +13,7 @@ environment names the run (:func:`run_processes`: a generation launched but not 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,27 @@ from . import tasks as taskbook
 from .why import causes
 
 
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A control that came signed from another machine: its id, who signed it, and the record of its outcome that
+    is written in the same journal commit as its effect (so it is applied once: :mod:`git_agentops.controls.apply`)."""
+
+    control_id: str
+    signer: str
+    record: Mapping[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        """The event data it adds."""
+        return {"controlId": self.control_id, "signer": self.signer}
+
+
 def _control(
-    store: Store, run_id: str, code: kinds.EventCode, summary: str, fn: Callable[[Change, runstate.RunView], Run]
+    store: Store,
+    run_id: str,
+    code: kinds.EventCode,
+    summary: str,
+    fn: Callable[[Change, runstate.RunView], Run],
+    signed: Signed | None = None,
 ) -> Run:
     journal = runstate.journal(store, run_id)
     if not journal.exists():
@@ -60,7 +79,17 @@ def _control(
             + (" Resume again to accept the restored state." if restored else ""),
             details={"contained": [c.data() for c in contained]},
         )
-    return runstate.mutate(journal, fn, Event(code, summary, {"runId": run_id}))
+    if signed is not None:
+        inner = fn
+
+        def fn(change: Change, view: runstate.RunView) -> Run:
+            if view.control(signed.control_id) is not None:
+                raise AgentOpsError("CONTROL_STALE", f"control {signed.control_id} was handled already")
+            runstate.put_control(change, signed.record)
+            return inner(change, view)
+
+    data = {"runId": run_id, **(signed.data() if signed is not None else {})}
+    return runstate.mutate(journal, fn, Event(code, summary, data))
 
 
 def pause(store: Store, run_id: str) -> Run:
@@ -126,7 +155,9 @@ def resume(
     return _control(store, run_id, kinds.RUN_RESUMED, "resumed by the user", fn)
 
 
-def answer(store: Store, run_id: str, question_id: str, text: str, clock: Clock) -> Run:
+def answer(
+    store: Store, run_id: str, question_id: str, text: str, clock: Clock, *, signed: Signed | None = None
+) -> Run:
     if not text.strip():
         raise AgentOpsError("USAGE", "the answer is empty")
 
@@ -146,10 +177,13 @@ def answer(store: Store, run_id: str, question_id: str, text: str, clock: Clock)
             runstate.put_run(change, run)
         return run
 
-    return _control(store, run_id, kinds.RUN_ANSWERED, f"question {question_id} answered", fn)
+    who = f" by {signed.signer} (signed control {signed.control_id})" if signed is not None else ""
+    return _control(store, run_id, kinds.RUN_ANSWERED, f"question {question_id} answered{who}", fn, signed)
 
 
-def approve(store: Store, run_id: str, given: str, approver: str, clock: Clock) -> tuple[Transition, Run]:
+def approve(
+    store: Store, run_id: str, given: str, approver: str, clock: Clock, *, signed: Signed | None = None
+) -> tuple[Transition, Run]:
     """A person approves the pending policy transition ``given`` (an id or a unique prefix): the supervisor applies
     it next (``RUN_TRANSITION_UNKNOWN``; ``RUN_POLICY_TRANSITION_STALE`` once it ended)."""
     transition_id = transitions.resolve(store, run_id, given)
@@ -176,7 +210,8 @@ def approve(store: Store, run_id: str, given: str, approver: str, clock: Clock) 
             runstate.put_run(change, run)
         return run
 
-    return transition, _control(store, run_id, kinds.RUN_POLICY_APPROVED, f"{transition_id} approved by {approver}", fn)
+    summary = f"{transition_id} approved by {approver}"
+    return transition, _control(store, run_id, kinds.RUN_POLICY_APPROVED, summary, fn, signed)
 
 
 def refuse(store: Store, run_id: str, given: str, approver: str, reason: str, clock: Clock) -> Transition:

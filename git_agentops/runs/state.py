@@ -18,7 +18,7 @@ is the run's audit trail. This module only maps names to paths and JSON to value
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -160,6 +160,15 @@ class RunView:
         doc = self.view.json("lease.json", schema="lease")
         return Lease.from_json(doc) if doc is not None else None
 
+    def control(self, control_id: str) -> dict[str, Any] | None:
+        """The recorded outcome of a signed control, if it was handled."""
+        doc = self.view.json(f"controls/{control_id}.json", schema="control-record")
+        return dict(doc) if doc is not None else None
+
+    def controls(self) -> list[dict[str, Any]]:
+        """Every handled control's outcome, in id order."""
+        return [doc for name in sorted(self.view.list("controls")) if (doc := self.control(name[:-5])) is not None]
+
     def questions(self) -> Iterator[dict[str, Any]]:
         for name in self.view.list("questions"):
             doc = self.view.json(f"questions/{name}", schema="question")
@@ -182,6 +191,11 @@ def put_lease(change: Change, lease: Lease) -> None:
 def put_request_record(change: Change, record: RequestRecord) -> None:
     """The idempotency record of an answered request: the one writer, in the commit of the request's effect."""
     change.put_json(request_path(record.request_id), record.to_json(), schema="request-record")
+
+
+def put_control(change: Change, record: Mapping[str, Any]) -> None:
+    """What the supervisor did with a signed control (:class:`git_agentops.controls.record.Outcome`), once."""
+    change.put_json(f"controls/{record['controlId']}.json", dict(record), schema="control-record")
 
 
 def put_question(change: Change, question: dict[str, Any]) -> None:

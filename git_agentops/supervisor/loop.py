@@ -42,6 +42,7 @@ import pygit2
 
 from .. import eventkinds as kinds
 from ..clock import Clock
+from ..controls.apply import Fetcher, apply_pending
 from ..errors import AgentOpsError, LockHeld, RunNotActive, StateTampered, raised_as
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.private import file_lock, remove_private, write_private
@@ -90,6 +91,7 @@ from .turns import TurnEnds, turn_grace
 from .workers import Workers
 
 HEARTBEAT_EVERY: Final = 2.0
+CONTROLS_EVERY: Final = 0.5
 STOP_GRACE: Final = 3.0
 STOPPED_RUN: Final = frozenset({RunStatus.PAUSED, RunStatus.STOPPING, RunStatus.BLOCKED, RunStatus.BUDGET_LIMITED})
 
@@ -165,6 +167,8 @@ class Supervisor:
         )
         self.turns = TurnEnds(self.workers.kill, self.workers.process_ended, self.log)
         self._last_heartbeat = 0.0
+        self.fetcher: Fetcher | None = None  # signed controls from the remote (git_agentops.controls)
+        self._controls_checked = 0.0
 
     # -- what handlers see (supervisor.ports.Loop) ------------------------------------------------------------------
     @property
@@ -322,6 +326,7 @@ class Supervisor:
             self.log(f"stopped {stopped} service instance(s) an earlier supervisor of {self.run_id} left running")
         self._startup()
         notifier = self._notifier()
+        self.fetcher = self._fetcher()
         try:
             return self._loop()
         except StateTampered as exc:
@@ -338,6 +343,9 @@ class Supervisor:
                 tenure.release(self)
             if notifier is not None:
                 notifier.stop()  # after the last state is written: its notification goes out too
+            if self.fetcher is not None:
+                self.fetcher.stop()  # its last push carries the run's last state to the remote
+                self.fetcher = None
 
     def _startup(self) -> None:
         now = self.clock.now()
@@ -395,6 +403,40 @@ class Supervisor:
         )
         notifier.start()
         return notifier
+
+    def _fetcher(self) -> Fetcher | None:
+        """Fetch the signed controls of people on other machines from ``[controls] remote`` (else ``[run] remote``)
+        every ``[controls] interval`` seconds, in a thread; None without a remote (controls adopted by ``git
+        agentops-sync fetch`` are still applied)."""
+        remote = self.policy.controls_remote
+        if remote is None or self.lease_lost:
+            return None
+        fetcher = Fetcher(self.store, self.run_id, remote, self.policy.controls_interval, log=self.log)
+        fetcher.start()
+        return fetcher
+
+    def _apply_controls(self) -> None:
+        """Apply the signed controls not handled yet (:func:`git_agentops.controls.apply.apply_pending`): at once
+        after a fetch brought new ones, else every :data:`CONTROLS_EVERY` seconds (``git agentops-sync`` may have
+        adopted some)."""
+        fresh = self.fetcher is not None and self.fetcher.fresh.is_set()
+        now = time.monotonic()
+        if not fresh and now - self._controls_checked < CONTROLS_EVERY:
+            return
+        self._controls_checked = now
+        if self.fetcher is not None:
+            self.fetcher.fresh.clear()
+        try:
+            done = apply_pending(
+                self.store, self.run_id, self.policy, self.clock, remote=self.policy.controls_remote, log=self.log
+            )
+        except StateTampered:
+            raise
+        except AgentOpsError as exc:
+            self.log(f"signed controls not applied this time: {exc.code}: {exc.message}")
+            return
+        if done:
+            self.state.refresh()
 
     def stop_unsupervised(self, why: str) -> list[Stopped] | None:
         """Without serving the run, stop what a dead supervisor left (``WORKER_LEFTOVER_STOPPED``), holding the run's
@@ -471,6 +513,7 @@ class Supervisor:
                 self.stop_all(WorkerStatus.STOPPED, "the run was resumed")
                 self.state.refresh()
                 return self.state.run().status
+            self._apply_controls()
             self.state.refresh()
             run = self.state.run()
             if run.status is RunStatus.COMPLETE:

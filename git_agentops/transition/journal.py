@@ -61,6 +61,12 @@ def _read(snapshot: Snapshot) -> Transition | None:
     return Transition.from_json(doc) if doc is not None else None
 
 
+def read_unverified(store: Store, ref: str) -> Transition | None:
+    """The transition a journal ref anywhere holds -- a remote's, mirrored -- read without its MAC checked: for
+    showing a person what another machine's run waits for, never for acting on."""
+    return _read(Journal(store, ref).read(verify=False))
+
+
 def read(store: Store, run_id: str, transition_id: str) -> Transition:
     """One transition (``RUN_TRANSITION_UNKNOWN``; ``RUN_STATE_TAMPERED`` for a journal the toolkit did not write)."""
     journal = _journal(store, run_id, transition_id)

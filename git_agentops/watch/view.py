@@ -381,3 +381,70 @@ def screen(frame: Frame, log: LogTail, now: float, *, height: int | None, live: 
     tail = list(log.lines[-l_room:]) if l_room else []
     body += [line(clean(entry)) for entry in tail] or ([line(("(nothing yet)", "dim"))] if l_room else [])
     return Group(*head, *body)
+
+
+# -- the board: every run, one row each (run list --all, watch --all) --------------------------------------------------
+
+
+def board_lines(rows: Sequence[Mapping[str, Any]], now: float) -> list[str]:
+    """The board as text: one line per run (``run list --all``'s JSON rows), oldest first; ``?`` marks a state read
+    but not verified (no team key, or not authentic)."""
+    lines = [f"{'RUN':<26}{'WHERE':<10}{'STATUS':<16}{'AGE':>6} {'ACTIVE':>7} {'TOKENS':>8}  WAITS FOR / GOAL"]
+    for r in rows:
+        created = float(r.get("createdAt") or 0)
+        status = clean(r["status"], 15) + ("" if r.get("verified", True) else "?")
+        waits = r.get("waitsFor")
+        lines.append(
+            f"{clean(r['runId'], 25):<26}{clean(r['where'], 9):<10}{status:<16}"
+            f"{age(now - created) if created else '-':>6} {age(float(r.get('usedSeconds') or 0)):>7} "
+            f"{_count(int(r.get('tokens') or 0)) if r.get('tokens') else '-':>8}  "
+            + (f"waits for {clean(waits, 200)}" if waits else clean(r.get("goal", ""), 60))
+        )
+    return lines
+
+
+def board_screen(
+    rows: Sequence[Mapping[str, Any]], now: float, *, height: int | None, problem: str | None = None
+) -> RenderableType:
+    """The board as a ``rich`` renderable of at most ``height`` lines: the runs waiting for a person first (bold),
+    then the others, newest first."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    waiting = [r for r in rows if r.get("waitsFor")]
+    title = Table.grid(expand=True)
+    title.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+    title.add_column(justify="right", no_wrap=True)
+    title.add_row(
+        Text(f"{len(rows)} run(s), {len(waiting)} waiting for you", "bold"),
+        Text(time.strftime("%H:%M:%S", time.localtime(now)) + "  q quits"),
+    )
+    head: list[RenderableType] = [title]
+    if problem:
+        head.append(Text("! " + clean(problem), "bold red", no_wrap=True, overflow="ellipsis"))
+    table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold", expand=True)
+    for name, justify in (("RUN", "left"), ("WHERE", "left"), ("STATUS", "left"), ("AGE", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("ACTIVE", justify="right", no_wrap=True)
+    table.add_column("TOKENS", justify="right", no_wrap=True)
+    table.add_column("WAITS FOR / GOAL", no_wrap=True, overflow="ellipsis", ratio=1)
+    ordered = waiting + sorted((r for r in rows if not r.get("waitsFor")), key=lambda r: -float(r.get("createdAt", 0)))
+    room = len(ordered) if height is None else max(1, height - len(head) - 2)
+    for r in ordered[:room]:
+        status = clean(r["status"], 15)
+        waits = r.get("waitsFor")
+        table.add_row(
+            Text(clean(r["runId"], 30), "bold" if waits else ""),
+            Text(clean(r["where"], 12), "dim"),
+            Text(status + ("" if r.get("verified", True) else "?"), STYLES.get(status, "dim")),
+            Text(age(now - float(r["createdAt"])) if r.get("createdAt") else "-"),
+            Text(age(float(r.get("usedSeconds") or 0))),
+            Text(_count(int(r["tokens"])) if r.get("tokens") else "-"),
+            Text(f"waits for {clean(waits)}", "bold yellow") if waits else Text(clean(r.get("goal", "")), "dim"),
+        )
+    if len(ordered) > room:
+        table.add_row(Text(f"... {len(ordered) - room} more", "dim"))
+    if not rows:
+        table.add_row(Text("no runs", "dim"))
+    return Group(*head, table)

@@ -43,9 +43,12 @@ def proposed(run_options: str) -> str:
     )
 
 
-def scenario(tmp: Path, run_options: str, *, first_sleep: float = 1.0, later_at_once: bool = False) -> Path:
+def scenario(
+    tmp: Path, run_options: str, *, first_sleep: float = 1.0, later_at_once: bool = False, extra_policy: str = ""
+) -> Path:
     """Plan A, and B depending on A; propose the runner; once complete, re-plan B to need it. ``later_at_once``: A's
-    first generation only sleeps first, every later one writes at once."""
+    first generation only sleeps first, every later one writes at once. ``extra_policy``: the starting policy's
+    other tables, kept in the proposal."""
     work = [write_step("src/a.txt", "a\n"), {"commit": "Add a"}, HANDOFF]
     tasks = child(
         "a",
@@ -59,7 +62,7 @@ def scenario(tmp: Path, run_options: str, *, first_sleep: float = 1.0, later_at_
             "one_shot": True,
             "policy": {
                 "file": PROPOSAL_FILE,
-                "content": proposed(run_options),
+                "content": proposed(run_options) + extra_policy,
                 "approvals": [{"capability": "runner:acceptance", "reason": "reads one file; runs nothing else"}],
                 "replan": [
                     {

@@ -1,0 +1,292 @@
+"""Answers and approvals from anywhere: a person on another clone sends signed controls through the shared remote;
+the supervising machine applies each one it may, exactly once and in order, and refuses and records the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..conftest import git
+from ..helpers import HANDOFF, child, commit_step, public_key, ssh_key, write_step
+from ..runkit import command, events, project, recipe, start, status, stop, supervisor_log, trust, wait_for
+from ..transition.test_policy_transition import scenario, transitions_of
+
+SIGNERS = ".agentops/allowed_signers"
+CONTROLS = (
+    f'[receipts]\nallowed_signers = "{SIGNERS}"\n'
+    '[controls]\nremote = "origin"\ninterval = 1\napprove = ["alice@example.com"]\n'
+)
+
+
+def control_signer(principal: str, key: Path) -> str:
+    """An allowed_signers line trusting ``key`` as ``principal`` for controls only."""
+    return f'{principal} namespaces="git-agentops-control" {public_key(key)}\n'
+
+
+@dataclass(frozen=True)
+class Team:
+    server: Path
+    a: Path  # supervises the run
+    b: Path  # a person's other machine: a clone of the server, no key of the team's runs
+    keys: dict[str, Path]
+
+    def as_person(self, name: str) -> None:
+        """Machine B signs as ``name`` from now on (their git identity and SSH key, in B's own configuration)."""
+        git(self.b, "config", "user.name", name.title())
+        git(self.b, "config", "user.email", f"{name}@example.com")
+        git(self.b, "config", "agentops.signingKey", str(self.keys[name]))
+
+
+def team(tmp: Path, policy: str = CONTROLS) -> Team:
+    (tmp / "keys").mkdir()
+    keys = {name: ssh_key(tmp / "keys" / name, comment=name) for name in ("alice", "bob", "mallory")}
+    a = project(tmp / "a", extra_policy=policy)
+    (a / SIGNERS).write_text(
+        control_signer("alice@example.com", keys["alice"]) + control_signer("bob@example.com", keys["bob"])
+    )
+    git(a, "add", SIGNERS)
+    git(a, "commit", "-q", "-m", "The team's signers")
+    server = tmp / "server.git"
+    git(tmp, "init", "-q", "--bare", str(server))
+    git(a, "remote", "add", "origin", str(server))
+    git(a, "push", "-q", "origin", "main")
+    trust(a)  # the trust names the clone's remote
+    b = tmp / "b"
+    git(tmp, "clone", "-q", str(server), str(b))
+    return Team(server, a, b, keys)
+
+
+def send(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return command(where, "agentops-run", *args, "--json")
+
+
+def forge(where: Path, run_id: str, control_id: str, doc: dict[str, Any] | None, sig: bytes | None) -> None:
+    """Push a control made by hand (git plumbing) to the server, as anyone with push access could."""
+    entries = []
+    for name, data in (("control.json", json.dumps(doc).encode() if doc is not None else None), ("control.sig", sig)):
+        if data is not None:
+            blob = (
+                subprocess.run(
+                    ["git", "hash-object", "-w", "--stdin"], cwd=where, input=data, capture_output=True, check=True
+                )
+                .stdout.decode()
+                .strip()
+            )
+            entries.append(f"100644 blob {blob}\t{name}\n")
+    tree = subprocess.run(
+        ["git", "mktree"], cwd=where, input="".join(entries), text=True, capture_output=True, check=True
+    ).stdout.strip()
+    commit = git(where, "commit-tree", tree, "-m", "forged")
+    git(where, "push", "-q", "origin", f"{commit}:refs/agentops/runs/{run_id}/controls/{control_id}")
+
+
+def recorded(repo: Path, run_id: str) -> list[dict[str, Any]]:
+    names = git(repo, "ls-tree", "--name-only", f"refs/agentops/runs/{run_id}/state", "controls/").split()
+    return [json.loads(git(repo, "show", f"refs/agentops/runs/{run_id}/state:{name}")) for name in sorted(names)]
+
+
+def test_a_question_asked_on_a_is_answered_from_b_and_the_run_resumes(tmp_path: Path) -> None:
+    """Invariant: of the controls pushed while a question waits -- one with no signature, one signed by a key the
+    team does not list, one naming another run, and the team member's answer -- only the answer is applied, once,
+    and the run on A resumes with it; every other one is refused with its code and recorded, in id order; sending
+    the same control again changes nothing."""
+    t = team(tmp_path)
+    asking = child(
+        "q", "Asker", [['{ question = "Which name?" }', write_step("src/q.txt", "q\n"), commit_step("q"), HANDOFF]]
+    )
+    run_id = start(t.a, recipe(tmp_path, asking))
+    try:
+        doc = wait_for(t.a, run_id, lambda d: any(q["answer"] is None for q in d["questions"]), timeout=180)
+        question = next(q for q in doc["questions"] if q["answer"] is None)
+        qid = question["questionId"]
+        # B has no copy of the run: the answer goes through the remote, once the supervisor pushed the question
+        wait_for_remote_question(t, run_id, qid)
+        t.as_person("alice")
+        unknown = send(t.b, "answer", run_id, "q-nope", "x")
+        assert unknown.returncode == 3 and "RUN_QUESTION_UNKNOWN" in unknown.stderr, unknown.stderr
+        forge(
+            t.b,
+            run_id,
+            "20260101T000000.000001Z-000000000001",
+            _answer(run_id, "20260101T000000.000001Z-000000000001", qid),
+            None,
+        )
+        forge(
+            t.b,
+            run_id,
+            "20260101T000000.000002Z-000000000002",
+            _answer("run-other", "20260101T000000.000002Z-000000000002", qid),
+            b"x",
+        )
+        t.as_person("mallory")
+        refused = send(t.b, "answer", run_id, qid, "Call it mallory", "--wait", "60")
+        assert refused.returncode == 3 and "CONTROL_NOT_ALLOWED" in refused.stderr, refused.stderr
+        assert status(t.a, run_id)["questions"][0]["answer"] is None
+        t.as_person("alice")
+        sent = send(t.b, "answer", run_id, qid, "Call it q", "--wait", "60")
+        assert sent.returncode == 0, sent.stderr + supervisor_log(t.a, run_id)
+        out = json.loads(sent.stdout)
+        assert out["outcome"]["outcome"] == "applied" and out["outcome"]["signer"] == "alice@example.com"
+        doc = wait_for(
+            t.a,
+            run_id,
+            lambda d: any(t["status"] == "delivered" for t in d["tasks"] if t["title"] == "Asker"),
+            timeout=180,
+        )
+        assert [q["answer"] for q in doc["questions"]] == ["Call it q"]
+        records = recorded(t.a, run_id)
+        assert [(r["outcome"], r["code"]) for r in records] == [
+            ("refused", "CONTROL_UNSIGNED"),
+            ("refused", "CONTROL_INVALID"),
+            ("refused", "CONTROL_NOT_ALLOWED"),
+            ("applied", None),
+        ]
+        kinds = [e["code"] for e in events(t.a, run_id) if e["code"] in ("RUN_CONTROL_REFUSED", "RUN_ANSWERED")]
+        assert kinds == ["RUN_CONTROL_REFUSED"] * 3 + ["RUN_ANSWERED"]
+        # the applied control's ref, pushed again under its own name, is create-only on A and counted once
+        again = send(t.b, "answer", run_id, qid, "Call it q2")
+        assert again.returncode == 3 and "RUN_QUESTION_UNKNOWN" in again.stderr  # the remote says it is answered
+        assert len(recorded(t.a, run_id)) == 4
+    finally:
+        stop(t.a, run_id)
+
+
+def _answer(run_id: str, control_id: str, qid: str) -> dict[str, Any]:
+    return {
+        "type": "git-agentops/control/v1",
+        "controlId": control_id,
+        "runId": run_id,
+        "kind": "answer",
+        "at": 1.0,
+        "by": "someone",
+        "questionId": qid,
+        "text": "forged",
+    }
+
+
+def wait_for_remote_question(t: Team, run_id: str, qid: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        shown = subprocess.run(
+            ["git", "--git-dir", str(t.server), "show", f"refs/agentops/runs/{run_id}/state:run.json"],
+            capture_output=True,
+            check=False,
+        )
+        if shown.returncode == 0 and b"awaiting-input" in shown.stdout:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the supervisor never pushed {run_id}'s question {qid} to the server")
+
+
+def test_a_policy_change_approved_from_b_takes_effect_on_a(tmp_path: Path) -> None:
+    """Invariant: an approval signed by a listed team member whom ``[controls] approve`` does not name is refused
+    (``CONTROL_NOT_ALLOWED``) and the transition still waits; the allowed person's approval from B is applied on A,
+    the transition completes and names them and their control, and the run completes."""
+    t = team(tmp_path)
+    run_id = start(t.a, scenario(tmp_path, "", extra_policy=CONTROLS))
+    doc = wait_for(t.a, run_id, lambda d: d["status"] == "awaiting-input" and transitions_of(d), timeout=180)
+    tid = transitions_of(doc)[0]["transitionId"]
+    wait_for_remote_question(t, run_id, tid)
+    t.as_person("bob")
+    refused = send(t.b, "approve", run_id, tid[:12], "--remote", "origin", "--wait", "60")
+    assert refused.returncode == 3 and "CONTROL_NOT_ALLOWED" in refused.stderr, refused.stderr
+    assert transitions_of(status(t.a, run_id))[0]["approvedBy"] is None
+    t.as_person("alice")
+    approved = send(t.b, "approve", run_id, tid, "--wait", "60")
+    assert approved.returncode == 0, approved.stderr + supervisor_log(t.a, run_id)
+    doc = wait_for(t.a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=300)
+    assert doc["status"] == "complete", supervisor_log(t.a, run_id)
+    done = transitions_of(doc)[0]
+    assert done["stage"] == "complete" and done["approvedBy"]["by"] == "user"
+    assert "alice@example.com" in done["approvedBy"]["name"] and "signed control" in done["approvedBy"]["name"]
+
+
+def test_without_a_controls_remote_a_sync_fetch_on_a_brings_the_answer_in_at_once(tmp_path: Path) -> None:
+    """Invariant: with no remote for the supervisor to fetch from, a control adopted by ``git agentops-sync fetch``
+    on the supervising machine is applied on the supervisor's next look (well under a second), once."""
+    t = team(tmp_path, f'[receipts]\nallowed_signers = "{SIGNERS}"\n')
+    asking = child("q", "Asker", [['{ question = "Which name?" }', write_step("src/q.txt", "q\n"), HANDOFF]])
+    run_id = start(t.a, recipe(tmp_path, asking))
+    try:
+        doc = wait_for(t.a, run_id, lambda d: any(q["answer"] is None for q in d["questions"]), timeout=180)
+        qid = doc["questions"][0]["questionId"]
+        assert command(t.a, "agentops-sync", "push", run_id).returncode in (0, 1)
+        t.as_person("alice")
+        sent = send(t.b, "answer", run_id, qid, "Call it q", "--remote", "origin")
+        assert sent.returncode == 0, sent.stderr
+        assert json.loads(sent.stdout)["outcome"] is None  # no --wait: sent, not yet applied
+        fetched = command(t.a, "agentops-sync", "fetch", run_id)
+        assert fetched.returncode in (0, 1), fetched.stderr
+        doc = wait_for(t.a, run_id, lambda d: d["questions"][0]["answer"] is not None, timeout=10)
+        assert doc["questions"][0]["answer"] == "Call it q"
+        assert [r["outcome"] for r in recorded(t.a, run_id)] == ["applied"]
+    finally:
+        stop(t.a, run_id)
+
+
+def _pane(sock: Path) -> str:
+    done = subprocess.run(
+        ["tmux", "-S", str(sock), "capture-pane", "-p", "-t", "board"], capture_output=True, text=True
+    )
+    return done.stdout
+
+
+def _until(sock: Path, predicate: Any, timeout: float) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate(text := _pane(sock)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the board never showed it; the pane:\n{text}")
+        time.sleep(0.3)
+    return text
+
+
+def test_one_board_shows_both_machines_runs_live_in_tmux_and_b_is_answered_from_a(tmp_path: Path) -> None:
+    """Invariant: with a run on each machine, ``run list --all --remote origin`` on A lists A's run here and B's
+    from the remote; ``watch --all --remote origin`` in a real tmux pane shows both, B's waiting for an answer; an
+    answer sent from A as a signed control is applied on B, whose pushed state the board then shows, live."""
+    import shutil
+
+    t = team(tmp_path)
+    trust(t.b)
+    asking = child(
+        "q", "Asker", [['{ question = "Which name?" }', write_step("src/q.txt", "q\n"), commit_step("q"), HANDOFF]]
+    )
+    sleeper = child("s", "Sleeper", [[{"sleep": 600}, write_step("src/s.txt", "s\n"), HANDOFF]])
+    run_a = start(t.a, recipe(tmp_path, sleeper, name="a.toml"))
+    run_b = start(t.b, recipe(tmp_path, asking, finalize=True, name="b.toml"))
+    sock = tmp_path / "tmux.sock"
+    try:
+        doc = wait_for(t.b, run_b, lambda d: any(q["answer"] is None for q in d["questions"]), timeout=180)
+        qid = doc["questions"][0]["questionId"]
+        wait_for_remote_question(t, run_b, qid)
+        listed = json.loads(command(t.a, "agentops-run", "list", "--all", "--remote", "origin", "--json").stdout)
+        rows = {r["runId"]: r for r in listed["runs"]}
+        assert rows[run_a]["where"] == "here" and rows[run_b]["where"] == "origin", rows
+        assert rows[run_b]["waitsFor"] == "an answer to 1 question(s)"
+        exe = shutil.which("git-agentops-run")
+        assert exe is not None
+        argv = ["tmux", "-S", str(sock), "new-session", "-d", "-s", "board", "-x", "200", "-y", "30", "-c", str(t.a)]
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+        subprocess.run([*argv, f"{exe} watch --all --remote origin"], check=True, env={**env, "TERM": "xterm"})
+        _until(sock, lambda text: run_a in text and run_b in text and "waits for an answer" in text, 60)
+        git(t.a, "config", "user.email", "alice@example.com")
+        git(t.a, "config", "agentops.signingKey", str(t.keys["alice"]))
+        sent = send(t.a, "answer", run_b, qid, "Call it q", "--remote", "origin")
+        assert sent.returncode == 0, sent.stderr
+        done = wait_for(t.b, run_b, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
+        assert done["status"] == "complete", supervisor_log(t.b, run_b)
+        text = _until(sock, lambda text: "complete" in text and "waits for an answer" not in text, 60)
+        assert run_a in text  # A's own run stays on the board
+        subprocess.run(["tmux", "-S", str(sock), "send-keys", "-t", "board", "q"], check=True)
+    finally:
+        subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, check=False)
+        stop(t.a, run_a)
+        stop(t.b, run_b)
