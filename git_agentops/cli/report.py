@@ -23,7 +23,11 @@ from .common import Context, Parser
 
 def configure(parser: Parser) -> None:
     """The ``report`` subcommand's arguments."""
-    parser.add_argument("run_id", metavar="RUN", help="the run ('git agentops-run list' shows them)")
+    parser.add_argument("run_id", metavar="RUN", nargs="?", help="the run ('git agentops-run list' shows them)")
+    parser.add_argument(
+        "--all", action="store_true", help="with --html: one page of every run (the board, then each run in brief)"
+    )
+    parser.add_argument("--remote", metavar="NAME", help="with --all: add the runs on this remote to the board")
     parser.add_argument(
         "--html", type=Path, metavar="FILE", help="write one self-contained HTML page there instead of Markdown"
     )
@@ -35,6 +39,10 @@ def report(args: argparse.Namespace, ctx: Context) -> int:
     from ..report.markdown import markdown
 
     target: Path | None = args.html
+    if args.all or args.remote:
+        return _all(args, ctx)
+    if args.run_id is None:
+        raise AgentOpsError("USAGE", "name the run ('git agentops-run list'), or --all --html FILE for every run")
     if target is not None:
         _check_writable(target)
     facts = gather(ctx.store(), args.run_id, clock=ctx.clock, environ=ctx.env)
@@ -45,6 +53,30 @@ def report(args: argparse.Namespace, ctx: Context) -> int:
         ctx.emit(facts.to_json(), f"report of {facts.run.run_id} written to {written}")
         return 0
     ctx.emit(facts.to_json(), markdown(facts))
+    return 0
+
+
+def _all(args: argparse.Namespace, ctx: Context) -> int:
+    """``report --html FILE --all [--remote NAME]``: the board and every run of this repository on one page."""
+    from ..report.collect import gather
+    from ..report.html import render_board
+    from ..runs import board
+
+    if not args.all or args.html is None or args.run_id is not None:
+        raise AgentOpsError("USAGE", "one page of every run is 'report --all --html FILE [--remote NAME]' (no RUN)")
+    _check_writable(args.html)
+    store = ctx.store()
+    rows = board.here(store, ctx.clock)
+    if args.remote:
+        rows += board.remote(store, args.remote, ctx.clock, known={r.run_id for r in rows})
+    rows.sort(key=lambda r: r.created_at)
+    reports = []
+    for row in rows:
+        if row.where == "here" and row.status != "unreadable":
+            reports.append(gather(store, row.run_id, clock=ctx.clock, environ=ctx.env))
+    docs = [r.to_json() for r in rows]
+    written = write_file(args.html, render_board(docs, reports, version=__version__, now=ctx.clock.now()))
+    ctx.emit({"runs": docs, "written": str(written)}, f"{len(rows)} run(s) written to {written}")
     return 0
 
 

@@ -13,8 +13,8 @@ Stable ids, for people linking into a report and for tests: ``task-<taskId>`` (a
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from ..clock import iso8601
 from .graph import graph_svg
@@ -101,13 +101,7 @@ def render(facts: Report, *, version: str) -> str:
     a page is rendered from values only)."""
     run = facts.run
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{e(CSP)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<link rel="icon" href="data:,">',
-        f"<title>Run {e(run.run_id)}: {e(run.status)}</title>",
-        f"<style>{CSS}</style></head><body><main>",
+        *_head(f"Run {run.run_id}: {run.status}"),
         _header(facts),
         _section(
             "graph", "Tasks and dependencies", f'<div class="graph">{graph_svg(facts.tasks, run.root_task_id)}</div>'
@@ -127,8 +121,84 @@ def render(facts: Report, *, version: str) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _head(title: str) -> list[str]:
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{e(CSP)}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',
+        f"<title>{e(title)}</title>",
+        f"<style>{CSS}</style></head><body><main>",
+    ]
+
+
+def render_board(rows: Sequence[Mapping[str, Any]], reports: Sequence[Report], *, version: str, now: float) -> str:
+    """``report --html --all``: one page of every run -- the board (``run list --all``'s rows: here and on a
+    remote, what each waits for, its spend, its age), then each of this repository's runs in brief (goal, status,
+    tasks and their deliveries, cost), each under ``run-<runId>``; ``report --html RUN`` has a run's whole story."""
+    waiting = sum(1 for r in rows if r.get("waitsFor"))
+    board = [
+        "<table><thead><tr><th>run</th><th>where</th><th>status</th><th>waits for / goal</th><th>active</th>"
+        "<th>tokens</th><th>cost</th><th>age</th></tr></thead><tbody>"
+    ]
+    local = {f.run.run_id for f in reports}
+    for r in rows:
+        run_id = str(r["runId"])
+        name = f'<a href="#run-{e(run_id)}">{e(run_id)}</a>' if run_id in local else e(run_id)
+        waits = r.get("waitsFor")
+        what = f"<b class='st-awaiting-input'>waits for {e(waits)}</b>" if waits else e(r.get("goal", ""))
+        verified = "" if r.get("verified", True) else ' <span class="meta" title="not verified here">?</span>'
+        cost = r.get("costUsd")
+        board.append(
+            f"<tr><td><code>{name}</code></td><td>{e(r['where'])}</td><td>{_badge(r['status'])}{verified}</td>"
+            f"<td>{what}</td><td>{float(r.get('usedSeconds') or 0):.0f}s</td><td>{e(r.get('tokens') or 0)}</td>"
+            f"<td>{_dollars(cost) if cost is not None else '-'}</td>"
+            f"<td>{e(iso8601(float(r['createdAt'])) if r.get('createdAt') else '-')}</td></tr>"
+        )
+    board.append("</tbody></table>")
+    parts = [
+        *_head(f"{len(rows)} runs, {waiting} waiting"),
+        f"<header><h1>Every run</h1><p class='meta'>{len(rows)} run(s), {waiting} waiting for a person, as of "
+        f"{e(iso8601(now))}</p></header>",
+        _section("board", "Board", "".join(board)),
+        *(_brief(facts) for facts in reports),
+        f"<footer>git-agentops {e(version)} -- read from the refs and notes of this repository"
+        " (and the runs a remote holds); this page loads nothing and runs no script.</footer>",
+        "</main></body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _brief(facts: Report) -> str:
+    run = facts.run
+    usage = facts.usage()
+    tasks = "".join(
+        f"<tr><td>{e(t.title)}</td><td>{_badge(t.status)}</td><td>{_short(t.delivery.commit if t.delivery else None)}"
+        "</td></tr>"
+        for t in facts.tasks
+        if t.parent is not None
+    )
+    body = (
+        f'<p class="goal"><b>Goal:</b> {e(run.goal)} {_badge(run.status)}</p>'
+        f'<p class="meta">target <code>{e(run.target)}</code> · host {e(run.host)} · created '
+        f"{e(iso8601(run.created_at))} · {e(usage['tokens'])} tokens · {_dollars(usage['costUsd'])} · active "
+        f"{usage['usedSeconds']:.0f}s of {e(usage['limitSeconds'])}s · receipt {e(facts.receipt.verdict)}"
+        + (f" · {e(run.status_reason)}" if run.status_reason else "")
+        + "</p>"
+        + (
+            "<table><thead><tr><th>task</th><th>status</th><th>delivery</th></tr></thead><tbody>"
+            + tasks
+            + "</tbody></table>"
+            if tasks
+            else "<p class='meta'>No task planned yet.</p>"
+        )
+    )
+    return _section(f"run-{run.run_id}", f"Run {run.run_id}", body)
+
+
 def _section(anchor: str, title: str, body: str) -> str:
-    return f'<section id="{anchor}"><h2>{e(title)}</h2>\n{body}\n</section>'
+    return f'<section id="{e(anchor)}"><h2>{e(title)}</h2>\n{body}\n</section>'
 
 
 def _header(facts: Report) -> str:

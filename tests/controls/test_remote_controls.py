@@ -271,6 +271,14 @@ def test_one_board_shows_both_machines_runs_live_in_tmux_and_b_is_answered_from_
         rows = {r["runId"]: r for r in listed["runs"]}
         assert rows[run_a]["where"] == "here" and rows[run_b]["where"] == "origin", rows
         assert rows[run_b]["waitsFor"] == "an answer to 1 question(s)"
+        page = tmp_path / "all.html"
+        written = command(t.a, "agentops-run", "report", "--all", "--remote", "origin", "--html", str(page))
+        assert written.returncode == 0, written.stderr
+        html = page.read_text()
+        assert f'id="run-{run_a}"' in html and f'href="#run-{run_a}"' in html  # A's run in brief, linked
+        assert run_b in html and "waits for an answer to 1 question(s)" in html and "<script" not in html
+        bad = command(t.a, "agentops-run", "report", "--all")
+        assert bad.returncode == 2 and "error[USAGE]" in bad.stderr
         exe = shutil.which("git-agentops-run")
         assert exe is not None
         argv = ["tmux", "-S", str(sock), "new-session", "-d", "-s", "board", "-x", "200", "-y", "30", "-c", str(t.a)]
