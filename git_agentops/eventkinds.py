@@ -417,6 +417,19 @@ RUN_POLICY_APPROVED: Final = _k(
     controlId="string?",
     signer="string?",
 )
+RUN_REVIEW_DECIDED: Final = _k(
+    "RUN_REVIEW_DECIDED",
+    "a person approved or refused the integration candidate ([review] people)",
+    runId=_STRING,
+    decision=_STRING,
+    principal=_STRING,
+    decisionId=_STRING,
+    controlId="string?",
+    signer="string?",
+)
+INTEGRATION_APPROVED: Final = _k(
+    "INTEGRATION_APPROVED", "enough people approved the candidate ([review] people): it may publish"
+)
 RUN_CONTROL_APPLIED: Final = _k(
     "RUN_CONTROL_APPLIED",
     "a signed control from another machine was applied (a refusal of a policy change, a review decision)",

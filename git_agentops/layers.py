@@ -32,7 +32,7 @@ FEATURES: Final[dict[str, dict[str, int]]] = {
     "watch": {"__init__": 3, "view": 3},
     "mergequeue": {"__init__": 3, "record": 3, "shared": 8, "book": 8, "audit": 8, "process": 9, "serve": 9},
     "notify": {"__init__": 3, "record": 3, "config": 4, "deliver": 8},
-    "controls": {"__init__": 3, "record": 3, "signing": 6, "send": 8, "apply": 8},
+    "controls": {"__init__": 3, "record": 3, "signing": 6, "send": 8, "apply": 8, "people": 8},
     "workspace": {"__init__": 3, "ports": 4, "services": 4, "localfiles": 4, "salvage": 4, "live": 4, "cost": 4},
 }
 """Feature packages: each module (``__init__`` included) ranked at the layer of what it does, as :data:`LAYERS`

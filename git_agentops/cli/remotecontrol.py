@@ -49,8 +49,16 @@ def remote_for(args: argparse.Namespace, ctx: Context) -> str | None:
     return remote if store.config_value(f"remote.{remote}.url") is not None else None
 
 
-def send(args: argparse.Namespace, ctx: Context, remote: str) -> int:
-    """Check, sign, push (and with ``--wait``, wait for) one control of ``args.command``'s kind."""
+def send(
+    args: argparse.Namespace,
+    ctx: Context,
+    remote: str,
+    *,
+    decision: str | None = None,
+    accept: list[str] | None = None,
+) -> int:
+    """Check, sign, push (and with ``--wait``, wait for) one control of ``args.command``'s kind (``review``: the
+    person's ``decision`` on the waiting candidate, the findings they ``accept``)."""
     from ..controls import send as sending
     from ..controls.record import Control, new_id
     from ..errors import CODES, AgentOpsError
@@ -66,7 +74,17 @@ def send(args: argparse.Namespace, ctx: Context, remote: str) -> int:
     who = approver(ctx)
     lines: list[str] = []
     fields: dict[str, Any] = {}
-    if kind == "answer":
+    if kind == "review":
+        from ..controls import people
+
+        integration = theirs.view.run().integration
+        if not people.waiting(theirs.view) or integration is None or integration.candidate is None:
+            raise AgentOpsError("CONTROL_STALE", f"{args.run_id} on {remote} waits for no review by people now")
+        fields = {"candidate": integration.candidate, "decision": decision, "reason": args.reason}
+        if accept is not None:
+            fields["accept"] = ",".join(accept)
+        lines.append(f"candidate {integration.candidate[:12]} of {args.run_id}: {decision}")
+    elif kind == "answer":
         if not args.text.strip():
             raise AgentOpsError("USAGE", "the answer is empty")
         question = theirs.open_question(args.question_id)

@@ -100,11 +100,11 @@ def build_parser() -> Parser:
     answer.add_argument("question_id", metavar="QUESTION")
     answer.add_argument("text", metavar="TEXT")
     answer.add_argument("--no-supervise", action="store_true", help="only record the answer")
-    from . import queue, remotecontrol, report, salvage, transition, watch  # heavy imports happen when they run
+    from . import queue, remotecontrol, report, review, salvage, transition, watch  # heavy imports run later
 
     remotecontrol.add_options(answer)
 
-    for decision in transition.configure(add):
+    for decision in (*transition.configure(add), review.configure(add)):
         remotecontrol.add_options(decision)
     queue.configure(add)
     salvage.configure(add)
@@ -462,6 +462,14 @@ def _handle(args: argparse.Namespace, ctx: Context) -> int:
 
             return send(args, ctx, remote)
         return handle(args, ctx)
+    if args.command == "review":
+        from .review import review
+
+        return review(args, ctx, remotecontrol_remote(args, ctx) if args.run_id else None)
+    if args.command == "reviewers":
+        from .review import reviewers
+
+        return reviewers(ctx)
     if args.command == "demo":
         return _demo(args, ctx)
     if args.command == "clean":

@@ -50,6 +50,7 @@ from ..runs import controls as runcontrols
 from ..runs import state as runstate
 from ..schema.documents import parse_json
 from ..transition import journal as transitions
+from . import people
 from .record import DOCUMENT_FILE, MAX_DOCUMENT, MAX_SIGNATURE, SIGNATURE_FILE, Control, Outcome, controls_prefix, is_id
 from .signing import check_allowed, rule_of, signer
 
@@ -210,7 +211,20 @@ def _apply(store: Store, run_id: str, control: Control, principal: str, commit: 
                 assert control.transition is not None
                 _refuse_transition(store, run_id, control, label, clock, outcome)
             case _:
-                raise AgentOpsError("CONTROL_STALE", f"{run_id} waits for no review by people")
+                assert control.candidate is not None and control.decision is not None
+                people.decide(
+                    store,
+                    run_id,
+                    decision_id=control.control_id,
+                    principal=principal,
+                    decision=control.decision,
+                    reason=control.reason or "",
+                    candidate=control.candidate,
+                    accepted=control.accept.split(",") if control.accept is not None else None,
+                    rejected=None,
+                    clock=clock,
+                    signed=signed,
+                )
     except StateTampered:
         raise  # the supervisor's own handling: the run's state is contained first
     except (ControlStale, QuestionUnknown, TransitionStale, TransitionUnknown, RunNotActive) as exc:
@@ -262,8 +276,9 @@ def _refuse(store: Store, run_id: str, outcome: Outcome) -> Outcome | None:
 class Fetcher:
     """Fetches the remote's controls of one run into the mirror every ``interval`` seconds, in a thread of its own
     (a slow remote never holds the supervisor's loop), and pushes the run's refs back when its state moved, so that a
-    board on another machine (``run list --all --remote``) and the sender see what was done. Failures are said in
-    the log once each, and never stop the run."""
+    board on another machine (``run list --all --remote``) and the sender see what was done. (A run on a remote
+    target has none: its lease renewals fetch and push the same refs.) Failures are said in the log once each, and
+    never stop the run."""
 
     def __init__(
         self,

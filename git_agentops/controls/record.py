@@ -37,6 +37,7 @@ _TEXT_LIMITS: Final = {
     "candidate": 64,
     "by": 256,
     "decision": 16,
+    "accept": 20000,
 }
 
 
@@ -77,6 +78,7 @@ class Control:
     reason: str | None = None  # refuse, review
     candidate: str | None = None  # review: the integration candidate the decision is about
     decision: str | None = None  # review: approve or refuse
+    accept: str | None = None  # review: the model reviewers' findings the person agrees with, comma-separated ids
 
     def to_json(self) -> dict[str, Any]:
         """The document, without the fields its kind does not use."""
@@ -95,6 +97,7 @@ class Control:
             ("reason", self.reason),
             ("candidate", self.candidate),
             ("decision", self.decision),
+            ("accept", self.accept),
         ):
             if value is not None:
                 doc[key] = value
@@ -157,6 +160,7 @@ class Control:
             doc.get("reason"),
             doc.get("candidate"),
             doc.get("decision"),
+            doc.get("accept"),
         )
 
 

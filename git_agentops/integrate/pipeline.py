@@ -42,6 +42,7 @@ from typing import Final
 import pygit2
 
 from .. import eventkinds as kinds
+from ..controls import people
 from ..errors import AgentOpsError, PushRefused, RemoteUnreachable
 from ..gitstore import sync
 from ..gitstore.checkout import (
@@ -148,7 +149,7 @@ def _adopt(ctx: JobContext, store: Store, now: Progress) -> None:
     )
 
 
-def _publish_gated(ctx: JobContext, store: Store, now: Progress) -> Wait | None:
+def _publish_gated(ctx: JobContext, store: Store, now: Progress) -> Wait | Refused | None:
     """A candidate gated before a crash, on the target's tip still: publish it without building it again (a tip
     that moved, or moves before the CAS, leaves the record as it is, and the next step rebuilds)."""
     integration, target = now.integration, now.run.target
@@ -156,7 +157,7 @@ def _publish_gated(ctx: JobContext, store: Store, now: Progress) -> Wait | None:
     if integration.base != _tip(ctx, store, target):
         return None
     published = _publish(ctx, store, target, integration.base, integration.candidate)
-    return published if isinstance(published, Wait) else None
+    return published if isinstance(published, Wait | Refused) else None
 
 
 def _build(ctx: JobContext, store: Store, now: Progress) -> Refused | Wait | None:
@@ -360,7 +361,7 @@ def _build_and_publish(ctx: JobContext, store: Store, view: runstate.RunView) ->
         if published is False:
             ctx.log(f"{run.target} moved while integrating; rebuilding the candidate (attempt {attempt})")
             continue
-        return published if isinstance(published, Wait) else None
+        return published if isinstance(published, Wait | Refused) else None
     return fail(
         ctx,
         store,
@@ -400,13 +401,16 @@ def _frozen_before_transitions(store: Store, run_id: str) -> dict[tuple[str, str
     return out
 
 
-def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: str) -> bool | Wait:
+def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: str) -> bool | Wait | Refused:
     """Step 4: move the target from ``base`` to ``candidate`` by CAS; False when it moved meanwhile.
 
     A checkout of the target is kept consistent as git's ``updateInstead`` keeps it for a push: a clean one is
     brought to the new tip (index and files) right after the CAS; a dirty one makes the run wait before the CAS
     (``RUN_TARGET_CHECKED_OUT_DIRTY``, naming the worktree and its files), with the candidate kept.
     """
+    held = _people(ctx, store, base, candidate)
+    if held is not None:
+        return held
     target_ref = f"refs/heads/{target}"
     where = ctx.policy.remote
     if where is not None:
@@ -438,6 +442,39 @@ def _publish(ctx: JobContext, store: Store, target: str, base: str, candidate: s
         published_at=ctx.clock.now(),
     )
     return True
+
+
+def _people(ctx: JobContext, store: Store, base: str, candidate: str) -> Wait | Refused | None:
+    """``[review] people``: the candidate publishes once that many people approved it (their approvals join its
+    reviews, so the receipt names them); a person's refusal fails the integration (``RUN_REVIEW_REFUSED``); until
+    then the run waits for them (``RUN_REVIEW_PENDING``, held: the supervisor stays and applies their decisions)."""
+    needed = ctx.policy.people
+    if needed <= 0:
+        return None
+    state, found = people.verdict(store, ctx.run_id, base, candidate, needed)
+    if state == "refused":
+        who = found[0]
+        return fail(
+            ctx,
+            store,
+            "RUN_REVIEW_REFUSED",
+            f"{who['principal']} refused candidate {candidate[:12]}" + (f": {who['reason']}" if who["reason"] else ""),
+            {"principal": who["principal"], "decisionId": who["decisionId"]},
+        )
+    if state == "waiting":
+        reason = (
+            f"candidate {candidate[:12]} waits for {needed - len(found)} more approval(s) by people "
+            f"('git agentops-run review {ctx.run_id}')"
+        )
+        ctx.log(f"waiting: {reason}")
+        return Wait(people.PENDING, reason, held=True)
+    integration = runstate.read(store, ctx.run_id).run().integration
+    models = [r for r in (integration.reviews or ()) if not r.reviewer.startswith(people.PERSON)] if integration else []
+    names = ", ".join(a["principal"] for a in found)
+    advance(
+        ctx, store, kinds.INTEGRATION_APPROVED, f"approved by {names}", reviews=[*models, *people.as_reviews(found)]
+    )
+    return None
 
 
 def _follow_local(

@@ -136,6 +136,8 @@ def required_reviewers(doc: PolicyDoc) -> list[str]:
 def _review(old: PolicyDoc, new: PolicyDoc) -> Iterable[Weakening]:
     if int(new["review"]["required"]) < int(old["review"]["required"]):
         yield Weakening("$.review.required", "fewer reviews would be required")
+    if int(new["review"].get("people", 0)) < int(old["review"].get("people", 0)):
+        yield Weakening("$.review.people", "fewer approvals by people would be required")
     kept = set(new["review"].get("reviewers", ()))
     required, still = set(required_reviewers(old)), set(required_reviewers(new))
     for index, reviewer in enumerate(old["review"].get("reviewers", ())):

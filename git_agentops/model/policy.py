@@ -347,6 +347,11 @@ class Policy:
         return str(where) if where else None
 
     @property
+    def people(self) -> int:
+        """How many approvals by people an integration waits for before publishing (``review.people``, default 0)."""
+        return int(self.doc["review"].get("people", 0))
+
+    @property
     def controls_remote(self) -> str | None:
         """The remote the supervisor fetches signed controls from (``controls.remote``, else ``run.remote``)."""
         value = self.doc.get("controls", {}).get("remote")

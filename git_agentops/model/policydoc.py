@@ -114,6 +114,7 @@ class ReviewDoc(TypedDict):
 
     required: int
     reviewers: NotRequired[list[str]]
+    people: NotRequired[int]
 
 
 class ReceiptsDoc(TypedDict):

@@ -202,6 +202,14 @@ def _semantic(doc: Mapping[str, JsonValue]) -> Iterator[tuple[str, tuple[str | i
     required = review.get("required")
     if isinstance(required, int) and not isinstance(required, bool) and required > len(reviewers):
         yield (_LOOSE_CODE, ("review", "required"), f"{required} reviews required but {len(reviewers)} reviewers named")
+    people = review.get("people")
+    if isinstance(people, int) and people > 0 and _table(doc, "queue").get("enabled") is True:
+        yield (
+            _LOOSE_CODE,
+            ("review", "people"),
+            "approvals by people are asked before a direct publish; the merge queue does not wait for them: "
+            "use one or the other",
+        )
     patterns = _table(doc, "guardrails").get("deny_patterns")
     for index, pattern in enumerate(patterns if isinstance(patterns, list) else []):
         if isinstance(pattern, str):

@@ -451,7 +451,7 @@ def sandbox_problem(
     """Why the receipt does not show every agent ran at ``required`` or stronger (module docstring), or None."""
     agents = [("its agents taken together (the coordinator included)", sandbox)]
     agents += [(f"worker {d['workerId']} (delivery of {d['taskId']})", d.get("sandbox")) for d in deliveries]
-    agents += [(f"reviewer {r['reviewer']}", r.get("sandbox")) for r in reviews]
+    agents += [(f"reviewer {r['reviewer']}", r.get("sandbox")) for r in reviews if ":" not in r["reviewer"]]
     if all(level is None for _, level in agents):
         return f"sandbox level {required} is required, but the receipt records no level (made before levels were)"
     found = [f"{who} ran at {level}" for who, level in agents if level is not None and weaker(level, required)]

@@ -63,6 +63,8 @@ def waits_for(view: runstate.RunView, pending: Transition | None = None) -> str 
     open_questions = [q for q in view.questions() if q.get("answer") is None]
     if open_questions:
         return f"an answer to {len(open_questions)} question(s)"
+    if (run.status_reason or "").startswith("RUN_REVIEW_PENDING"):
+        return "a review by people ('git agentops-run review')"
     if pending is not None and not pending.approved:
         return f"an approval of {pending.transition_id} ('git agentops-run approve')"
     if run.status is RunStatus.BLOCKED:

@@ -129,6 +129,7 @@ class Wait:
 
     code: str
     reason: str
+    held: bool = False  # a person's review ([review] people): the run awaits input and the supervisor stays
 
 
 @dataclass(frozen=True, slots=True)

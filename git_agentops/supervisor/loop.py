@@ -168,6 +168,7 @@ class Supervisor:
         self.turns = TurnEnds(self.workers.kill, self.workers.process_ended, self.log)
         self._last_heartbeat = 0.0
         self.fetcher: Fetcher | None = None  # signed controls from the remote (git_agentops.controls)
+        self.held = False  # the integration waits for people's review: resumed when a decision makes the run active
         self._controls_checked = 0.0
 
     # -- what handlers see (supervisor.ports.Loop) ------------------------------------------------------------------
@@ -409,7 +410,9 @@ class Supervisor:
         every ``[controls] interval`` seconds, in a thread; None without a remote (controls adopted by ``git
         agentops-sync fetch`` are still applied)."""
         remote = self.policy.controls_remote
-        if remote is None or self.lease_lost:
+        if remote is None or self.lease_lost or remote == self.policy.remote:
+            # a run on a remote target fetches its refs (controls too) and pushes them with every lease renewal
+            # (lease.tenure): a second fetcher and pusher of the same refs would only race it
             return None
         fetcher = Fetcher(self.store, self.run_id, remote, self.policy.controls_interval, log=self.log)
         fetcher.start()
@@ -540,6 +543,10 @@ class Supervisor:
                 self._serve_requests()  # an idle worker's request is answered RUN_POLICY_TRANSITION_PENDING
                 time.sleep(self.poll)
                 continue
+            if self.held and run.status is RunStatus.ACTIVE and not self.busy(run.coordinator_id):
+                self.held = False  # a person decided: the integration goes on (or fails on a refusal)
+                self.log("a person decided on the candidate: the integration goes on")
+                self._resume_integration()
             self._wake_coordinator()
             if run.status is RunStatus.AWAITING_INPUT:
                 time.sleep(self.poll)
@@ -646,6 +653,9 @@ class Supervisor:
         match result:
             case Block(code, reason):
                 self.workers.block(worker_id, code, reason)
+            case Wait(code, reason, held=True):  # people review the candidate: the supervisor stays for them
+                self.set_status(RunStatus.AWAITING_INPUT, f"{code}: {reason}")
+                self.held = True
             case Wait(code, reason):
                 self.set_status(RunStatus.BLOCKED, f"{code}: {reason}", disable=True)
             case Left(reason):

@@ -298,3 +298,98 @@ def test_one_board_shows_both_machines_runs_live_in_tmux_and_b_is_answered_from_
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, check=False)
         stop(t.a, run_a)
         stop(t.b, run_b)
+
+
+REVIEWED = CONTROLS.replace('approve = ["alice@example.com"]', 'review = ["alice@example.com"]') + (
+    '[hosts.reviewer-a]\nkind = "scripted"\n[review]\nrequired = 1\nreviewers = ["reviewer-a"]\npeople = 1\n'
+)
+
+
+def test_a_run_waits_for_a_person_whose_review_from_b_publishes_it_and_reviewer_precision_follows(
+    tmp_path: Path,
+) -> None:
+    """Invariant: with ``[review] people = 1`` the model-reviewed candidate waits (the board says for what);
+    ``run review`` on B lists it with its findings; a review by someone ``[controls] review`` does not name is
+    refused; the allowed person's approval from B publishes it, the receipt names them as a reviewer, and the
+    model reviewer's precision is what the person accepted of its findings."""
+    from ..helpers import Part
+    from ..runkit import verify_receipts
+
+    t = team(tmp_path, REVIEWED)
+    base = git(t.a, "rev-parse", "main")
+    findings = [
+        {"severity": "low", "message": "a name could be clearer"},
+        {"severity": "medium", "message": "no test"},
+    ]
+    work = child("s", "Part S", [[write_step("src/s.txt", "s\n"), commit_step("Add s"), HANDOFF]])
+    part = work + Part(reviewers=({"name": "reviewer-a", "verdict": "approve", "findings": findings},))
+    run_id = start(t.a, recipe(tmp_path, part, finalize=True))
+    try:
+        doc = wait_for(t.a, run_id, lambda d: (d["statusReason"] or "").startswith("RUN_REVIEW_PENDING"), timeout=240)
+        assert doc["status"] == "awaiting-input", doc["statusReason"]
+        board = json.loads(command(t.a, "agentops-run", "list", "--all", "--json").stdout)["runs"]
+        assert board[0]["waitsFor"].startswith("a review by people")
+        wait_for_remote_question(t, run_id, "review")
+        t.as_person("bob")
+        listed = send(t.b, "review", "--remote", "origin")
+        assert listed.returncode == 0, listed.stderr
+        pending = json.loads(listed.stdout)["pending"]
+        assert [p["runId"] for p in pending] == [run_id]
+        assert [f["id"] for f in pending[0]["findings"]] == ["reviewer-a#1", "reviewer-a#2"]
+        assert pending[0]["candidate"] == doc["integration"]["candidate"]
+        refused = send(t.b, "review", run_id, "--approve", "--remote", "origin", "--wait", "60")
+        assert refused.returncode == 3 and "CONTROL_NOT_ALLOWED" in refused.stderr, refused.stderr
+        t.as_person("alice")
+        approved = send(
+            t.b, "review", run_id, "--approve", "--reason", "reads well", "--accept", "reviewer-a#2", "--wait", "60"
+        )
+        assert approved.returncode == 0, approved.stderr + supervisor_log(t.a, run_id)
+        doc = wait_for(t.a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
+        assert doc["status"] == "complete", supervisor_log(t.a, run_id)
+        names = [r["reviewer"] for r in doc["integration"]["reviews"]]
+        assert names == ["reviewer-a", "person:alice@example.com"], names
+        note = json.loads(git(t.a, "notes", "--ref=agentops/receipts", "show", "main"))
+        import base64
+
+        predicate = json.loads(base64.b64decode(note["payload"]))["predicate"]
+        assert "person:alice@example.com" in [r["reviewer"] for r in predicate["reviews"]["value"]]
+        verified = verify_receipts(t.a, f"{base}..main")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        precision = json.loads(command(t.a, "agentops-run", "reviewers", "--json").stdout)["reviewers"]
+        assert precision == [{"reviewer": "reviewer-a", "raised": 2, "accepted": 1, "precision": 0.5}]
+    finally:
+        stop(t.a, run_id)
+
+
+def test_a_person_refuses_the_candidate_here_and_it_never_publishes(tmp_path: Path) -> None:
+    """Invariant: on the supervising machine ``run review RUN --refuse`` fails the integration
+    (``RUN_REVIEW_REFUSED``) and the target does not move; an agent's environment cannot review; bad usage is
+    ``USAGE``."""
+    policy = '[hosts.reviewer-a]\nkind = "scripted"\n[review]\nrequired = 1\nreviewers = ["reviewer-a"]\npeople = 1\n'
+    repo = project(tmp_path, extra_policy=policy)
+    base = git(repo, "rev-parse", "main")
+    from ..helpers import reviewers
+
+    part = child("s", "Part S", [[write_step("src/s.txt", "s\n"), commit_step("Add s"), HANDOFF]])
+    run_id = start(repo, recipe(tmp_path, part + reviewers("reviewer-a"), finalize=True, one_shot=True))
+    try:
+        wait_for(repo, run_id, lambda d: (d["statusReason"] or "").startswith("RUN_REVIEW_PENDING"), timeout=240)
+        for args, code in (((run_id,), "USAGE"), (("--approve",), "USAGE")):
+            bad = command(repo, "agentops-run", "review", *args)
+            assert bad.returncode == 2 and f"error[{code}]" in bad.stderr, bad.stderr
+        agent = command(repo, "agentops-run", "review", run_id, "--approve", env={"AGENTOPS_RUN_ID": run_id})
+        assert agent.returncode == 3 and "RUN_APPROVAL_AGENT" in agent.stderr, agent.stderr
+        listed = json.loads(command(repo, "agentops-run", "review", "--json").stdout)["pending"]
+        assert [p["runId"] for p in listed] == [run_id] and listed[0]["where"] == "here"
+        refused = command(repo, "agentops-run", "review", run_id, "--refuse", "--reason", "not this")
+        assert refused.returncode == 0, refused.stderr
+        wait_for(repo, run_id, lambda d: (d["integration"] or {}).get("failure") == "RUN_REVIEW_REFUSED", timeout=120)
+        assert git(repo, "rev-parse", "main") == base
+        codes = [e["code"] for e in events(repo, run_id)]
+        assert "RUN_REVIEW_DECIDED" in codes and "INTEGRATION_APPROVED" not in codes
+        precision = json.loads(command(repo, "agentops-run", "reviewers", "--json").stdout)["reviewers"]
+        assert precision == []  # the scripted reviewer raised no finding: nothing to judge
+        stale = command(repo, "agentops-run", "review", run_id, "--approve")
+        assert stale.returncode == 3 and "CONTROL_STALE" in stale.stderr
+    finally:
+        stop(repo, run_id)
