@@ -543,7 +543,7 @@ class Supervisor:
                 self._serve_requests()  # an idle worker's request is answered RUN_POLICY_TRANSITION_PENDING
                 time.sleep(self.poll)
                 continue
-            if self.held and run.status is RunStatus.ACTIVE and not self.busy(run.coordinator_id):
+            if self.held and self.state.run().status is RunStatus.ACTIVE and not self.busy(run.coordinator_id):
                 self.held = False  # a person decided: the integration goes on (or fails on a refusal)
                 self.log("a person decided on the candidate: the integration goes on")
                 self._resume_integration()

@@ -33,12 +33,26 @@ class Team:
     a: Path  # supervises the run
     b: Path  # a person's other machine: a clone of the server, no key of the team's runs
     keys: dict[str, Path]
+    home_b: Path  # machine B's own HOME: its git configuration names the person and their key
 
     def as_person(self, name: str) -> None:
-        """Machine B signs as ``name`` from now on (their git identity and SSH key, in B's own configuration)."""
-        git(self.b, "config", "user.name", name.title())
-        git(self.b, "config", "user.email", f"{name}@example.com")
-        git(self.b, "config", "agentops.signingKey", str(self.keys[name]))
+        """Machine B signs as ``name`` from now on: their git identity and SSH key in B's own global git config."""
+        (self.home_b / ".gitconfig").write_text(
+            f"[user]\n\tname = {name.title()}\n\temail = {name}@example.com\n"
+            f"[agentops]\n\tsigningKey = {self.keys[name]}\n"
+        )
+
+    def on_b(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``git agentops-run ARGS --json`` on machine B: a process of its own, with B's HOME and configuration."""
+        env = {
+            **os.environ,
+            "HOME": str(self.home_b),
+            "GIT_CONFIG_GLOBAL": str(self.home_b / ".gitconfig"),
+            "XDG_CONFIG_HOME": str(self.home_b / ".config"),
+            "XDG_STATE_HOME": str(self.home_b / ".state"),
+        }
+        argv = ["git", "agentops-run", *args, "--json"]
+        return subprocess.run(argv, cwd=self.b, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def team(tmp: Path, policy: str = CONTROLS) -> Team:
@@ -57,7 +71,9 @@ def team(tmp: Path, policy: str = CONTROLS) -> Team:
     trust(a)  # the trust names the clone's remote
     b = tmp / "b"
     git(tmp, "clone", "-q", str(server), str(b))
-    return Team(server, a, b, keys)
+    home_b = tmp / "home-b"
+    home_b.mkdir()
+    return Team(server, a, b, keys, home_b)
 
 
 def send(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +122,7 @@ def test_a_question_asked_on_a_is_answered_from_b_and_the_run_resumes(tmp_path: 
         # B has no copy of the run: the answer goes through the remote, once the supervisor pushed the question
         wait_for_remote_question(t, run_id, qid)
         t.as_person("alice")
-        unknown = send(t.b, "answer", run_id, "q-nope", "x")
+        unknown = t.on_b("answer", run_id, "q-nope", "x")
         assert unknown.returncode == 3 and "RUN_QUESTION_UNKNOWN" in unknown.stderr, unknown.stderr
         forge(
             t.b,
@@ -123,11 +139,11 @@ def test_a_question_asked_on_a_is_answered_from_b_and_the_run_resumes(tmp_path: 
             b"x",
         )
         t.as_person("mallory")
-        refused = send(t.b, "answer", run_id, qid, "Call it mallory", "--wait", "60")
+        refused = t.on_b("answer", run_id, qid, "Call it mallory", "--wait", "60")
         assert refused.returncode == 3 and "CONTROL_NOT_ALLOWED" in refused.stderr, refused.stderr
         assert status(t.a, run_id)["questions"][0]["answer"] is None
         t.as_person("alice")
-        sent = send(t.b, "answer", run_id, qid, "Call it q", "--wait", "60")
+        sent = t.on_b("answer", run_id, qid, "Call it q", "--wait", "60")
         assert sent.returncode == 0, sent.stderr + supervisor_log(t.a, run_id)
         out = json.loads(sent.stdout)
         assert out["outcome"]["outcome"] == "applied" and out["outcome"]["signer"] == "alice@example.com"
@@ -148,7 +164,7 @@ def test_a_question_asked_on_a_is_answered_from_b_and_the_run_resumes(tmp_path: 
         kinds = [e["code"] for e in events(t.a, run_id) if e["code"] in ("RUN_CONTROL_REFUSED", "RUN_ANSWERED")]
         assert kinds == ["RUN_CONTROL_REFUSED"] * 3 + ["RUN_ANSWERED"]
         # the applied control's ref, pushed again under its own name, is create-only on A and counted once
-        again = send(t.b, "answer", run_id, qid, "Call it q2")
+        again = t.on_b("answer", run_id, qid, "Call it q2")
         assert again.returncode == 3 and "RUN_QUESTION_UNKNOWN" in again.stderr  # the remote says it is answered
         assert len(recorded(t.a, run_id)) == 4
     finally:
@@ -194,11 +210,11 @@ def test_a_policy_change_approved_from_b_takes_effect_on_a(tmp_path: Path) -> No
     tid = transitions_of(doc)[0]["transitionId"]
     wait_for_remote_question(t, run_id, tid)
     t.as_person("bob")
-    refused = send(t.b, "approve", run_id, tid[:12], "--remote", "origin", "--wait", "60")
+    refused = t.on_b("approve", run_id, tid[:12], "--remote", "origin", "--wait", "60")
     assert refused.returncode == 3 and "CONTROL_NOT_ALLOWED" in refused.stderr, refused.stderr
     assert transitions_of(status(t.a, run_id))[0]["approvedBy"] is None
     t.as_person("alice")
-    approved = send(t.b, "approve", run_id, tid, "--wait", "60")
+    approved = t.on_b("approve", run_id, tid, "--wait", "60")
     assert approved.returncode == 0, approved.stderr + supervisor_log(t.a, run_id)
     doc = wait_for(t.a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=300)
     assert doc["status"] == "complete", supervisor_log(t.a, run_id)
@@ -218,7 +234,7 @@ def test_without_a_controls_remote_a_sync_fetch_on_a_brings_the_answer_in_at_onc
         qid = doc["questions"][0]["questionId"]
         assert command(t.a, "agentops-sync", "push", run_id).returncode in (0, 1)
         t.as_person("alice")
-        sent = send(t.b, "answer", run_id, qid, "Call it q", "--remote", "origin")
+        sent = t.on_b("answer", run_id, qid, "Call it q", "--remote", "origin")
         assert sent.returncode == 0, sent.stderr
         assert json.loads(sent.stdout)["outcome"] is None  # no --wait: sent, not yet applied
         fetched = command(t.a, "agentops-sync", "fetch", run_id)
@@ -331,17 +347,17 @@ def test_a_run_waits_for_a_person_whose_review_from_b_publishes_it_and_reviewer_
         assert board[0]["waitsFor"].startswith("a review by people")
         wait_for_remote_question(t, run_id, "review")
         t.as_person("bob")
-        listed = send(t.b, "review", "--remote", "origin")
+        listed = t.on_b("review", "--remote", "origin")
         assert listed.returncode == 0, listed.stderr
         pending = json.loads(listed.stdout)["pending"]
         assert [p["runId"] for p in pending] == [run_id]
         assert [f["id"] for f in pending[0]["findings"]] == ["reviewer-a#1", "reviewer-a#2"]
         assert pending[0]["candidate"] == doc["integration"]["candidate"]
-        refused = send(t.b, "review", run_id, "--approve", "--remote", "origin", "--wait", "60")
+        refused = t.on_b("review", run_id, "--approve", "--remote", "origin", "--wait", "60")
         assert refused.returncode == 3 and "CONTROL_NOT_ALLOWED" in refused.stderr, refused.stderr
         t.as_person("alice")
-        approved = send(
-            t.b, "review", run_id, "--approve", "--reason", "reads well", "--accept", "reviewer-a#2", "--wait", "60"
+        approved = t.on_b(
+            "review", run_id, "--approve", "--reason", "reads well", "--accept", "reviewer-a#2", "--wait", "60"
         )
         assert approved.returncode == 0, approved.stderr + supervisor_log(t.a, run_id)
         doc = wait_for(t.a, run_id, lambda d: d["status"] in ("complete", "blocked"), timeout=240)
