@@ -438,6 +438,9 @@ class Supervisor:
         except AgentOpsError as exc:
             self.log(f"signed controls not applied this time: {exc.code}: {exc.message}")
             return
+        except (OSError, ValueError, pygit2.GitError) as exc:  # a damaged object or ref: said, never the run's end
+            self.log(f"signed controls not applied this time: {type(exc).__name__}: {exc}")
+            return
         if done:
             self.state.refresh()
 

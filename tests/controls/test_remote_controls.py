@@ -206,7 +206,7 @@ def test_a_policy_change_approved_from_b_takes_effect_on_a(tmp_path: Path) -> No
     the transition completes and names them and their control, and the run completes."""
     t = team(tmp_path)
     run_id = start(t.a, scenario(tmp_path, "", extra_policy=CONTROLS))
-    doc = wait_for(t.a, run_id, lambda d: d["status"] == "awaiting-input" and transitions_of(d), timeout=180)
+    doc = wait_for(t.a, run_id, lambda d: d["status"] == "awaiting-input" and bool(transitions_of(d)), timeout=180)
     tid = transitions_of(doc)[0]["transitionId"]
     wait_for_remote_question(t, run_id, tid)
     t.as_person("bob")
@@ -377,10 +377,48 @@ def test_a_run_waits_for_a_person_whose_review_from_b_publishes_it_and_reviewer_
         stop(t.a, run_id)
 
 
+def _walk(repo: Path, *typed: bytes) -> str:
+    """``git-agentops-run review`` on a pseudo-terminal, answering its prompts with ``typed``; what it showed."""
+    import select
+    import shutil
+    import time
+
+    exe = shutil.which("git-agentops-run")
+    assert exe is not None
+    master, slave = os.openpty()
+    env = {**os.environ, "TERM": "dumb"}
+    proc = subprocess.Popen([exe, "review"], cwd=repo, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    try:
+        for prompt, answer in zip((b"[q]uit? ", b"reason: "), typed, strict=False):
+            deadline = time.monotonic() + 60
+            while prompt not in out:
+                assert time.monotonic() < deadline, out.decode(errors="replace")
+                if select.select([master], [], [], 0.2)[0]:
+                    out += os.read(master, 65536)
+            os.write(master, answer)
+        assert proc.wait(timeout=60) == 0, out.decode(errors="replace")
+        while select.select([master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the other side is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return out.decode(errors="replace").replace("\r", "")
+
+
 def test_a_person_refuses_the_candidate_here_and_it_never_publishes(tmp_path: Path) -> None:
-    """Invariant: on the supervising machine ``run review RUN --refuse`` fails the integration
-    (``RUN_REVIEW_REFUSED``) and the target does not move; an agent's environment cannot review; bad usage is
-    ``USAGE``."""
+    """Invariant: on the supervising machine ``run review`` on a terminal walks the waiting candidate and the
+    person's refusal fails the integration (``RUN_REVIEW_REFUSED``) and the target does not move; an agent's
+    environment cannot review; bad usage is ``USAGE``; a decision on a candidate no longer waiting is
+    ``CONTROL_STALE``."""
     policy = '[hosts.reviewer-a]\nkind = "scripted"\n[review]\nrequired = 1\nreviewers = ["reviewer-a"]\npeople = 1\n'
     repo = project(tmp_path, extra_policy=policy)
     base = git(repo, "rev-parse", "main")
@@ -397,8 +435,8 @@ def test_a_person_refuses_the_candidate_here_and_it_never_publishes(tmp_path: Pa
         assert agent.returncode == 3 and "RUN_APPROVAL_AGENT" in agent.stderr, agent.stderr
         listed = json.loads(command(repo, "agentops-run", "review", "--json").stdout)["pending"]
         assert [p["runId"] for p in listed] == [run_id] and listed[0]["where"] == "here"
-        refused = command(repo, "agentops-run", "review", run_id, "--refuse", "--reason", "not this")
-        assert refused.returncode == 0, refused.stderr
+        walked = _walk(repo, b"r\n", b"not this\n")  # on a terminal: one candidate at a time, refused
+        assert run_id in walked and "risk" in walked and "refused candidate" in walked, walked
         wait_for(repo, run_id, lambda d: (d["integration"] or {}).get("failure") == "RUN_REVIEW_REFUSED", timeout=120)
         assert git(repo, "rev-parse", "main") == base
         codes = [e["code"] for e in events(repo, run_id)]
