@@ -139,8 +139,10 @@ def _remote_error(done: subprocess.CompletedProcess[str], what: str) -> AgentOps
 
 
 def store_root(store: Store) -> Path:
-    """Where remote git commands run: the repository's git dir (works for bare and non-bare alike)."""
-    return store.git_dir
+    """Where remote git commands run: the work tree's top, where the person's own ``git fetch`` runs -- so a remote
+    whose URL is a relative path (``git remote add origin ../server.git``) means what it means to them -- or the git
+    dir of a bare repository."""
+    return store.workdir if store.workdir is not None else store.git_dir
 
 
 def mirror(

@@ -226,3 +226,16 @@ def test_a_remote_that_hangs_is_given_up_on_in_time_with_everything_it_started(t
     assert started, "the fake transport never started: nothing was tested"
     assert alive == [], f"transports alive after the timeout: {alive} of {started}"
     assert elapsed < 10
+
+
+def test_a_remote_named_by_a_relative_path_means_what_it_means_to_the_person(tmp_path: Path) -> None:
+    """Invariant: ``git remote add origin ../server.git`` (relative to the work tree, as the person's git reads it)
+    is the same remote to the toolkit: sync pushes there, and the mirror fetches from there."""
+    server, a, _ = machines(tmp_path)
+    git(a, "remote", "set-url", "origin", "../server.git")
+    head = git(a, "rev-parse", "HEAD")
+    git(a, "update-ref", "refs/agentops/runs/r1/state", head)
+    code, _, err = cli_sync(a, "push", "r1")
+    assert code == 0, err
+    assert git(server, "rev-parse", "refs/agentops/runs/r1/state") == head
+    assert sync.mirror(store(a), "origin", ("refs/agentops/runs/",)) == {"refs/agentops/runs/r1/state": head}
