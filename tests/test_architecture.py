@@ -155,7 +155,7 @@ def test_only_gitstore_writes_refs_and_objects() -> None:
     assert offences == []
 
 
-PURE = {"git_agentops.errors", "git_agentops.canonical", "git_agentops.clock"}
+PURE = {"git_agentops.errors", "git_agentops.canonical", "git_agentops.clock", "git_agentops.eventkinds"}
 """The foundations a value may import: they do no I/O either."""
 
 

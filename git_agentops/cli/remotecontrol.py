@@ -111,7 +111,7 @@ def send(
         "applies it when it fetches"
     )
     if args.wait > 0:
-        from ..controls.apply import wait_for_outcome
+        from ..controls.send import wait_for_outcome
 
         outcome = wait_for_outcome(store, remote, args.run_id, control.control_id, args.wait)
         doc["outcome"] = outcome

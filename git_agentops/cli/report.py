@@ -66,10 +66,7 @@ def _all(args: argparse.Namespace, ctx: Context) -> int:
         raise AgentOpsError("USAGE", "one page of every run is 'report --all --html FILE [--remote NAME]' (no RUN)")
     _check_writable(args.html)
     store = ctx.store()
-    rows = board.here(store, ctx.clock)
-    if args.remote:
-        rows += board.remote(store, args.remote, ctx.clock, known={r.run_id for r in rows})
-    rows.sort(key=lambda r: r.created_at)
+    rows = board.every(store, ctx.clock, args.remote)
     reports = []
     for row in rows:
         if row.where == "here" and row.status != "unreadable":

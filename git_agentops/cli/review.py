@@ -80,6 +80,8 @@ class Pending:
 
 
 def _pending(ctx: Context, view: Any, where: str, journal: Any = None) -> Pending | None:
+    import pygit2
+
     from ..controls import people
     from ..policy.load import load_policy
 
@@ -90,8 +92,8 @@ def _pending(ctx: Context, view: Any, where: str, journal: Any = None) -> Pendin
     store = ctx.store()
     item = Pending(run.run_id, where, integration.candidate, integration.base, 0.0)
     try:
-        stats = store.repo.diff(integration.base, integration.candidate).stats
         diff = store.repo.diff(integration.base, integration.candidate)
+        stats = diff.stats
         paths = [d.delta.new_file.path for d in diff]
         item.stat = f"{stats.files_changed} file(s), +{stats.insertions} -{stats.deletions}"
         size = (stats.insertions + stats.deletions) / 50
@@ -106,7 +108,7 @@ def _pending(ctx: Context, view: Any, where: str, journal: Any = None) -> Pendin
         if near:
             item.risk += 5 * len(near)
             item.why.append(f"{len(near)} path(s) beside protected ones: {', '.join(near[:3])} (+{5 * len(near)})")
-    except (KeyError, ValueError, Exception):  # noqa: BLE001 - objects this clone lacks: no diff, still listed
+    except (KeyError, ValueError, pygit2.GitError):  # objects this clone lacks: no diff, still listed
         item.why.append("the diff is not available here (fetch the target)")
     repaired = [t for t in view.tasks().values() if t.delivery is not None and t.delivery.generation > 1]
     if repaired:

@@ -189,14 +189,9 @@ def list_runs(args: argparse.Namespace, ctx: Context) -> int:
 def _board(args: argparse.Namespace, ctx: Context) -> int:
     """``list --all [--remote NAME]``: every run, here and on the remote -- what each waits for, its spend, its age."""
     from ..runs import board
-
-    store = ctx.store()
-    rows = board.here(store, ctx.clock)
-    if args.remote:
-        rows += board.remote(store, args.remote, ctx.clock, known={r.run_id for r in rows})
-    rows.sort(key=lambda r: r.created_at)
     from ..watch.view import board_lines
 
+    rows = board.every(ctx.store(), ctx.clock, args.remote)
     docs = [r.to_json() for r in rows]
     ctx.emit({"runs": docs}, board_lines(docs, ctx.clock.now()) if rows else ["no runs"])
     return 0

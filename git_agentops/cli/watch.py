@@ -436,13 +436,10 @@ class Board:
             self._thread.start()
 
     def _fetch(self) -> None:
-        import pygit2
-
-        from ..gitstore.repo import Store
         from ..gitstore.sync import mirror
 
         assert self.remote is not None
-        store = Store(pygit2.Repository(str(self.store.git_dir)), clock=self.clock, identity=self.store.identity)
+        store = self.store.reopen()
         while not self._stop.wait(REMOTE_EVERY):
             try:
                 mirror(store, self.remote, ("refs/agentops/runs/",), timeout=60)
@@ -468,11 +465,7 @@ class Board:
         """The board's rows, oldest first, as ``run list --all --json`` prints them."""
         from ..runs import board
 
-        rows = board.here(self.store, self.clock)
-        if self.remote is not None:
-            rows += board.remote(self.store, self.remote, self.clock, known={r.run_id for r in rows}, fetch=False)
-        rows.sort(key=lambda r: r.created_at)
-        return [r.to_json() for r in rows]
+        return [r.to_json() for r in board.every(self.store, self.clock, self.remote, fetch=False)]
 
 
 def _watch_board(args: argparse.Namespace, ctx: Context) -> int:

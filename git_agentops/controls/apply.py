@@ -23,7 +23,6 @@ control count twice by deleting or re-pushing its ref, and nobody can mark one h
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -251,9 +250,7 @@ def record(store: Store, run_id: str, outcome: Outcome, code: kinds.EventCode) -
     """Write ``outcome`` in the run's state alone (a refusal, or a control whose effect was written elsewhere)."""
 
     def fn(change: Change, view: runstate.RunView) -> None:
-        if view.control(outcome.control_id) is not None:
-            raise AgentOpsError("CONTROL_STALE", f"control {outcome.control_id} was handled already")
-        runstate.put_control(change, outcome.to_json())
+        runcontrols.Signed(outcome.control_id, outcome.signer or "", outcome.to_json()).put(change, view)
 
     data: dict[str, Any] = {"runId": run_id, "controlId": outcome.control_id, "kind": outcome.kind}
     if outcome.applied:
@@ -290,9 +287,7 @@ class Fetcher:
         log: Callable[[str], None],
         timeout: float = 60.0,
     ) -> None:
-        self.git_dir = store.git_dir
-        self.clock = store.clock
-        self.identity = store.identity
+        self.store = store
         self.run_id = run_id
         self.remote = remote
         self.interval = interval
@@ -316,7 +311,7 @@ class Fetcher:
             self._thread.join(self.timeout + 5)
 
     def _serve(self) -> None:
-        store = Store(pygit2.Repository(str(self.git_dir)), clock=self.clock, identity=self.identity)
+        store = self.store.reopen()  # this thread's own handle
         seen: Mapping[str, str] = {}
         while True:
             stopping = self._stop.is_set()
@@ -345,24 +340,3 @@ class Fetcher:
             return
         sync.push(store, self.remote, (f"refs/agentops/runs/{self.run_id}/",), attempts=2, timeout=self.timeout)
         self._pushed = tip
-
-
-def wait_for_outcome(
-    store: Store, remote: str, run_id: str, control_id: str, timeout: float, *, poll: float = 1.0
-) -> dict[str, Any] | None:
-    """The recorded outcome of ``control_id`` as the remote's copy of the run's state says, within ``timeout``
-    seconds (the sender's ``--wait``); None if the supervisor has not pushed one by then."""
-    from ..gitstore.journal import Journal
-
-    deadline = time.monotonic() + timeout
-    state = sync.mirror_prefix(remote) + runstate.state_ref(run_id)[len("refs/") :]
-    while True:
-        sync.mirror(store, remote, (runstate.state_ref(run_id),), timeout=max(5.0, min(60.0, timeout)))
-        if read_ref(store, state) is not None:
-            view = runstate.RunView(Journal(store, state).read(verify=False))
-            found = view.control(control_id)
-            if found is not None:
-                return found
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(poll)

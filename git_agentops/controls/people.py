@@ -23,7 +23,7 @@ import pygit2
 from .. import eventkinds as kinds
 from ..canonical import digest
 from ..clock import Clock
-from ..errors import AgentOpsError, ControlStale
+from ..errors import AgentOpsError
 from ..gitstore.journal import Change, Event, Journal
 from ..gitstore.repo import Store
 from ..model.delivery import Digest, ReviewResult
@@ -114,9 +114,7 @@ def decide(
                 f"{run_id} waits for a review of {integration.candidate[:12]}, not of {candidate[:12]}",
             )
         if signed is not None:
-            if view.control(signed.control_id) is not None:
-                raise ControlStale(f"control {signed.control_id} was handled already")
-            runstate.put_control(change, signed.record)
+            signed.put(change, view)
         findings = finding_ids(store, run_id)
         accept = set(findings if decision == "refuse" else ()) if accepted is None else set(accepted)
         reject = set(findings) - accept if rejected is None else set(rejected)
@@ -161,7 +159,7 @@ def finding_ids(store: Store, run_id: str) -> list[str]:
 def reports(store: Store, run_id: str, journal: Journal | None = None) -> list[tuple[str, Mapping[str, Any]]]:
     """The model reviewers' reports of the run's last review: the artifacts its ``REVIEWS_RECORDED`` commit added
     (``journal``: another copy of the run's state, a remote's mirrored, read as it is)."""
-    from ..schema import documents
+    from ..report.collect import added_reports  # the report reads the same artifacts
 
     trusted = journal is None  # a mirrored copy is read unverified, for a person to look at
     journal = journal or runstate.journal(store, run_id)
@@ -171,16 +169,5 @@ def reports(store: Store, run_id: str, journal: Journal | None = None) -> list[t
     )
     if entry is None:
         return []
-    after = journal.read_at(entry.commit)
-    before = journal.read_at(entry.parent) if entry.parent else None
-    found = []
-    for fan in after.list("artifacts"):
-        old = set(before.list(f"artifacts/{fan}")) if before is not None else set()
-        for name in sorted(set(after.list(f"artifacts/{fan}")) - old):
-            data = after.get(f"artifacts/{fan}/{name}")
-            try:
-                report = documents.load(data or b"", schema="review-report", what="review report")
-            except AgentOpsError:
-                continue
-            found.append((str(report.get("reviewer", name[:12])), report))
+    found = [(str(r.get("reviewer", "?")), r) for r in added_reports(journal, entry.commit, entry.parent)]
     return sorted(found, key=lambda item: item[0])

@@ -10,9 +10,11 @@ supervising machine judges it: what the mirror says is read unverified, for the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import AgentOpsError
 from ..gitstore import sync
@@ -103,3 +105,22 @@ def send(store: Store, remote: str, control: Control, keys: Sequence[Path]) -> s
 
 def _mirrored(remote: str, ref: str) -> str:
     return sync.mirror_prefix(remote) + ref[len("refs/") :]
+
+
+def wait_for_outcome(
+    store: Store, remote: str, run_id: str, control_id: str, timeout: float, *, poll: float = 1.0
+) -> dict[str, Any] | None:
+    """The recorded outcome of ``control_id`` as the remote's copy of the run's state says, within ``timeout``
+    seconds (the sender's ``--wait``); None if the supervisor has not pushed one by then."""
+    deadline = time.monotonic() + timeout
+    state = _mirrored(remote, runstate.state_ref(run_id))
+    while True:
+        sync.mirror(store, remote, (runstate.state_ref(run_id),), timeout=max(5.0, min(60.0, timeout)))
+        if read_ref(store, state) is not None:
+            view = runstate.RunView(Journal(store, state).read(verify=False))
+            found = view.control(control_id)
+            if found is not None:
+                return found
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(poll)

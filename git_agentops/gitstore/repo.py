@@ -70,6 +70,11 @@ class Store:
         if fsync:
             pygit2.settings.enable_fsync_gitdir(True)
 
+    def reopen(self) -> Store:
+        """Another handle on the same repository, with the same clock, identity and fsync: for another thread
+        (pygit2 objects are not shared across threads)."""
+        return Store(pygit2.Repository(str(self.git_dir)), clock=self.clock, identity=self.identity, fsync=self.fsync)
+
     def config_value(self, key: str) -> str | None:
         """A git config value as text (repository, global and system levels), or None when unset."""
         return _config_str(self.repo.config, key)

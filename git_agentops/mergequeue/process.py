@@ -32,8 +32,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-import pygit2
-
 from .. import eventkinds as kinds
 from ..errors import AgentOpsError, RemoteMoved, TargetCheckedOutDirty
 from ..gitstore import sync
@@ -207,7 +205,7 @@ def _verify(ctx: JobContext, store: Store, built: Sequence[Built]) -> list[Check
 
 
 def _prove_own(ctx: JobContext, store: Store, slot: str, commit: str) -> Result:
-    own = Store(pygit2.Repository(str(store.git_dir)), clock=store.clock, identity=store.identity, fsync=store.fsync)
+    own = store.reopen()
     return _prove(ctx, own, slot, commit)
 
 

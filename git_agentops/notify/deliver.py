@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import pygit2
-
 from ..canonical import digest
 from ..clock import Clock
 from ..errors import AgentOpsError
@@ -199,7 +197,7 @@ class Notifier:
 
     def _serve(self) -> None:
         # from now on the store is this thread's alone (pygit2 objects are not shared across threads)
-        self.store = Store(pygit2.Repository(str(self.store.git_dir)), clock=self.clock, identity=self.store.identity)
+        self.store = self.store.reopen()
         while True:
             stopping = self._stop.is_set()  # once more after stop: the run's last state is notified too
             try:

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .. import eventkinds as kinds
 from ..errors import AgentOpsError
 
 VERSION: Final = 1
@@ -64,21 +65,22 @@ TITLES: Final = {
 }
 
 
+_BY_EVENT: Final[Mapping[str, Kind]] = {
+    kinds.RUN_AWAITING_INPUT: Kind.QUESTION,
+    kinds.RUN_POLICY_PENDING: Kind.APPROVAL,
+    kinds.WORKER_BLOCKED: Kind.BLOCKED,
+    kinds.RUN_COMPLETE: Kind.COMPLETE,
+    kinds.INTEGRATION_FAILED: Kind.FAILED,
+}
+_BY_STATUS: Final[Mapping[str, Kind]] = {"blocked": Kind.RUN_BLOCKED, "budget-limited": Kind.BUDGET}
+
+
 def kind_of(code: str, data: Mapping[str, Any]) -> Kind | None:
-    """The notification an authentic journal event of ``code`` (with ``data``) calls for, if any."""
-    if code == "RUN_AWAITING_INPUT":
-        return Kind.QUESTION
-    if code == "RUN_POLICY_PENDING":
-        return Kind.APPROVAL
-    if code == "WORKER_BLOCKED":
-        return Kind.BLOCKED
-    if code == "RUN_COMPLETE":
-        return Kind.COMPLETE
-    if code == "INTEGRATION_FAILED":
-        return Kind.FAILED
-    if code == "RUN_STATUS":
-        return {"blocked": Kind.RUN_BLOCKED, "budget-limited": Kind.BUDGET}.get(str(data.get("status")))
-    return None
+    """The notification an authentic journal event of ``code`` (with ``data``) calls for, if any (the codes are
+    the registered kinds': a renamed one cannot silently stop its notification)."""
+    if code == kinds.RUN_STATUS:
+        return _BY_STATUS.get(str(data.get("status")))
+    return _BY_EVENT.get(code)
 
 
 class Format(enum.StrEnum):

@@ -318,7 +318,7 @@ def _reviews(journal: Journal, integration: Integration | None, entries: Sequenc
     if integration is None or not integration.reviews:
         return []
     recorded = [e for e in entries if e.code == kinds.REVIEWS_RECORDED and not e.foreign]
-    reports = list(_added_reports(journal, recorded[-1].commit, recorded[-1].parent)) if recorded else []
+    reports = list(added_reports(journal, recorded[-1].commit, recorded[-1].parent)) if recorded else []
     facts = []
     for review in integration.reviews:
         name = review.reviewer
@@ -329,7 +329,7 @@ def _reviews(journal: Journal, integration: Integration | None, entries: Sequenc
     return facts
 
 
-def _added_reports(journal: Journal, commit: str, parent: str | None) -> Iterable[Mapping[str, JsonValue]]:
+def added_reports(journal: Journal, commit: str, parent: str | None) -> Iterable[Mapping[str, JsonValue]]:
     """The review reports among the artifacts ``commit`` added to the state."""
     after = journal.read_at(commit)
     before = journal.read_at(parent) if parent else None

@@ -137,3 +137,12 @@ def remote(store: Store, name: str, clock: Clock, *, known: set[str], fetch: boo
         except AgentOpsError as exc:
             rows.append(Row(parts[3], name, "unreadable", exc.code, 0.0, 0, 0, None, 0.0, exc.message, False))
     return rows
+
+
+def every(store: Store, clock: Clock, remote_name: str | None = None, *, fetch: bool = True) -> list[Row]:
+    """The whole board, oldest run first: this repository's runs and, with ``remote_name``, the remote's others
+    (fetched first unless ``fetch`` is False)."""
+    rows = here(store, clock)
+    if remote_name is not None:
+        rows += remote(store, remote_name, clock, known={r.run_id for r in rows}, fetch=fetch)
+    return sorted(rows, key=lambda r: r.created_at)

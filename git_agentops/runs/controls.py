@@ -56,6 +56,12 @@ class Signed:
         """The event data it adds."""
         return {"controlId": self.control_id, "signer": self.signer}
 
+    def put(self, change: Change, view: runstate.RunView) -> None:
+        """Record the outcome in ``change``; ``CONTROL_STALE`` if the run has one for this control already."""
+        if view.control(self.control_id) is not None:
+            raise AgentOpsError("CONTROL_STALE", f"control {self.control_id} was handled already")
+        runstate.put_control(change, self.record)
+
 
 def _control(
     store: Store,
@@ -83,9 +89,7 @@ def _control(
         inner = fn
 
         def fn(change: Change, view: runstate.RunView) -> Run:
-            if view.control(signed.control_id) is not None:
-                raise AgentOpsError("CONTROL_STALE", f"control {signed.control_id} was handled already")
-            runstate.put_control(change, signed.record)
+            signed.put(change, view)
             return inner(change, view)
 
     data = {"runId": run_id, **(signed.data() if signed is not None else {})}
